@@ -1,0 +1,88 @@
+"""Spec of the ``nrq`` kind: SGD / heavy-ball SGDM + weight decay on the Noisy Rayleigh Quotient."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field, model_validator
+
+from smdengine.spec_base import SpecBase, StrictModel
+
+
+class ScheduleEntry(StrictModel):
+    """From ``step`` on, the rates in force are multiplied by the factors (cumulative)."""
+
+    step: int = Field(..., ge=1, description="First update that uses the new rates.")
+    lr_factor: float = Field(..., gt=0, le=1e6)
+    weight_decay_factor: float = Field(1.0, gt=0, le=1e6)
+    rescale: bool = Field(False, description="Move |X| straight to the new equilibrium: X ← X·(lr_factor/weight_decay_factor)^(1/4).")
+
+
+class NRQParams(StrictModel):
+    dim: int = Field(10, ge=2, le=100_000, description="p, the dimension of X.")
+    eig_low: Optional[float] = Field(None, ge=0, le=1e6, description="a_1 of a two-level spectrum.")
+    eig_high: Optional[float] = Field(None, ge=0, le=1e6, description="a_2 = … = a_p of a two-level spectrum.")
+    eigenvalues: Optional[list[float]] = Field(None, description="Explicit ascending spectrum a_1 < a_2 ≤ … ≤ a_p (length dim).")
+    noise_std: float = Field(1.0, gt=0, le=1e6, description="σ, with Σ = σ²I.")
+    lr: float = Field(0.1, gt=0, le=1e3, description="η, the learning rate.")
+    weight_decay: float = Field(0.01, ge=0, le=1e3, description="λ, the weight decay.")
+    momentum: float = Field(0.0, ge=0, lt=1, description="α of heavy-ball SGDM; 0 is plain SGD.")
+    init_std: float = Field(1.0, gt=0, le=1e6, description="X₀ ~ N(0, init_std²·I).")
+    trials: int = Field(1000, ge=1, le=10_000_000, description="Independent trials, simulated together.")
+    steps: int = Field(10_000, ge=1, le=100_000_000, description="Number of updates.")
+    record_every: int = Field(100, ge=1, description="Record the series every this many updates.")
+    dtype: Literal["float64", "float32"] = "float64"
+    lr_schedule: list[ScheduleEntry] = Field(default_factory=list, max_length=1000)
+
+    @model_validator(mode="after")
+    def _check(self) -> "NRQParams":
+        two_level = self.eig_low is not None or self.eig_high is not None
+        if self.eigenvalues is not None:
+            if two_level:
+                raise ValueError("eigenvalues: expected either eigenvalues or eig_low/eig_high, got both")
+            eig = self.eigenvalues
+            if len(eig) != self.dim:
+                raise ValueError(f"eigenvalues: expected {self.dim} values (dim), got {len(eig)}")
+            if any(x < 0 or x != x or x > 1e6 for x in eig):
+                raise ValueError("eigenvalues: expected finite values in [0, 1e6]")
+            if not eig[0] < eig[1]:
+                raise ValueError(f"eigenvalues: expected a_1 < a_2, got a_1={eig[0]}, a_2={eig[1]}")
+            if any(b < a for a, b in zip(eig[1:], eig[2:])):
+                raise ValueError("eigenvalues: expected ascending order a_2 ≤ … ≤ a_p")
+        else:
+            if self.eig_low is None and self.eig_high is None:
+                self.eig_low, self.eig_high = 1.0, 2.0
+            if self.eig_low is None or self.eig_high is None:
+                raise ValueError("eig_low/eig_high: expected both or neither")
+            if not self.eig_low < self.eig_high:
+                raise ValueError(f"eig_low: expected eig_low < eig_high, got {self.eig_low} ≥ {self.eig_high}")
+        if self.record_every > self.steps:
+            raise ValueError(f"record_every: expected ≤ steps ({self.steps}), got {self.record_every}")
+        if self.steps // self.record_every > 1_000_000:
+            raise ValueError("record_every: expected at most 1 000 000 recorded points (steps/record_every)")
+        last = 0
+        for entry in self.lr_schedule:
+            if entry.step <= last or entry.step >= self.steps:
+                raise ValueError(f"lr_schedule: expected strictly increasing steps in [1, steps), got {entry.step}")
+            last = entry.step
+        return self
+
+    def spectrum(self) -> list[float]:
+        """a_1..a_p as a list (length dim)."""
+        if self.eigenvalues is not None:
+            return list(self.eigenvalues)
+        return [self.eig_low] + [self.eig_high] * (self.dim - 1)
+
+    def two_level(self) -> Optional[tuple[float, float]]:
+        """(a_l, a_h) when the spectrum has two levels a_1 < a_2 = … = a_p, else None."""
+        eig = self.spectrum()
+        return (eig[0], eig[1]) if all(x == eig[1] for x in eig[1:]) else None
+
+
+class NRQSpec(SpecBase):
+    kind: Literal["nrq"]
+    params: NRQParams = Field(default_factory=NRQParams)
+
+    @property
+    def work(self) -> int:
+        p = self.params
+        return p.trials * p.steps * p.dim

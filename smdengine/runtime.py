@@ -1,0 +1,81 @@
+"""Shared runtime pieces of every simulator: device choice, progress events, results."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+
+class Cancelled(Exception):
+    """Raised by :func:`smdengine.run` when ``should_stop()`` returned true between chunks.
+
+    Every point recorded before the stop was already delivered through ``on_progress``.
+    """
+
+    def __init__(self, step: int):
+        super().__init__(f"cancelled at step {step}")
+        self.step = step
+
+
+@dataclass
+class Progress:
+    """One progress event.
+
+    step: updates done so far; total_steps: updates the run will do;
+    points: series points recorded since the previous event, ``{"step": [...], "<metric>": [...]}``
+    (aligned lists, possibly empty).
+    """
+
+    step: int
+    total_steps: int
+    points: dict[str, list] = field(default_factory=dict)
+
+    @property
+    def fraction(self) -> float:
+        return self.step / self.total_steps if self.total_steps else 1.0
+
+
+ProgressCallback = Callable[[Progress], None]
+StopCheck = Callable[[], bool]
+
+
+@dataclass
+class RunResult:
+    """What a run produces: series aligned on ``step``, theory predictions, and a summary.
+
+    Values are plain Python floats; NaN/inf become ``None`` in :meth:`to_document`.
+    """
+
+    series: dict[str, list]
+    theory: dict[str, Any]
+    summary: dict[str, Any]
+
+    def to_document(self) -> dict[str, Any]:
+        return {"series": json_safe(self.series), "theory": json_safe(self.theory),
+                "summary": json_safe(self.summary)}
+
+
+def json_safe(value: Any) -> Any:
+    """Replace non-finite floats by None, recursively (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` → cuda when available, else cpu; ``"cuda"`` fails fast when there is none."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device: expected a CUDA device, got none available on this worker")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    return {"float64": torch.float64, "float32": torch.float32}[dtype]

@@ -1,0 +1,27 @@
+"""Experiment specs: the common envelope and the union over kinds.
+
+``{"kind": "nrq", "name": "optional label", "seed": 0, "device": "auto", "params": {...}}``
+Each kind's params live beside its simulator (``smdengine/<kind>/spec.py``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from smdengine.nrq.spec import NRQSpec
+
+# One kind today; later kinds join as Annotated[Union[...], Field(discriminator="kind")].
+ExperimentSpec = NRQSpec
+_adapter: TypeAdapter = TypeAdapter(ExperimentSpec)
+
+
+def parse_spec(data: Any) -> ExperimentSpec:
+    """Validate a JSON-like spec; raises ``pydantic.ValidationError`` naming field and reason."""
+    if isinstance(data, NRQSpec):
+        return data
+    return _adapter.validate_python(data)
+
+
+def spec_json_schema() -> dict:
+    return _adapter.json_schema()
