@@ -1,0 +1,64 @@
+# SMD Lab developer entry points.  Quick start:  make run   /   make test
+#
+# The virtual environment lives in .venv.  torch is pinned and installed *before* the project:
+# an unpinned `pip install torch` resolves to the multi-GB CUDA build, while torch==$(TORCH_VERSION)
+# is picked from the local find-links wheel directory (CPU build) where pip is configured with one.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+.DELETE_ON_ERROR:
+
+PYTHON        ?= python3
+VENV          ?= .venv
+TORCH_VERSION ?= 2.13.0
+# Extra pip arguments for the torch install only, e.g.
+#   make test TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu'
+TORCH_PIP_ARGS ?=
+PYTEST_ARGS   ?=
+BENCHES       ?= $(wildcard bench/*.py)
+
+VPY   := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv run test redis bench clean
+
+help:
+	@echo "make run    - start the service (API + embedded worker, SQLite) on 127.0.0.1:\$${SMD_PORT:-8000}"
+	@echo "make test   - run the test suite (PYTEST_ARGS='...' to pass options to pytest)"
+	@echo "make bench  - run the benchmarks in bench/"
+	@echo "make clean  - remove .venv and build/test caches (keeps .smd/ data)"
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if [ ! -x "$(VPY)" ]; then \
+	    echo ">> creating $(VENV)"; \
+	    $(PYTHON) -m venv "$(VENV)" || { \
+	        echo "error: '$(PYTHON) -m venv' failed; on Debian/Ubuntu install python3-venv" >&2; \
+	        rm -rf "$(VENV)"; exit 1; }; \
+	fi
+	@echo ">> installing torch==$(TORCH_VERSION) (pinned, before the project)"
+	$(VPY) -m pip install --quiet $(TORCH_PIP_ARGS) "torch==$(TORCH_VERSION)"
+	@echo ">> installing the project (editable) with test extras"
+	$(VPY) -m pip install --quiet -e '.[test]'
+	@$(VPY) -c 'import torch, sys; v = torch.__version__.split("+")[0]; \
+	    sys.exit(0 if v == "$(TORCH_VERSION)" else "error: torch " + torch.__version__ + " installed, expected $(TORCH_VERSION)")'
+	@touch "$@"
+
+run: venv
+	$(VENV)/bin/smd serve
+
+redis:
+	@./scripts/ensure-redis.sh
+
+test: venv redis
+	$(VPY) -m pytest -q $(PYTEST_ARGS)
+
+bench: venv
+	@if [ -z "$(strip $(BENCHES))" ]; then echo "no benchmarks in bench/"; exit 0; fi; \
+	for b in $(BENCHES); do echo ">> $$b"; $(VPY) "$$b"; done
+
+clean:
+	rm -rf "$(VENV)" build dist .pytest_cache *.egg-info
+	find . -path ./.git -prune -o -type d -name __pycache__ -prune -exec rm -rf {} +
