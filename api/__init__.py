@@ -1,0 +1,1 @@
+"""FastAPI app: routes, schemas, plots. No science beyond calling smdengine."""

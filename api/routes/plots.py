@@ -1,0 +1,32 @@
+"""The plots resource: PNG/SVG renderings of an experiment's series with theory dashed."""
+from __future__ import annotations
+
+from enum import Enum
+
+from fastapi import APIRouter, HTTPException, Response
+from fastapi.concurrency import run_in_threadpool
+
+from api import plots
+from api.deps import ExperimentDep, SessionDep
+from api.results import result_document
+from api.schemas import ErrorOut
+
+router = APIRouter(prefix="/v1/experiments", tags=["plots"])
+
+
+class PlotFormat(str, Enum):
+    png = "png"
+    svg = "svg"
+
+
+@router.get("/{experiment_id}/plots/{name}.{fmt}", response_class=Response,
+            responses={200: {"content": {"image/png": {}, "image/svg+xml": {}}, "description": "The plot."},
+                       404: {"model": ErrorOut, "description": "No such experiment, or no such plot for its kind."}})
+async def get_plot(experiment: ExperimentDep, session: SessionDep, name: str, fmt: PlotFormat):
+    """A plot of the experiment (risk, au or norm for nrq), theory dashed."""
+    if name not in plots.available(experiment.kind):
+        raise HTTPException(status_code=404, detail=f"no plot {name!r} for kind {experiment.kind}; "
+                                                    f"available: {', '.join(plots.available(experiment.kind))}")
+    doc = result_document(session, experiment, max_points=4000)
+    image = await run_in_threadpool(plots.render, experiment.kind, name, doc, fmt.value)
+    return Response(content=image, media_type=plots.MEDIA_TYPES[fmt.value])

@@ -1,0 +1,69 @@
+"""Response models (request bodies are smdengine's spec models)."""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+
+
+class ErrorOut(BaseModel):
+    detail: Any = Field(..., description="What went wrong.")
+
+
+class ExperimentOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    kind: str
+    name: Optional[str]
+    status: Status
+    progress: float = Field(..., description="Fraction of the steps done, 0 to 1.")
+    step: int = Field(..., description="Updates done so far.")
+    total_steps: int
+    error: Optional[str] = Field(None, description="Why the job failed, when it did.")
+    cancel_requested: bool
+    attempts: int
+    created_at: datetime
+    started_at: Optional[datetime]
+    finished_at: Optional[datetime]
+    updated_at: datetime
+    spec: dict[str, Any]
+
+    @field_validator("created_at", "started_at", "finished_at", "updated_at")
+    @classmethod
+    def _utc(cls, value: Optional[datetime]) -> Optional[datetime]:
+        # SQLite returns naive datetimes; every stored time is UTC.
+        return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+
+
+class ExperimentPage(BaseModel):
+    items: list[ExperimentOut]
+    total: int
+    limit: int
+    offset: int
+
+
+Number = Union[int, float, None]
+
+
+class ResultDocument(BaseModel):
+    """Design §3: series aligned on ``step``; theory as numbers or series on the same steps."""
+
+    id: str
+    kind: str
+    status: Status
+    progress: float
+    spec: dict[str, Any]
+    series: dict[str, list[Number]]
+    theory: dict[str, Union[list[Number], Number]]
+    summary: dict[str, Number]
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "degraded"]
+    database: str
+    broker: str
+    version: str

@@ -1,0 +1,31 @@
+"""Alembic environment: the URL comes from the caller's config or from the one Settings object."""
+from alembic import context
+from sqlalchemy import pool
+
+from store.db import _create
+from store.models import Base
+from store.settings import get_settings
+
+config = context.config
+url = config.get_main_option("sqlalchemy.url") or get_settings().db_url
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=url, target_metadata=Base.metadata, literal_binds=True, render_as_batch=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    engine = _create(url)
+    with engine.connect() as connection:
+        context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,1 @@
+"""The `smd` command line."""

@@ -1,0 +1,48 @@
+"""`smd run`: one spec through the engine in this process, progress bar on stderr."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+from pydantic import ValidationError
+from tqdm import tqdm
+
+import smdengine
+
+
+def run_local(spec_path: Path, output: Optional[Path], quiet: bool = False) -> int:
+    try:
+        raw = sys.stdin.read() if str(spec_path) == "-" else spec_path.read_text()
+        data = json.loads(raw)
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"smd run: cannot read spec {spec_path}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        spec = smdengine.parse_spec(data)
+    except ValidationError as exc:
+        for err in exc.errors():
+            print(f"smd run: spec error at {'.'.join(map(str, err['loc']))}: {err['msg']}", file=sys.stderr)
+        return 2
+    bar = tqdm(total=spec.params.steps, unit="step", file=sys.stderr, disable=quiet, dynamic_ncols=True)
+
+    def on_progress(progress: smdengine.Progress) -> None:
+        bar.update(progress.step - bar.n)
+
+    try:
+        result = smdengine.run(spec, on_progress=on_progress)
+    except KeyboardInterrupt:
+        bar.close()
+        print("smd run: interrupted", file=sys.stderr)
+        return 130
+    bar.close()
+    doc = {"id": None, "kind": spec.kind, "status": "succeeded", "spec": spec.model_dump(mode="json"),
+           **result.to_document()}
+    text = json.dumps(doc, allow_nan=False)
+    if output is None:
+        print(text)
+    else:
+        output.write_text(text)
+        print(f"smd run: wrote {output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,57 @@
+"""`smd` — serve the API (+ embedded worker), run a worker, or run one spec locally.
+
+    smd serve                 API + one worker process, embedded defaults (SQLite, filesystem broker)
+    smd api                   the API only
+    smd worker                a Celery worker only
+    smd run SPEC.json -o RESULT.json   run a spec with the engine here, no service
+    smd migrate               apply database migrations
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="smd", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("serve", help="API + an embedded worker process (SMD_* settings)")
+    sub.add_parser("api", help="the API server only")
+    sub.add_parser("worker", help="a Celery worker only")
+    sub.add_parser("migrate", help="alembic upgrade head")
+    run = sub.add_parser("run", help="run one spec locally with the engine")
+    run.add_argument("spec", type=Path, help="experiment spec (JSON file, or - for stdin)")
+    run.add_argument("-o", "--output", type=Path, help="result document path (default: stdout)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+
+    from store.settings import get_settings
+
+    settings = get_settings()
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "run":
+        from smdcli.local import run_local
+
+        return run_local(args.spec, args.output, quiet=args.quiet)
+    if args.command == "migrate":
+        from store.migrate import upgrade_head
+
+        upgrade_head(settings.db_url)
+        return 0
+    if args.command == "worker":
+        from smdcli.serve import run_worker
+
+        return run_worker(settings)
+    if args.command == "api":
+        from smdcli.serve import run_api
+
+        return run_api(settings)
+    from smdcli.serve import serve
+
+    return serve(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

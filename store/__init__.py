@@ -1,0 +1,4 @@
+"""The shared persistence layer: one Settings object, SQLAlchemy models, sessions, migrations.
+
+Used by both ``api`` and ``worker``; imports neither.
+"""

@@ -1,0 +1,61 @@
+"""SQLAlchemy 2.0 models. Series are stored as compressed chunks, not a row per point."""
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Optional
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
+TERMINAL = ("succeeded", "failed", "cancelled")
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    kind: Mapped[str] = mapped_column(String(32), index=True)
+    name: Mapped[Optional[str]] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16), index=True, default="queued")
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    step: Mapped[int] = mapped_column(Integer, default=0)
+    total_steps: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[Optional[str]] = mapped_column(Text)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    worker: Mapped[Optional[str]] = mapped_column(String(200))
+    theory: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
+    summary: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    started_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class SeriesChunk(Base):
+    """Points [start_index, start_index + n_points) of an experiment's series, zlib-compressed JSON
+    ``{"step": [...], "<metric>": [...]}``. Rewriting from an index replaces what followed it."""
+
+    __tablename__ = "series_chunks"
+
+    experiment_id: Mapped[str] = mapped_column(String(32), ForeignKey("experiments.id", ondelete="CASCADE"),
+                                               primary_key=True)
+    start_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    n_points: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)

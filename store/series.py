@@ -1,0 +1,44 @@
+"""Compact, idempotent storage of series points (chunks of compressed JSON)."""
+from __future__ import annotations
+
+import json
+import zlib
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from store.models import SeriesChunk
+
+
+def write_points(session: Session, experiment_id: str, start_index: int, points: dict[str, list]) -> None:
+    """Store points from ``start_index`` on, replacing anything stored at or after it (so a retried
+    or resumed write never duplicates a point)."""
+    n = len(points.get("step", []))
+    session.execute(delete(SeriesChunk).where(SeriesChunk.experiment_id == experiment_id,
+                                              SeriesChunk.start_index >= start_index))
+    if n:
+        data = zlib.compress(json.dumps(points, allow_nan=True).encode(), 6)
+        session.add(SeriesChunk(experiment_id=experiment_id, start_index=start_index, n_points=n, data=data))
+
+
+def read_series(session: Session, experiment_id: str) -> dict[str, list]:
+    """All stored points in order, as ``{"step": [...], "<metric>": [...]}`` (empty dict if none)."""
+    rows = session.scalars(select(SeriesChunk).where(SeriesChunk.experiment_id == experiment_id)
+                           .order_by(SeriesChunk.start_index)).all()
+    series: dict[str, list] = {}
+    length = 0
+    for row in rows:
+        chunk = json.loads(zlib.decompress(row.data))
+        skip = length - row.start_index  # > 0 only if an older chunk overlaps this one
+        if skip < 0:
+            break  # a gap: keep the contiguous prefix
+        for key, values in chunk.items():
+            series.setdefault(key, []).extend(values[skip:])
+        length = max(length, row.start_index + row.n_points)
+    return series
+
+
+def count_points(session: Session, experiment_id: str) -> int:
+    rows = session.execute(select(SeriesChunk.start_index, SeriesChunk.n_points)
+                           .where(SeriesChunk.experiment_id == experiment_id)).all()
+    return max((s + n for s, n in rows), default=0)
