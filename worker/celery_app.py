@@ -27,8 +27,9 @@ def create_celery(settings: Settings) -> Celery:
     )
     if settings.broker.startswith("filesystem"):
         folder = settings.broker_folder
-        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "control").mkdir(parents=True, exist_ok=True)
         app.conf.broker_transport_options = {"data_folder_in": str(folder), "data_folder_out": str(folder),
+                                             "control_folder": str(folder / "control"),
                                              "store_processed": False}
     return app
 

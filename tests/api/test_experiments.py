@@ -1,0 +1,203 @@
+"""The experiments API in-process, on SQLite and PostgreSQL, with a real filesystem broker and the
+real engine (jobs are executed by calling the worker's runner, no mocks)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from store.models import Experiment
+from tests.conftest import small_spec
+from worker.runner import execute
+
+
+def submit(client, spec):
+    r = client.post("/v1/experiments", json=spec)
+    assert r.status_code == 202, r.text
+    return r.json()
+
+
+def test_submit_commits_and_enqueues(client, settings):
+    r = client.post("/v1/experiments", json=small_spec())
+    assert r.status_code == 202
+    body = r.json()
+    assert r.headers["location"] == f"/v1/experiments/{body['id']}"
+    assert body["status"] == "queued" and body["progress"] == 0 and body["total_steps"] == 400
+    assert body["spec"]["params"]["trials"] == 64
+    messages = [p for p in settings.broker_folder.glob("*.msg")]
+    assert len(messages) == 1 and body["id"] in messages[0].read_text()
+    assert client.get(f"/v1/experiments/{body['id']}").json()["status"] == "queued"
+
+
+@pytest.mark.parametrize("params, field, reason", [
+    ({"lr": -0.1}, "lr", "greater than 0"),
+    ({"weight_decay": -1}, "weight_decay", "greater than or equal to 0"),
+    ({"dim": 1}, "dim", "greater than or equal to 2"),
+    ({"eig_low": 2.0, "eig_high": 1.0}, "params", "eig_low < eig_high"),
+    ({"eig_low": None, "eig_high": None, "eigenvalues": [1.0, 1.0, 2.0], "dim": 3}, "params", "a_1 < a_2"),
+    ({"momentum": 1.0}, "momentum", "less than 1"),
+    ({"trials": 0}, "trials", "greater than or equal to 1"),
+    ({"bogus": 1}, "bogus", "Extra inputs"),
+])
+def test_invalid_spec_is_422_naming_field(client, params, field, reason):
+    r = client.post("/v1/experiments", json=small_spec(**params))
+    assert r.status_code == 422, r.text
+    errors = r.json()["detail"]
+    assert any(field in map(str, e["loc"]) and reason in e["msg"] for e in errors), errors
+    assert client.get("/v1/experiments").json()["total"] == 0
+
+
+def test_work_limit_is_422_and_creates_nothing(tmp_path, database_url):
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+    from store.settings import Settings
+
+    settings = Settings(state_dir=tmp_path / "s", database_url=database_url, max_work=1000)
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/v1/experiments", json=small_spec(trials=10, steps=100, dim=2))  # work 2000
+        assert r.status_code == 422
+        (err,) = r.json()["detail"]
+        assert err["loc"] == ["body", "params"] and "at most 1000, got 2000" in err["msg"]
+        assert c.get("/v1/experiments").json()["total"] == 0
+        assert c.post("/v1/experiments", json=small_spec(trials=5, steps=100, dim=2)).status_code == 202
+
+
+def test_wrong_kind_is_422(client):
+    spec = small_spec()
+    spec["kind"] = "quantum"
+    r = client.post("/v1/experiments", json=spec)
+    assert r.status_code == 422 and any("kind" in map(str, e["loc"]) for e in r.json()["detail"])
+
+
+def test_unknown_id_is_404_json(client):
+    for method, path in [("get", "/v1/experiments/nope"), ("get", "/v1/experiments/nope/results"),
+                         ("post", "/v1/experiments/nope/cancel"), ("get", "/v1/experiments/nope/plots/risk.png")]:
+        r = getattr(client, method)(path)
+        assert r.status_code == 404 and "nope" in r.json()["detail"], (path, r.text)
+
+
+def test_list_newest_first_filters_and_pages(client, settings):
+    ids = [submit(client, small_spec(trials=i + 1))["id"] for i in range(5)]
+    page = client.get("/v1/experiments", params={"limit": 2}).json()
+    assert page["total"] == 5 and [e["id"] for e in page["items"]] == ids[::-1][:2]
+    page2 = client.get("/v1/experiments", params={"limit": 2, "offset": 2}).json()
+    assert [e["id"] for e in page2["items"]] == ids[::-1][2:4]
+    execute(settings, ids[0])
+    done = client.get("/v1/experiments", params={"status": "succeeded"}).json()
+    assert [e["id"] for e in done["items"]] == [ids[0]]
+    assert client.get("/v1/experiments", params={"kind": "nrq"}).json()["total"] == 5
+    assert client.get("/v1/experiments", params={"kind": "sde"}).json()["total"] == 0
+    assert client.get("/v1/experiments", params={"status": "bogus"}).status_code == 422
+
+
+def test_run_results_and_plots(client, settings):
+    exp = submit(client, small_spec(lr_schedule=[{"step": 200, "lr_factor": 0.1, "rescale": True}]))
+    assert execute(settings, exp["id"]) == "succeeded"
+    got = client.get(f"/v1/experiments/{exp['id']}").json()
+    assert got["status"] == "succeeded" and got["progress"] == 1.0 and got["attempts"] == 1
+    assert got["started_at"] and got["finished_at"] and got["error"] is None
+
+    doc = client.get(f"/v1/experiments/{exp['id']}/results").json()
+    assert doc["status"] == "succeeded" and doc["kind"] == "nrq" and doc["spec"] == exp["spec"]
+    steps = doc["series"]["step"]
+    assert steps == list(range(0, 400, 20))
+    for key in ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr"):
+        assert len(doc["series"][key]) == len(steps)
+    for key in ("au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa"):
+        assert len(doc["theory"][key]) == len(steps)
+    # the schedule shows in the theory series: AU equilibrium drops by √10 at step 200
+    au_eq = dict(zip(steps, doc["theory"]["au_equilibrium"]))
+    assert au_eq[180] / au_eq[200] == pytest.approx(10**0.5)
+    assert doc["summary"]["risk_stationary"] == pytest.approx(doc["theory"]["risk_stationary"][-1])
+    assert 0 < doc["summary"]["risk"] < 1
+
+    sel = client.get(f"/v1/experiments/{exp['id']}/results", params={"fields": "risk,au_equilibrium", "max_points": 7}).json()
+    assert set(sel["series"]) == {"step", "risk"} and set(sel["theory"]) == {"au_equilibrium"}
+    assert len(sel["series"]["step"]) == 7 and sel["series"]["step"][0] == 0 and sel["series"]["step"][-1] == 380
+    assert sel["series"]["risk"][-1] == doc["series"]["risk"][-1]
+    bad = client.get(f"/v1/experiments/{exp['id']}/results", params={"fields": "risk,nonsense"})
+    assert bad.status_code == 422 and "nonsense" in bad.text
+
+    png = client.get(f"/v1/experiments/{exp['id']}/plots/risk.png")
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png" and png.content[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = client.get(f"/v1/experiments/{exp['id']}/plots/au.svg")
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml") and b"<svg" in svg.content
+    assert b"stroke-dasharray" in svg.content  # the theory line is dashed
+    assert client.get(f"/v1/experiments/{exp['id']}/plots/norm.png").status_code == 200
+    missing = client.get(f"/v1/experiments/{exp['id']}/plots/angles.png")
+    assert missing.status_code == 404 and "au, norm, risk" in missing.json()["detail"]
+    assert client.get(f"/v1/experiments/{exp['id']}/plots/risk.gif").status_code == 422
+
+
+def test_duplicate_message_does_not_run_twice(client, settings):
+    exp = submit(client, small_spec())
+    assert execute(settings, exp["id"]) == "succeeded"
+    assert execute(settings, exp["id"]) == "skipped"
+    assert client.get(f"/v1/experiments/{exp['id']}").json()["attempts"] == 1
+
+
+def test_cancel_queued_never_starts(client, settings):
+    exp = submit(client, small_spec())
+    r = client.post(f"/v1/experiments/{exp['id']}/cancel")
+    assert r.status_code == 202 and r.json()["status"] == "cancelled"
+    assert execute(settings, exp["id"]) == "skipped"
+    assert client.get(f"/v1/experiments/{exp['id']}").json()["started_at"] is None
+    assert client.post(f"/v1/experiments/{exp['id']}/cancel").status_code == 409
+
+
+def test_cancel_running_keeps_partial_results(client, settings):
+    exp = submit(client, small_spec(trials=256, steps=2_000_000, record_every=100))
+    outcome = {}
+    worker = threading.Thread(target=lambda: outcome.setdefault("status", execute(settings, exp["id"])))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while client.get(f"/v1/experiments/{exp['id']}").json()["step"] == 0:
+        assert time.monotonic() < deadline, "the job never reported progress"
+        time.sleep(0.1)
+    partial = client.get(f"/v1/experiments/{exp['id']}/results").json()
+    assert partial["status"] == "running" and partial["series"]["step"]
+    assert len(partial["theory"]["au_equilibrium"]) == len(partial["series"]["step"])  # aligned while partial
+    asked = time.monotonic()
+    assert client.post(f"/v1/experiments/{exp['id']}/cancel").json()["cancel_requested"] is True
+    worker.join(timeout=30)
+    assert not worker.is_alive() and outcome["status"] == "cancelled"
+    assert time.monotonic() - asked < 5  # stops within a few seconds
+    final = client.get(f"/v1/experiments/{exp['id']}").json()
+    assert final["status"] == "cancelled" and 0 < final["progress"] < 1
+    kept = client.get(f"/v1/experiments/{exp['id']}/results").json()["series"]["step"]
+    assert len(kept) >= len(partial["series"]["step"])
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_failed_job_records_why(client, settings):
+    spec = small_spec()
+    spec["device"] = "cuda"
+    exp = submit(client, spec)
+    assert execute(settings, exp["id"]) == "failed"
+    got = client.get(f"/v1/experiments/{exp['id']}").json()
+    assert got["status"] == "failed" and "CUDA" in got["error"] and got["finished_at"]
+
+
+def test_healthz(client):
+    r = client.get("/healthz")
+    assert r.status_code == 200 and r.json()["status"] == "ok" and r.json()["database"] == "ok"
+
+
+def test_openapi_documents_every_endpoint(client):
+    schema = client.get("/openapi.json").json()
+    paths = schema["paths"]
+    expected = {
+        ("/v1/experiments", "post"), ("/v1/experiments", "get"), ("/v1/experiments/{experiment_id}", "get"),
+        ("/v1/experiments/{experiment_id}/results", "get"), ("/v1/experiments/{experiment_id}/cancel", "post"),
+        ("/v1/experiments/{experiment_id}/plots/{name}.{fmt}", "get"), ("/healthz", "get"),
+    }
+    for path, method in expected:
+        op = paths[path][method]
+        assert op.get("summary") and op.get("description"), (path, method)
+        ok = next(c for c in op["responses"] if c.startswith("2"))
+        assert op["responses"][ok].get("content"), (path, method)
+    for name in ("ExperimentOut", "ExperimentPage", "ResultDocument", "NRQSpec", "NRQParams", "ErrorOut", "HealthOut"):
+        assert name in schema["components"]["schemas"], name
+    assert "404" in paths["/v1/experiments/{experiment_id}"]["get"]["responses"]

@@ -1,0 +1,68 @@
+"""Shared fixtures: settings on a temporary SQLite file or a private PostgreSQL, an API client,
+and real server processes (tests/servers.py)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+from store.settings import Settings  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url() -> Iterator[str]:
+    """One private PostgreSQL server for the whole session (make test installs the binaries)."""
+    from tests.servers import postgres_server
+
+    with postgres_server() as url:
+        yield url
+
+
+_db_counter = iter(range(10**6))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request, tmp_path) -> str:
+    """Each database test runs on SQLite and on a real PostgreSQL (a fresh database per test)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'smd.sqlite3'}"
+    from tests.servers import fresh_database
+
+    admin = request.getfixturevalue("postgres_admin_url")
+    return fresh_database(admin, f"t{next(_db_counter)}_{os.getpid()}")
+
+
+@pytest.fixture
+def settings(tmp_path, database_url) -> Settings:
+    """Embedded-style settings: the given database, a filesystem broker in tmp_path."""
+    return Settings(state_dir=tmp_path / "state", database_url=database_url, flush_seconds=0.2)
+
+
+@pytest.fixture
+def sqlite_settings(tmp_path) -> Settings:
+    return Settings(state_dir=tmp_path / "state", database_url=f"sqlite:///{tmp_path / 'smd.sqlite3'}",
+                    flush_seconds=0.2)
+
+
+@pytest.fixture
+def client(settings):
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def small_spec(**params) -> dict:
+    """A quick nrq spec (well under a second on a CPU)."""
+    base = {"dim": 10, "eig_low": 1.0, "eig_high": 2.0, "noise_std": 1.0, "lr": 0.1, "weight_decay": 0.01,
+            "trials": 64, "steps": 400, "record_every": 20}
+    base.update(params)
+    return {"kind": "nrq", "seed": 3, "device": "cpu", "params": base}

@@ -1,0 +1,72 @@
+"""Starting and stopping the service's real processes for integration tests."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+
+
+def spawn(args: list[str], env: dict, log: Path, cwd: Path | None = None) -> subprocess.Popen:
+    """Start a process in its own session (so the whole tree can be signalled), output to log."""
+    return subprocess.Popen(args, env=env, cwd=cwd, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=5)
+
+
+def group_members(pgid: int, needle: str) -> list[int]:
+    """Pids in process group pgid whose command line contains needle."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            if needle in cmd and os.getpgid(int(entry.name)) == pgid:
+                pids.append(int(entry.name))
+        except (OSError, ProcessLookupError):
+            continue
+    return pids
+
+
+def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"process exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise AssertionError(f"{url} did not answer in {timeout}s:\n{log.read_text()[-4000:]}")
+
+
+def wait_status(base: str, experiment_id: str, statuses: set[str], timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = httpx.get(f"{base}/v1/experiments/{experiment_id}", timeout=5).json()
+        if body["status"] in statuses:
+            return body
+        time.sleep(0.3)
+    raise AssertionError(f"experiment {experiment_id} still {body['status']} after {timeout}s: {body}")

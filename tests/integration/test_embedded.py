@@ -1,0 +1,64 @@
+"""The embedded default exactly as `make run` starts it: SQLite file, filesystem broker, one
+supervised worker child. Includes a worker killed by SIGKILL mid-job: the job is not lost."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import httpx
+import pytest
+
+from tests.conftest import REPO, small_spec
+from tests.integration.procs import group_members, spawn, stop, wait_http, wait_status
+from tests.servers import free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def embedded(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMD_")}
+    env.update(SMD_PORT=str(port), SMD_STATE_DIR=str(tmp_path / "state"), SMD_FLUSH_SECONDS="0.3")
+    log = tmp_path / "serve.log"
+    proc = spawn(["make", "--no-print-directory", "run"], env, log, cwd=REPO)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{base}/healthz", proc, log, timeout=300)  # make may first install the venv
+        yield base, proc, tmp_path
+    finally:
+        stop(proc)
+
+
+def test_make_run_end_to_end(embedded):
+    base, _, tmp = embedded
+    health = httpx.get(f"{base}/healthz").json()
+    assert health["broker"] == "filesystem" and health["database"] == "ok"
+    exp_id = httpx.post(f"{base}/v1/experiments", json=small_spec()).json()["id"]
+    done = wait_status(base, exp_id, {"succeeded", "failed", "cancelled"})
+    assert done["status"] == "succeeded", (tmp / "serve.log").read_text()[-3000:]
+    assert (tmp / "state" / "smd.sqlite3").exists()
+    doc = httpx.get(f"{base}/v1/experiments/{exp_id}/results", params={"max_points": 5}).json()
+    assert len(doc["series"]["step"]) == 5 and doc["summary"]["au_rms"] > 0
+    png = httpx.get(f"{base}/v1/experiments/{exp_id}/plots/au.png")
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
+
+
+def test_sigkilled_worker_does_not_lose_the_job(embedded):
+    base, proc, tmp = embedded
+    exp_id = httpx.post(f"{base}/v1/experiments", json=small_spec(trials=256, steps=20_000, record_every=100)).json()["id"]
+    wait_status(base, exp_id, {"running"}, timeout=60)
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{base}/v1/experiments/{exp_id}").json()["step"] == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    workers = group_members(os.getpgid(proc.pid), "smdcli.main worker")
+    assert workers, "no worker process found"
+    for pid in workers:
+        os.kill(pid, signal.SIGKILL)
+    done = wait_status(base, exp_id, {"succeeded", "failed", "cancelled"}, timeout=180)
+    assert done["status"] == "succeeded", (tmp / "serve.log").read_text()[-3000:]
+    assert done["attempts"] == 2
+    doc = httpx.get(f"{base}/v1/experiments/{exp_id}/results").json()
+    assert doc["series"]["step"] == list(range(0, 20_000, 100))  # complete, no duplicated points

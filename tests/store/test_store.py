@@ -1,0 +1,61 @@
+"""Persistence on SQLite and PostgreSQL: the migration, chunked series, job transitions."""
+from __future__ import annotations
+
+from sqlalchemy import inspect
+
+from store import jobs
+from store.db import get_engine, session_scope
+from store.migrate import upgrade_head
+from store.models import Experiment
+from store.series import count_points, read_series, write_points
+
+
+def make(url: str) -> str:
+    upgrade_head(url)
+    with session_scope(url) as s:
+        return jobs.create(s, kind="nrq", name="x", spec={"kind": "nrq"}, total_steps=10).id
+
+
+def test_migration_creates_schema_and_is_idempotent(database_url):
+    upgrade_head(database_url)
+    upgrade_head(database_url)
+    insp = inspect(get_engine(database_url))
+    assert {"experiments", "series_chunks", "alembic_version"} <= set(insp.get_table_names())
+    cols = {c["name"] for c in insp.get_columns("experiments")}
+    assert {"status", "progress", "spec", "theory", "summary", "error", "cancel_requested"} <= cols
+
+
+def test_series_chunks_roundtrip_and_idempotent_rewrite(database_url):
+    exp = make(database_url)
+    with session_scope(database_url) as s:
+        write_points(s, exp, 0, {"step": [0, 10], "risk": [0.9, 0.5]})
+        write_points(s, exp, 2, {"step": [20, 30, 40], "risk": [0.3, float("nan"), 0.2]})
+    with session_scope(database_url) as s:
+        got = read_series(s, exp)
+        assert got["step"] == [0, 10, 20, 30, 40] and got["risk"][4] == 0.2 and got["risk"][3] != got["risk"][3]
+        assert count_points(s, exp) == 5
+        # a retried write from index 2 replaces what followed instead of duplicating it
+        write_points(s, exp, 2, {"step": [20, 30], "risk": [0.31, 0.25]})
+    with session_scope(database_url) as s:
+        assert read_series(s, exp) == {"step": [0, 10, 20, 30], "risk": [0.9, 0.5, 0.31, 0.25]}
+        write_points(s, exp, 0, {"step": [], "risk": []})
+    with session_scope(database_url) as s:
+        assert read_series(s, exp) == {}
+
+
+def test_claim_is_exclusive_and_orphans_requeue(database_url):
+    exp = make(database_url)
+    with session_scope(database_url) as s:
+        assert jobs.claim(s, exp, "w1") is True
+    with session_scope(database_url) as s:
+        assert jobs.claim(s, exp, "w2") is False
+        assert s.get(Experiment, exp).worker == "w1"
+    with session_scope(database_url) as s:
+        assert jobs.requeue_orphans(s) == [exp]
+    with session_scope(database_url) as s:
+        row = s.get(Experiment, exp)
+        assert row.status == "queued" and row.attempts == 1
+        jobs.request_cancel(s, row)
+    with session_scope(database_url) as s:
+        assert s.get(Experiment, exp).status == "cancelled"
+        assert jobs.requeue_orphans(s) == []
