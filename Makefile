@@ -21,7 +21,7 @@ BENCHES       ?= $(wildcard bench/*.py)
 VPY   := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv run test redis bench clean
+.PHONY: help venv run test redis postgres bench clean
 
 help:
 	@echo "make run    - start the service (API + embedded worker, SQLite) on 127.0.0.1:\$${SMD_PORT:-8000}"
@@ -52,7 +52,12 @@ run: venv
 redis:
 	@./scripts/ensure-redis.sh
 
-test: venv redis
+# Order-only after `redis`: under `make -j` the two apt-get installs (and their policy-rc.d) must
+# not overlap, and the package index that ensure-redis fetched is then reused.
+postgres: | redis
+	@./scripts/ensure-postgres.sh
+
+test: venv redis postgres
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 bench: venv
