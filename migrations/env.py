@@ -1,6 +1,6 @@
 """Alembic environment: the URL comes from the caller's config or from the one Settings object."""
 from alembic import context
-from sqlalchemy import pool
+from sqlalchemy import text
 
 from store.db import _create
 from store.models import Base
@@ -21,6 +21,9 @@ def run_migrations_online() -> None:
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)
         with context.begin_transaction():
+            if connection.dialect.name == "postgresql":
+                # API and workers migrate on start, possibly at once: serialize them.
+                connection.execute(text("SELECT pg_advisory_xact_lock(7311)"))
             context.run_migrations()
     engine.dispose()
 

@@ -1,6 +1,7 @@
 """Apply Alembic migrations programmatically (works from an installed package, no alembic.ini needed)."""
 from __future__ import annotations
 
+import fcntl
 from pathlib import Path
 
 from alembic import command
@@ -17,7 +18,13 @@ def alembic_config(database_url: str) -> Config:
 
 
 def upgrade_head(database_url: str) -> None:
-    """``alembic upgrade head`` on the given database (creating the SQLite folder if needed)."""
-    if database_url.startswith("sqlite:///"):
-        Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    command.upgrade(alembic_config(database_url), "head")
+    """``alembic upgrade head`` on the given database. Processes starting together take turns:
+    PostgreSQL through an advisory lock (migrations/env.py), SQLite through a lock file."""
+    if not database_url.startswith("sqlite:///"):
+        command.upgrade(alembic_config(database_url), "head")
+        return
+    db_file = Path(database_url.removeprefix("sqlite:///"))
+    db_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(db_file.with_name(db_file.name + ".migrate-lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        command.upgrade(alembic_config(database_url), "head")
