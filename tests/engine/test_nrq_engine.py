@@ -1,0 +1,317 @@
+"""The ``nrq`` engine as a library: reproducibility, dtypes, progress and cancellation, the result
+document, series/theory/summary layout, the angle measurement, and the update itself against an
+independent (slow, textbook) implementation driven by the same random numbers."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import smdengine
+from smdengine.nrq import theory
+from smdengine.nrq.simulate import _angle
+
+SERIES_KEYS = {"step", "risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr"}
+SGD_THEORY_KEYS = {"au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa"}
+
+
+def spec(seed: int = 0, **params) -> dict:
+    base = dict(trials=50, steps=400, record_every=10)
+    base.update(params)
+    return {"kind": "nrq", "seed": seed, "device": "cpu", "params": base}
+
+
+# ----------------------------------------------------------------------------- reproducibility
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_same_seed_same_series(dtype):
+    a = smdengine.run(spec(seed=11, dtype=dtype, momentum=0.5))
+    b = smdengine.run(spec(seed=11, dtype=dtype, momentum=0.5))
+    assert a.series == b.series
+    assert a.summary == b.summary
+
+
+def test_different_seed_different_series():
+    a = smdengine.run(spec(seed=1)).series
+    b = smdengine.run(spec(seed=2)).series
+    assert a["step"] == b["step"]
+    for key in SERIES_KEYS - {"step"}:
+        assert a[key] != b[key], key
+
+
+def test_float32_runs_and_is_close_to_float64_at_the_start():
+    s32 = smdengine.run(spec(seed=3, dtype="float32")).series
+    s64 = smdengine.run(spec(seed=3, dtype="float64")).series
+    assert s32["step"] == s64["step"]
+    for key in SERIES_KEYS - {"step"}:
+        assert all(isinstance(v, float) and math.isfinite(v) for v in s32[key]), key
+    assert all(0.0 <= r <= 1.0 for r in s32["risk"])
+    # the initial point uses the same seed; its statistics are at least of the same size in both
+    # dtypes (the draws themselves may differ between dtypes)
+    assert s32["norm_sq"][0] == pytest.approx(s64["norm_sq"][0], rel=0.3)
+    assert s32["au_rms"][-1] == pytest.approx(s64["au_rms"][-1], rel=0.3)
+
+
+# ----------------------------------------------------------------------------- progress and cancel
+
+
+def test_progress_points_concatenate_to_the_series():
+    events = []
+    result = smdengine.run(spec(seed=5, steps=300, record_every=7), on_progress=events.append,
+                           progress_interval=0.0)
+    assert len(events) > 10
+    joined = {k: [] for k in SERIES_KEYS}
+    for ev in events:
+        assert set(ev.points) == SERIES_KEYS
+        assert len({len(v) for v in ev.points.values()}) == 1
+        for k in SERIES_KEYS:
+            joined[k].extend(ev.points[k])
+        assert ev.total_steps == 300
+    assert joined == result.series
+    assert [ev.step for ev in events] == sorted(ev.step for ev in events)
+    assert events[-1].step == 300 and events[-1].fraction == 1.0
+
+
+def test_progress_with_default_interval_ends_with_everything():
+    events = []
+    result = smdengine.run(spec(seed=5), on_progress=events.append)
+    assert events and events[-1].step == 400
+    assert sum(len(ev.points["step"]) for ev in events) == len(result.series["step"]) == 40
+
+
+def test_should_stop_raises_cancelled_after_delivering_everything():
+    full = smdengine.run(spec(seed=9, steps=400, record_every=10)).series
+    events, polls = [], []
+
+    def should_stop() -> bool:
+        polls.append(1)
+        return len(polls) >= 123
+
+    with pytest.raises(smdengine.Cancelled) as info:
+        smdengine.run(spec(seed=9, steps=400, record_every=10), on_progress=events.append,
+                      should_stop=should_stop, progress_interval=0.0)
+    stopped_at = info.value.step
+    assert 0 < stopped_at < 400 and "cancelled" in str(info.value)
+    assert events[-1].step == stopped_at
+    delivered = {k: [v for ev in events for v in ev.points[k]] for k in SERIES_KEYS}
+    n = len(delivered["step"])
+    assert delivered["step"] == [s for s in range(0, 400, 10) if s < stopped_at]
+    for k in SERIES_KEYS:
+        assert delivered[k] == full[k][:n], k
+
+
+def test_should_stop_false_runs_to_the_end():
+    result = smdengine.run(spec(seed=9), should_stop=lambda: False, progress_interval=0.0)
+    assert len(result.series["step"]) == 40
+
+
+# ----------------------------------------------------------------------------- the result document
+
+
+@pytest.mark.parametrize("params", [
+    dict(),
+    dict(momentum=0.9),
+    dict(dtype="float32"),
+    dict(lr_schedule=[{"step": 200, "lr_factor": 0.1, "rescale": True}]),
+    dict(dim=4, eigenvalues=[0.5, 1.0, 2.0, 4.0]),
+])
+def test_document_is_strict_json(params):
+    doc = smdengine.run(spec(**params)).to_document()
+    text = json.dumps(doc, allow_nan=False)
+    assert set(json.loads(text)) == {"series", "theory", "summary"}
+
+
+@pytest.mark.xfail(strict=True, raises=ZeroDivisionError,
+                   reason="engine bug: weight_decay = 0 (allowed by the spec) crashes predict_nrq → "
+                          "theory.norm_sq_relaxation divides by weight_decay before its λ = 0 branch")
+def test_no_weight_decay_runs_and_has_no_equilibrium():
+    doc = smdengine.run(spec(weight_decay=0.0)).to_document()
+    json.dumps(doc, allow_nan=False)
+    assert all(k is None for k in doc["theory"]["kappa"])
+    assert all(r is None for r in doc["theory"]["risk_stationary"])
+
+
+def test_series_keys_aligned_on_record_steps():
+    result = smdengine.run(spec(steps=395, record_every=10))
+    assert set(result.series) == SERIES_KEYS
+    assert result.series["step"] == list(range(0, 395, 10))
+    for key, values in list(result.series.items()) + list(result.theory.items()):
+        assert len(values) == 40, key
+    for key in SERIES_KEYS:
+        assert all(type(v) in (int, float) for v in result.series[key]), key
+
+
+def test_theory_keys_sgd_two_level():
+    result = smdengine.run(spec())
+    assert set(result.theory) == SGD_THEORY_KEYS
+    th = result.theory
+    k = theory.kappa(1.0, 2.0, 10, 1.0, 0.1, 0.01)
+    assert th["kappa"] == [k] * 40
+    assert th["risk_stationary"] == [theory.risk_stationary(k, 10)] * 40
+    assert th["au_equilibrium"] == [math.sqrt(2 * 0.1 * 0.01)] * 40
+    assert th["norm_sq_theory"][0] == pytest.approx(10.0)  # E|X₀|² = p·init_std²
+    assert th["norm_sq_theory"] == [pytest.approx(theory.norm_sq_relaxation(10.0, n, 10, 1.0, 0.1, 0.01))
+                                    for n in range(0, 400, 10)]
+    assert smdengine.predict(spec()) == th
+
+
+def test_theory_keys_momentum():
+    result = smdengine.run(spec(momentum=0.9))
+    assert set(result.theory) == {"au_equilibrium"}
+    assert result.theory["au_equilibrium"] == [pytest.approx(math.sqrt(2 * 0.1 * 0.01 / 1.9))] * 40
+
+
+def test_theory_explicit_spectrum():
+    not_two_level = smdengine.run(spec(dim=4, eigenvalues=[0.5, 1.0, 2.0, 4.0]))
+    assert set(not_two_level.theory) == {"au_equilibrium", "norm_sq_theory"}
+    assert "risk_stationary" not in not_two_level.summary
+    two_level = smdengine.run(spec(dim=4, eigenvalues=[0.5, 2.0, 2.0, 2.0]))
+    assert set(two_level.theory) == SGD_THEORY_KEYS
+    assert two_level.theory["kappa"][0] == pytest.approx(theory.kappa(0.5, 2.0, 4, 1.0, 0.1, 0.01))
+
+
+def test_theory_follows_the_schedule():
+    sched = [{"step": 150, "lr_factor": 0.1}, {"step": 300, "lr_factor": 2.0, "weight_decay_factor": 0.5}]
+    th = smdengine.run(spec(lr_schedule=sched)).theory
+    steps = list(range(0, 400, 10))
+    rates = [(0.1, 0.01) if n < 150 else (0.01, 0.01) if n < 300 else (0.02, 0.005) for n in steps]
+    assert th["au_equilibrium"] == [pytest.approx(math.sqrt(2 * lr * wd)) for lr, wd in rates]
+    assert th["kappa"] == [pytest.approx(theory.kappa(1.0, 2.0, 10, 1.0, lr, wd)) for lr, wd in rates]
+    # the norm prediction is continuous across a decay without rescale
+    i = steps.index(150)
+    assert th["norm_sq_theory"][i] == pytest.approx(theory.norm_sq_relaxation(10.0, 150, 10, 1.0, 0.1, 0.01))
+
+
+def test_summary_is_the_tail_mean():
+    # final phase starts at 160 → the tail is steps ≥ 160 + (400 − 160)/2 = 280
+    result = smdengine.run(spec(lr_schedule=[{"step": 160, "lr_factor": 0.5}]))
+    steps = result.series["step"]
+    idx = [i for i, n in enumerate(steps) if n >= 280]
+    assert len(idx) == 12
+    for key, values in list(result.series.items()) + list(result.theory.items()):
+        if key == "step":
+            continue
+        assert result.summary[key] == pytest.approx(sum(values[i] for i in idx) / len(idx), rel=1e-12), key
+    assert set(result.summary) == (SERIES_KEYS - {"step"}) | SGD_THEORY_KEYS
+
+
+def test_initial_point_statistics():
+    # X₀ ~ N(0, init_std² I): E|X₀|² = p·init_std², X̄₀ uniform so E f₀ = 1/p, r₀ = 0.9 (sd of f is
+    # √(2(p−1)/(p²(p+2))) = 0.122, SE over 2000 trials 0.0027; tolerance 0.015 ≈ 5.5 SE)
+    s = smdengine.run(spec(seed=4, trials=2000, steps=10, record_every=10, init_std=3.0)).series
+    assert s["risk"][0] == pytest.approx(0.9, abs=0.015)
+    assert s["norm_sq"][0] == pytest.approx(90.0, rel=0.03)   # χ²₁₀·9: SE 90·√(2/10)/√2000 = 0.9
+    # E[1/χ²₁₀] = 1/8 with relative sd √(2/((k−2)²(k−4)))·8 = 0.58, SE 1.3%; tolerance 6% ≈ 4.6 SE
+    assert s["eff_lr"][0] == pytest.approx(0.1 / 9.0 / 8.0, rel=0.06)
+
+
+# ----------------------------------------------------------------------------- the update itself
+
+
+def reference_run(seed, trials, dim, eig, sigma, lr, wd, momentum, init_std, steps, record_every,
+                  schedule=()):
+    """Textbook NRQ SGD/SGDM in float64: g = (P A X̄ + σ P ε)/|X|, P = I − X̄X̄ᵀ, drawing ε in the
+    engine's order from a generator seeded alike, so the two runs see the same noise."""
+    gen = torch.Generator().manual_seed(seed)
+    a = torch.tensor(eig, dtype=torch.float64)
+    x = init_std * torch.randn(trials, dim, generator=gen, dtype=torch.float64)
+    v = torch.zeros_like(x)
+    changes = {s["step"]: s for s in schedule}
+    out = {k: [] for k in SERIES_KEYS}
+    for n in range(steps):
+        if n in changes:
+            c = changes[n]
+            lr, wd = lr * c["lr_factor"], wd * c.get("weight_decay_factor", 1.0)
+            if c.get("rescale"):
+                x = x * (c["lr_factor"] / c.get("weight_decay_factor", 1.0)) ** 0.25
+        eps = torch.randn(trials, dim, generator=gen, dtype=torch.float64)
+        norm = x.norm(dim=1, keepdim=True)
+        xb = x / norm
+        ax = a * xb
+        g = (ax - xb * (xb * ax).sum(1, keepdim=True) + sigma * (eps - xb * (xb * eps).sum(1, keepdim=True))) / norm
+        if momentum:
+            v = momentum * v + g + wd * x
+            new = x - lr * v
+        else:
+            new = x - lr * (g + wd * x)
+        if n % record_every == 0:
+            nb = new / new.norm(dim=1, keepdim=True)
+            dot = (xb * nb).sum(1)
+            perp = (nb - xb * dot.unsqueeze(1)).norm(dim=1)
+            angle = torch.atan2(perp, dot)
+            s = norm.squeeze(1) ** 2
+            out["step"].append(n)
+            out["risk"].append(1.0 - (xb[:, 0] ** 2).mean().item())
+            out["loss"].append(((a * xb * xb).sum(1) / 2).mean().item())
+            out["au_mean"].append(angle.mean().item())
+            out["au_rms"].append(angle.square().mean().sqrt().item())
+            out["norm_sq"].append(s.mean().item())
+            out["eff_lr"].append((lr / s).mean().item())
+        x = new
+    return out
+
+
+@pytest.mark.parametrize("case", [
+    dict(),
+    dict(momentum=0.9),
+    dict(dim=5, eigenvalues=[0.1, 0.7, 1.0, 1.0, 3.0], noise_std=0.4, init_std=2.0, lr=0.3, weight_decay=0.05),
+    dict(lr_schedule=[{"step": 120, "lr_factor": 0.1, "rescale": True},
+                      {"step": 250, "lr_factor": 3.0, "weight_decay_factor": 0.5}]),
+], ids=["sgd", "sgdm", "spectrum", "schedule"])
+def test_update_matches_textbook_implementation(case):
+    s = spec(seed=21, trials=40, steps=400, record_every=5, **case)
+    p = smdengine.parse_spec(s).params
+    got = smdengine.run(s).series
+    want = reference_run(21, p.trials, p.dim, p.spectrum(), p.noise_std, p.lr, p.weight_decay, p.momentum,
+                         p.init_std, p.steps, p.record_every, case.get("lr_schedule", ()))
+    assert got["step"] == want["step"]
+    for key in SERIES_KEYS - {"step"}:
+        assert got[key] == pytest.approx(want[key], rel=1e-9, abs=0.0), key
+
+
+# ----------------------------------------------------------------------------- the angle
+
+
+def test_angle_tiny_rotation():
+    # rotate e₁ by θ = 1e−8 in the (e₁, e₂) plane; cos θ rounds to 1, so arccos(cos) would give 0
+    theta = 1e-8
+    u = torch.tensor([[1.0, 0.0, 0.0]], dtype=torch.float64)
+    v = torch.tensor([[math.cos(theta), math.sin(theta), 0.0]], dtype=torch.float64)
+    assert torch.arccos((u * v).sum(1).clamp(-1, 1)).item() == 0.0  # the naive formula fails
+    assert _angle(u, v).item() == pytest.approx(theta, rel=1e-12)
+    assert _angle(5.0 * u, 0.25 * v).item() == pytest.approx(theta, rel=1e-12)  # scale-free
+
+
+@pytest.mark.parametrize("theta", [1e-10, 1e-8, 1e-4, 0.3, math.pi / 2, 2.5, math.pi])
+def test_angle_random_planes(theta):
+    gen = torch.Generator().manual_seed(0)
+    q, _ = torch.linalg.qr(torch.randn(50, 2, generator=gen, dtype=torch.float64))
+    e1, e2 = q[:, 0], q[:, 1]
+    u = torch.stack([3.0 * e1, e1, 0.1 * e1])
+    v = torch.stack([math.cos(theta) * e1 + math.sin(theta) * e2] * 3) * torch.tensor([[1.0], [7.0], [0.5]],
+                                                                                        dtype=torch.float64)
+    # rounding of the unit vectors is ~1e−16 per coordinate, so |û − v̂| is good to ~1e−15 absolute
+    assert _angle(u, v).tolist() == [pytest.approx(theta, rel=1e-6, abs=1e-14)] * 3
+
+
+# ----------------------------------------------------------------------------- devices
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present")
+def test_cuda_requested_without_cuda_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="(?i)cuda"):
+        smdengine.run({**spec(), "device": "cuda"})
+    with pytest.raises(RuntimeError, match="(?i)cuda"):
+        smdengine.resolve_device("cuda")
+    assert smdengine.resolve_device("auto").type == "cpu"
+
+
+def test_run_accepts_a_parsed_spec_and_rejects_bad_dicts():
+    parsed = smdengine.parse_spec(spec(seed=2))
+    assert smdengine.run(parsed).series == smdengine.run(spec(seed=2)).series
+    import pydantic
+    with pytest.raises(pydantic.ValidationError):
+        smdengine.run(spec(lr=-1.0))
