@@ -21,10 +21,13 @@ def norm_sq_equilibrium(dim: int, noise_std: float, lr: float, weight_decay: flo
 
 def norm_sq_relaxation(norm_sq_start: float, t: float, dim: int, noise_std: float,
                        lr: float, weight_decay: float) -> float:
-    """M_t = |X_t|² from M_0: M_t² = e^{−4ληt}(M_0² − M*²) + M*², M*² = (p−1)σ²η/(2λ)."""
-    target = (dim - 1) * noise_std**2 * lr / (2.0 * weight_decay)
-    if weight_decay == 0.0:  # M² grows linearly: dM²/dt = 2(p−1)σ²η
-        return math.sqrt(norm_sq_start**2 + 2.0 * (dim - 1) * noise_std**2 * lr * t)
+    """M_t = |X_t|² from M_0 (continuous time, SGD). From M' = (1−ηλ)²M + η²L/M with
+    L = (p−1)σ²: d(M²)/dt = −4ληM² + 2η²L, so M_t² = e^{−4ληt}(M_0² − M*²) + M*² with
+    M*² = (p−1)σ²η/(2λ); without weight decay M² grows linearly, M_t² = M_0² + 2η²(p−1)σ²t."""
+    unit_grad_sq = (dim - 1) * noise_std**2
+    if weight_decay == 0.0:
+        return math.sqrt(norm_sq_start**2 + 2.0 * lr**2 * unit_grad_sq * t)
+    target = unit_grad_sq * lr / (2.0 * weight_decay)
     decay = math.exp(-4.0 * lr * weight_decay * t)
     return math.sqrt(max(decay * (norm_sq_start**2 - target) + target, 0.0))
 
@@ -37,25 +40,30 @@ def kappa(eig_low: float, eig_high: float, dim: int, noise_std: float, lr: float
 def risk_stationary(kappa_value: float, dim: int) -> float:
     """Limiting risk r* = ∫(1−f)ρ*(f)df / ∫ρ*(f)df, ρ*(f) ∝ e^{2κf} f^{−1/2} (1−f)^{(p−3)/2}.
 
-    Exact quadrature, stable for any κ > 0: with y = 2κ(1−f) the density becomes
-    e^{−y} y^{(p−3)/2} (2κ−y)^{−1/2} on [0, 2κ] and r* = E[y]/(2κ). For 2κ > 100 the range is
-    cut at y = 100 (the tail weighs < e^{−100}) so that the (2κ−y)^{−1/2} factor stays smooth.
+    Exact quadrature for any κ > 0 and p ≥ 2. With f = sin²φ the density becomes the smooth
+    e^{2κ sin²φ} cos^{p−2}φ on [0, π/2] (no endpoint singularities) and 1 − f = cos²φ. It is
+    integrated in logs, scaled by its maximum at cos²φ* = min(1, (p−2)/(4κ)), and split there.
     Small-ηλ asymptote: r* ≈ (p−1)/(4κ).
     """
     if not kappa_value > 0:
         raise ValueError(f"kappa: expected > 0, got {kappa_value}")
-    beta = (dim - 3) / 2.0
-    span = 2.0 * kappa_value
-    if span <= 100.0:
-        weight = dict(weight="alg", wvar=(beta, -0.5))
-        top, smooth = span, (lambda y: 1.0)
-    else:
-        weight = dict(weight="alg", wvar=(beta, 0.0))
-        top, smooth = 100.0, (lambda y: (1.0 - y / span) ** -0.5)
-    kw = dict(limit=200, epsabs=0.0, epsrel=1e-12)
-    mass, _ = integrate.quad(lambda y: math.exp(-y) * smooth(y), 0.0, top, **weight, **kw)
-    first, _ = integrate.quad(lambda y: y * math.exp(-y) * smooth(y), 0.0, top, **weight, **kw)
-    return first / mass / span
+
+    def log_density(phi: float) -> float:
+        c = math.cos(phi)
+        if dim == 2:
+            return 2.0 * kappa_value * math.sin(phi) ** 2
+        return 2.0 * kappa_value * math.sin(phi) ** 2 + (dim - 2) * math.log(c) if c > 0 else -math.inf
+
+    peak = math.acos(math.sqrt(min(1.0, (dim - 2) / (4.0 * kappa_value))))
+    top = log_density(peak)
+    kw = dict(limit=500, epsabs=0.0, epsrel=1e-10)
+
+    def integral(extra) -> float:
+        g = lambda phi: math.exp(log_density(phi) - top) * extra(phi)  # noqa: E731
+        pieces = [(0.0, peak), (peak, math.pi / 2)]
+        return math.fsum(integrate.quad(g, lo, hi, **kw)[0] for lo, hi in pieces if hi > lo)
+
+    return integral(lambda phi: math.cos(phi) ** 2) / integral(lambda phi: 1.0)
 
 
 def risk_stationary_asymptote(kappa_value: float, dim: int) -> float:

@@ -124,9 +124,6 @@ def test_document_is_strict_json(params):
     assert set(json.loads(text)) == {"series", "theory", "summary"}
 
 
-@pytest.mark.xfail(strict=True, raises=ZeroDivisionError,
-                   reason="engine bug: weight_decay = 0 (allowed by the spec) crashes predict_nrq → "
-                          "theory.norm_sq_relaxation divides by weight_decay before its λ = 0 branch")
 def test_no_weight_decay_runs_and_has_no_equilibrium():
     doc = smdengine.run(spec(weight_decay=0.0)).to_document()
     json.dumps(doc, allow_nan=False)

@@ -121,11 +121,6 @@ def test_brute_force_reference_high_dim():
         assert brute_force_risk(1e6, p) / ((p - 1) / 4e6) - 1.0 == pytest.approx(2.5e-7, rel=0.05, abs=p / 4e12)
 
 
-@pytest.mark.filterwarnings("ignore::scipy.integrate.IntegrationWarning")
-@pytest.mark.xfail(strict=True, reason="engine bug: risk_stationary is wrong or fails for large p (dim ≤ 100 000 is "
-                   "allowed): for 2κ > 100 it cuts y = 2κ(1−f) at 100 although E[y] ≈ (p−1)/2 (p=300, κ=1e3: "
-                   "0.0491 instead of 0.0748); for p ≳ 400 the algebraic weight y^{(p−3)/2} over/underflows "
-                   "(nan, or ZeroDivisionError at κ=0.01)")
 @pytest.mark.parametrize("p, kappa", [(200, 60.0), (300, 60.0), (300, 1e3), (300, 1e6), (1000, 0.01),
                                       (1000, 40.0), (1000, 1e3), (1000, 1e6), (10_000, 1.0), (10_000, 1e6)])
 def test_risk_stationary_high_dim(p, kappa):
@@ -213,9 +208,6 @@ def test_norm_sq_relaxation_vs_ode(params, m0, frac):
     assert theory.norm_sq_relaxation(m0, t, **params) == pytest.approx(ode_norm_sq(m0, t, **params), rel=1e-8)
 
 
-@pytest.mark.xfail(strict=True, reason="engine bug: norm_sq_relaxation divides by weight_decay before its "
-                   "λ = 0 branch (ZeroDivisionError), and that branch grows M² by 2(p−1)σ²η·t instead of "
-                   "2(p−1)σ²η²·t")
 @pytest.mark.parametrize("t", [0.0, 10.0, 1e4])
 def test_norm_sq_relaxation_without_weight_decay(t):
     params = dict(NORM, weight_decay=0.0)
