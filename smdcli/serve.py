@@ -54,6 +54,7 @@ class _WorkerSupervisor:
         self.settings = settings
         self.proc: subprocess.Popen | None = None
         self.stopping = threading.Event()
+        self.lock = threading.Lock()  # no respawn may race with stop()
         self.thread = threading.Thread(target=self._watch, name="worker-supervisor", daemon=True)
 
     def start(self) -> None:
@@ -71,17 +72,20 @@ class _WorkerSupervisor:
             enqueue(self.settings, experiment_id)
         if ids:
             log.info("re-queued %d unfinished job(s)", len(ids))
-        self.proc = subprocess.Popen([sys.executable, "-m", "smdcli.main", "worker"], env=os.environ.copy())
+        self.proc = subprocess.Popen([sys.executable, "-m", "smdcli.main", "worker"], env=os.environ.copy(),
+                                     preexec_fn=_die_with_parent)
         log.info("worker started (pid %d)", self.proc.pid)
 
     def _watch(self) -> None:
         while not self.stopping.wait(1.0):
-            if self.proc is not None and self.proc.poll() is not None:
-                log.warning("worker exited with %s; restarting it", self.proc.returncode)
-                self._spawn()
+            with self.lock:
+                if not self.stopping.is_set() and self.proc is not None and self.proc.poll() is not None:
+                    log.warning("worker exited with %s; restarting it", self.proc.returncode)
+                    self._spawn()
 
     def stop(self) -> None:
-        self.stopping.set()
+        with self.lock:
+            self.stopping.set()
         if self.proc is None or self.proc.poll() is not None:
             return
         # Warm shutdown would wait for a running job to end; a job cut short here stays
@@ -95,3 +99,13 @@ class _WorkerSupervisor:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+def _die_with_parent() -> None:
+    """In the worker child, before exec: ask Linux to SIGTERM it if `smd serve` dies (even by SIGKILL)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass

@@ -1,6 +1,8 @@
 """Liveness and readiness."""
 from __future__ import annotations
 
+from importlib.metadata import version
+
 from fastapi import APIRouter, Response
 from sqlalchemy import text
 
@@ -13,8 +15,6 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz", response_model=HealthOut, responses={503: {"model": HealthOut}})
 def healthz(session: SessionDep, settings: SettingsDep, response: Response):
     """Whether the API can reach its database."""
-    from importlib.metadata import version
-
     try:
         session.execute(text("SELECT 1"))
         database = "ok"
