@@ -26,7 +26,7 @@ def _session(settings: SettingsDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(_session)]
 
 
-def _experiment(session: SessionDep, experiment_id: Annotated[str, Path(max_length=64)]) -> Experiment:
+def _experiment(session: SessionDep, experiment_id: Annotated[str, Path()]) -> Experiment:
     experiment = session.get(Experiment, experiment_id)
     if experiment is None:
         raise HTTPException(status_code=404, detail=f"experiment {experiment_id} not found")

@@ -4,9 +4,13 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from typing import Optional
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.encoders import jsonable_encoder as jsonable
+from fastapi.responses import JSONResponse
 
 from api.routes import experiments, health, plots
+from smdengine.runtime import json_safe
 from store.migrate import upgrade_head
 from store.settings import Settings, get_settings
 
@@ -23,6 +27,12 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
                   description="Simulation jobs on Spherical Motion Dynamics: submit a spec, poll its status, "
                               "read results and plots.")
     app.state.settings = settings
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # a NaN/Infinity literal in the body must still get its 422 (JSON cannot echo it back)
+        return JSONResponse(status_code=422, content={"detail": json_safe(jsonable(exc.errors()))})
+
     app.include_router(experiments.router)
     app.include_router(plots.router)
     app.include_router(health.router)

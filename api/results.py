@@ -6,6 +6,7 @@ from typing import Any, Optional
 from fastapi import HTTPException
 from sqlalchemy.orm import Session
 
+from smdengine import output_names
 from smdengine.runtime import json_safe
 from store.models import Experiment
 from store.series import read_series
@@ -19,7 +20,7 @@ def result_document(session: Session, experiment: Experiment, fields: Optional[l
     n = len(series.get("step", []))
     theory = {k: (v[:n] if isinstance(v, list) else v) for k, v in (experiment.theory or {}).items()}
     if fields:
-        known = set(series) | set(theory)
+        known = set(series) | set(theory) | set(output_names(experiment.kind))
         unknown = [f for f in fields if f not in known and f != "step"]
         if unknown:
             raise HTTPException(status_code=422, detail=[{

@@ -36,6 +36,10 @@ def run_local(spec_path: Path, output: Optional[Path], quiet: bool = False) -> i
         bar.close()
         print("smd run: interrupted", file=sys.stderr)
         return 130
+    except (RuntimeError, ValueError) as exc:
+        bar.close()
+        print(f"smd run: failed: {exc}", file=sys.stderr)
+        return 1
     bar.close()
     doc = {"id": None, "kind": spec.kind, "status": "succeeded", "spec": spec.model_dump(mode="json"),
            **result.to_document()}

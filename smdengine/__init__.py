@@ -11,13 +11,14 @@ This package imports no web, queue or database library.
 """
 from smdengine.runtime import Cancelled, Progress, RunResult, resolve_device
 from smdengine.spec import ExperimentSpec, parse_spec, spec_json_schema
-from smdengine.entry import predict, run
+from smdengine.entry import output_names, predict, run
 
 __all__ = [
     "Cancelled",
     "ExperimentSpec",
     "Progress",
     "RunResult",
+    "output_names",
     "parse_spec",
     "predict",
     "resolve_device",

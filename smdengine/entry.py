@@ -25,6 +25,15 @@ def run(spec: ExperimentSpec | dict, *, on_progress: Optional[ProgressCallback] 
     raise ValueError(f"kind: expected one of 'nrq', got {spec.kind!r}")
 
 
+def output_names(kind: str) -> tuple[str, ...]:
+    """Every series and theory name a run of this kind can produce."""
+    if kind == "nrq":
+        from smdengine.nrq.simulate import METRICS, THEORY
+
+        return ("step", *METRICS, *THEORY)
+    raise ValueError(f"kind: expected one of 'nrq', got {kind!r}")
+
+
 def predict(spec: ExperimentSpec | dict) -> dict[str, Any]:
     """Theory predictions for a spec, aligned on the steps the run will record (no simulation)."""
     spec = parse_spec(spec)

@@ -40,13 +40,14 @@ def finish(session: Session, experiment_id: str, status: str, *, error: Optional
     session.execute(update(Experiment).where(Experiment.id == experiment_id).values(**values))
 
 
-def request_cancel(session: Session, experiment: Experiment) -> None:
+def request_cancel(session: Session, experiment_id: str) -> None:
     """A queued job is cancelled at once and never starts; a running one is flagged and its worker
-    stops at its next progress check, keeping the partial results."""
-    if experiment.status == "queued":
-        experiment.status = "cancelled"
-        experiment.finished_at = utcnow()
-    experiment.cancel_requested = True
+    stops at its next progress check, keeping the partial results. Conditional updates, so a
+    worker's concurrent claim or finish is never overwritten."""
+    session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status == "queued")
+                    .values(status="cancelled", finished_at=utcnow(), updated_at=utcnow()))
+    session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status.not_in(TERMINAL))
+                    .values(cancel_requested=True, updated_at=utcnow()))
 
 
 def requeue_orphans(session: Session) -> list[str]:

@@ -21,7 +21,6 @@ class Base(DeclarativeBase):
     pass
 
 
-STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 TERMINAL = ("succeeded", "failed", "cancelled")
 
 

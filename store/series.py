@@ -37,8 +37,3 @@ def read_series(session: Session, experiment_id: str) -> dict[str, list]:
         length = max(length, row.start_index + row.n_points)
     return series
 
-
-def count_points(session: Session, experiment_id: str) -> int:
-    rows = session.execute(select(SeriesChunk.start_index, SeriesChunk.n_points)
-                           .where(SeriesChunk.experiment_id == experiment_id)).all()
-    return max((s + n for s, n in rows), default=0)

@@ -36,24 +36,27 @@ def execute(settings: Settings, experiment_id: str, worker: str = "local") -> st
                             .values(theory=json_safe(smdengine.predict(spec))))
         result = smdengine.run(spec, on_progress=writer.on_progress, should_stop=writer.should_stop,
                                progress_interval=min(0.5, settings.flush_seconds))
-    except smdengine.Cancelled:
         writer.flush()
+    except smdengine.Cancelled:
+        _flush_quietly(writer)
         return _finish(url, experiment_id, "cancelled")
     except Exception as exc:  # the job failed: record why, never retry a deterministic error
         log.exception("experiment %s failed", experiment_id)
-        writer.flush()
+        _flush_quietly(writer)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         return _finish(url, experiment_id, "failed", error=detail)
-    writer.flush()
-    doc = result.to_document()
-    return _finish(url, experiment_id, "succeeded", summary=doc["summary"], theory=doc["theory"])
+    return _finish(url, experiment_id, "succeeded", summary=result.to_document()["summary"])
+
+
+def _flush_quietly(writer: "_SeriesWriter") -> None:
+    try:
+        writer.flush()
+    except Exception:  # the job's end must still be recorded
+        log.exception("could not write the last points of experiment %s", writer.id)
 
 
 def _finish(url: str, experiment_id: str, status: str, **values: Any) -> str:
-    theory = values.pop("theory", None)
     with session_scope(url) as session:
-        if theory is not None:
-            session.execute(update(Experiment).where(Experiment.id == experiment_id).values(theory=theory))
         jobs.finish(session, experiment_id, status, **values)
     log.info("experiment %s %s", experiment_id, status)
     return status

@@ -86,6 +86,7 @@ def cancel_experiment(experiment: ExperimentDep, session: SessionDep):
     """Cancel a queued or running experiment (a running one stops within seconds, keeping its partial results)."""
     if experiment.status in ("succeeded", "failed", "cancelled"):
         raise HTTPException(status_code=409, detail=f"experiment {experiment.id} already {experiment.status}")
-    jobs.request_cancel(session, experiment)
+    jobs.request_cancel(session, experiment.id)
     session.commit()
+    session.refresh(experiment)
     return experiment

@@ -4,7 +4,6 @@ from __future__ import annotations
 from enum import Enum
 
 from fastapi import APIRouter, HTTPException, Response
-from fastapi.concurrency import run_in_threadpool
 
 from api import plots
 from api.deps import ExperimentDep, SessionDep
@@ -22,11 +21,11 @@ class PlotFormat(str, Enum):
 @router.get("/{experiment_id}/plots/{name}.{fmt}", response_class=Response,
             responses={200: {"content": {"image/png": {}, "image/svg+xml": {}}, "description": "The plot."},
                        404: {"model": ErrorOut, "description": "No such experiment, or no such plot for its kind."}})
-async def get_plot(experiment: ExperimentDep, session: SessionDep, name: str, fmt: PlotFormat):
+def get_plot(experiment: ExperimentDep, session: SessionDep, name: str, fmt: PlotFormat):
     """A plot of the experiment (risk, au or norm for nrq), theory dashed."""
     if name not in plots.available(experiment.kind):
         raise HTTPException(status_code=404, detail=f"no plot {name!r} for kind {experiment.kind}; "
                                                     f"available: {', '.join(plots.available(experiment.kind))}")
     doc = result_document(session, experiment, max_points=4000)
-    image = await run_in_threadpool(plots.render, experiment.kind, name, doc, fmt.value)
+    image = plots.render(experiment.kind, name, doc, fmt.value)
     return Response(content=image, media_type=plots.MEDIA_TYPES[fmt.value])

@@ -1,6 +1,7 @@
 """Phases of an ``nrq`` run: the rates in force between schedule entries, and the record steps."""
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from smdengine.nrq.spec import NRQParams
@@ -31,11 +32,8 @@ def record_steps(params: NRQParams) -> list[int]:
 
 
 def phase_at(all_phases: list[Phase], step: int) -> Phase:
-    current = all_phases[0]
-    for phase in all_phases:
-        if phase.start <= step:
-            current = phase
-    return current
+    """The phase in force at ``step`` (phases are sorted by start, the first starts at 0)."""
+    return all_phases[bisect.bisect_right([ph.start for ph in all_phases], step) - 1]
 
 
 def tail_start(params: NRQParams) -> float:

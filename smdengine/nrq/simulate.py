@@ -21,6 +21,7 @@ from smdengine.nrq.spec import NRQSpec
 from smdengine.runtime import Cancelled, Progress, ProgressCallback, RunResult, StopCheck, resolve_device, resolve_dtype
 
 METRICS = ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr")
+THEORY = ("au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa")
 
 
 def simulate_nrq(spec: NRQSpec, *, on_progress: Optional[ProgressCallback] = None,
@@ -38,10 +39,9 @@ def simulate_nrq(spec: NRQSpec, *, on_progress: Optional[ProgressCallback] = Non
     series: dict[str, list] = {"step": [], **{m: [] for m in METRICS}}
     pending_steps: list[int] = []
     pending_rows: list[torch.Tensor] = []
-    emitted = 0
 
     def flush() -> None:
-        nonlocal pending_steps, pending_rows, emitted
+        nonlocal pending_steps, pending_rows
         rows = torch.stack(pending_rows).tolist() if pending_rows else []
         points = {"step": pending_steps, **{m: [r[i] for r in rows] for i, m in enumerate(METRICS)}}
         for key, values in points.items():
@@ -49,7 +49,6 @@ def simulate_nrq(spec: NRQSpec, *, on_progress: Optional[ProgressCallback] = Non
         pending_steps, pending_rows = [], []
         if on_progress is not None:
             on_progress(Progress(step=n, total_steps=p.steps, points=points))
-        emitted = n
 
     lr = wd = 0.0
     last_emit = time.monotonic()

@@ -59,11 +59,14 @@ class NRQParams(StrictModel):
             raise ValueError(f"record_every: expected ≤ steps ({self.steps}), got {self.record_every}")
         if self.steps // self.record_every > 1_000_000:
             raise ValueError("record_every: expected at most 1 000 000 recorded points (steps/record_every)")
-        last = 0
+        last, lr, wd = 0, self.lr, self.weight_decay
         for entry in self.lr_schedule:
             if entry.step <= last or entry.step >= self.steps:
                 raise ValueError(f"lr_schedule: expected strictly increasing steps in [1, steps), got {entry.step}")
-            last = entry.step
+            last, lr, wd = entry.step, lr * entry.lr_factor, wd * entry.weight_decay_factor
+            if not (1e-12 <= lr <= 1e3 and (wd == 0 or 1e-12 <= wd <= 1e3)):
+                raise ValueError(f"lr_schedule: expected the rates in force to stay in [1e-12, 1e3], "
+                                 f"got lr={lr:.3g}, weight_decay={wd:.3g} from step {entry.step}")
         return self
 
     def spectrum(self) -> list[float]:

@@ -64,6 +64,23 @@ def test_work_limit_is_422_and_creates_nothing(tmp_path, database_url):
         assert c.post("/v1/experiments", json=small_spec(trials=5, steps=100, dim=2)).status_code == 202
 
 
+def test_non_finite_numbers_and_runaway_schedules_are_422(client):
+    for body in ('{"kind": "nrq", "params": {"lr": NaN}}', '{"kind": "nrq", "params": {"init_std": Infinity}}'):
+        r = client.post("/v1/experiments", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 422, r.text
+    runaway = small_spec(steps=1000, lr_schedule=[{"step": 10 * (i + 1), "lr_factor": 1e6} for i in range(5)])
+    r = client.post("/v1/experiments", json=runaway)
+    assert r.status_code == 422 and "rates in force" in r.text
+    assert client.get("/v1/experiments").json()["total"] == 0
+
+
+def test_results_of_a_queued_job(client):
+    exp = submit(client, small_spec())
+    doc = client.get(f"/v1/experiments/{exp['id']}/results", params={"fields": "risk,au_equilibrium"}).json()
+    assert doc["status"] == "queued" and doc["series"] == {} and doc["theory"] == {} and doc["summary"] == {}
+    assert client.get(f"/v1/experiments/{'x' * 100}").status_code == 404
+
+
 def test_wrong_kind_is_422(client):
     spec = small_spec()
     spec["kind"] = "quantum"
