@@ -1,10 +1,25 @@
-"""The entry points: dispatch a validated spec to its kind's simulator."""
+"""The entry points: dispatch a validated spec to its simulator module.
+
+Each simulator module (``smdengine.nrq.simulate``, ``smdengine.sde.<model>``) provides
+``simulate(spec, on_progress=, should_stop=, progress_interval=)``, ``predict(spec)`` and the
+names it produces: ``METRICS`` (series), ``THEORY`` and ``DISTRIBUTIONS``.
+"""
 from __future__ import annotations
 
-from typing import Any, Optional
+import importlib
+from types import ModuleType
+from typing import Any, Optional, Union
 
 from smdengine.runtime import ProgressCallback, RunResult, StopCheck
-from smdengine.spec import ExperimentSpec, parse_spec
+from smdengine.spec import KINDS, ExperimentSpec, parse_spec
+
+from smdengine.sde.spec import MODELS as _SDE_MODELS
+
+
+def _module(spec) -> ModuleType:
+    if spec.kind == "nrq":
+        return importlib.import_module("smdengine.nrq.simulate")
+    return importlib.import_module(f"smdengine.sde.{spec.params.model}")
 
 
 def run(spec: ExperimentSpec | dict, *, on_progress: Optional[ProgressCallback] = None,
@@ -17,28 +32,28 @@ def run(spec: ExperimentSpec | dict, *, on_progress: Optional[ProgressCallback] 
     :class:`Cancelled` (all points so far were already delivered).
     """
     spec = parse_spec(spec)
-    if spec.kind == "nrq":
-        from smdengine.nrq.simulate import simulate_nrq
-
-        return simulate_nrq(spec, on_progress=on_progress, should_stop=should_stop,
-                            progress_interval=progress_interval)
-    raise ValueError(f"kind: expected one of 'nrq', got {spec.kind!r}")
-
-
-def output_names(kind: str) -> tuple[str, ...]:
-    """Every series and theory name a run of this kind can produce."""
-    if kind == "nrq":
-        from smdengine.nrq.simulate import METRICS, THEORY
-
-        return ("step", *METRICS, *THEORY)
-    raise ValueError(f"kind: expected one of 'nrq', got {kind!r}")
+    return _module(spec).simulate(spec, on_progress=on_progress, should_stop=should_stop,
+                                  progress_interval=progress_interval)
 
 
 def predict(spec: ExperimentSpec | dict) -> dict[str, Any]:
     """Theory predictions for a spec, aligned on the steps the run will record (no simulation)."""
     spec = parse_spec(spec)
-    if spec.kind == "nrq":
-        from smdengine.nrq.predict import predict_nrq
+    return _module(spec).predict(spec)
 
-        return predict_nrq(spec)
-    raise ValueError(f"kind: expected one of 'nrq', got {spec.kind!r}")
+
+def output_names(spec: Union[ExperimentSpec, dict, str]) -> tuple[str, ...]:
+    """Every series, theory and distribution name a run of this spec can produce. A bare kind
+    string gives the names over all of that kind's models."""
+    if isinstance(spec, str):
+        if spec not in KINDS:
+            raise ValueError(f"kind: expected one of {', '.join(map(repr, KINDS))}, got {spec!r}")
+        modules = ([importlib.import_module("smdengine.nrq.simulate")] if spec == "nrq" else
+                   [importlib.import_module(f"smdengine.sde.{m}") for m in _SDE_MODELS])
+    else:
+        modules = [_module(parse_spec(spec))]
+    names: dict[str, None] = {"step": None}
+    for module in modules:
+        for name in (*module.METRICS, *module.THEORY, *getattr(module, "DISTRIBUTIONS", ())):
+            names[name] = None
+    return tuple(names)

@@ -43,7 +43,8 @@ StopCheck = Callable[[], bool]
 
 @dataclass
 class RunResult:
-    """What a run produces: series aligned on ``step``, theory predictions, and a summary.
+    """What a run produces: series aligned on ``step``, theory predictions, a summary, and
+    distributions (histograms with their theory, not aligned on ``step``).
 
     Values are plain Python floats; NaN/inf become ``None`` in :meth:`to_document`.
     """
@@ -51,10 +52,11 @@ class RunResult:
     series: dict[str, list]
     theory: dict[str, Any]
     summary: dict[str, Any]
+    distributions: dict[str, Any] = field(default_factory=dict)
 
     def to_document(self) -> dict[str, Any]:
         return {"series": json_safe(self.series), "theory": json_safe(self.theory),
-                "summary": json_safe(self.summary)}
+                "summary": json_safe(self.summary), "distributions": json_safe(self.distributions)}
 
 
 def json_safe(value: Any) -> Any:

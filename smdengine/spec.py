@@ -5,20 +5,22 @@ Each kind's params live beside its simulator (``smdengine/<kind>/spec.py``).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Union
 
 from pydantic import TypeAdapter
 
 from smdengine.nrq.spec import NRQSpec
+from smdengine.sde.spec import SDESpec
+from smdengine.spec_base import tagged_union
 
-# One kind today; later kinds join as Annotated[Union[...], Field(discriminator="kind")].
-ExperimentSpec = NRQSpec
+KINDS = ("nrq", "sde")
+ExperimentSpec = tagged_union("kind", {"nrq": NRQSpec, "sde": SDESpec})
 _adapter: TypeAdapter = TypeAdapter(ExperimentSpec)
 
 
-def parse_spec(data: Any) -> ExperimentSpec:
+def parse_spec(data: Any) -> Union[NRQSpec, SDESpec]:
     """Validate a JSON-like spec; raises ``pydantic.ValidationError`` naming field and reason."""
-    if isinstance(data, NRQSpec):
+    if isinstance(data, (NRQSpec, SDESpec)):
         return data
     return _adapter.validate_python(data)
 

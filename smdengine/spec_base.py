@@ -1,9 +1,9 @@
 """The envelope every experiment spec shares."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 
 class StrictModel(BaseModel):
@@ -21,3 +21,16 @@ class SpecBase(StrictModel):
     def work(self) -> int:
         """Size of the job in elementary updates, compared against the service's work limit."""
         raise NotImplementedError
+
+
+def tagged_union(field: str, members: dict[str, type]) -> Any:
+    """A union discriminated by ``field`` whose error, when the tag is missing or unknown, names
+    the field and the choices: "kind: expected one of 'nrq', 'sde'"."""
+    def tag(value: Any) -> Optional[str]:
+        found = value.get(field) if isinstance(value, dict) else getattr(value, field, None)
+        return found if found in members else None
+
+    choices = ", ".join(map(repr, members))
+    return Annotated[Union[tuple(Annotated[cls, Tag(name)] for name, cls in members.items())],
+                     Discriminator(tag, custom_error_type=f"invalid_{field}",
+                                   custom_error_message=f"{field}: expected one of {choices}")]

@@ -1,26 +1,41 @@
 """Theory series of an ``nrq`` run, aligned on its record steps (design §4)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
+
+import numpy as np
 
 from smdengine.nrq import theory
 from smdengine.nrq.schedule import phase_at, phases, record_steps
-from smdengine.nrq.spec import NRQSpec
+from smdengine.nrq.spec import NRQPhysics, NRQSpec
 
 
-def predict_nrq(spec: NRQSpec) -> dict[str, Any]:
+def predict_nrq(spec: NRQSpec, init_norms_sq: Optional[np.ndarray] = None) -> dict[str, Any]:
     """``au_equilibrium`` always; ``norm_sq_theory`` for SGD; ``risk_stationary`` and ``kappa``
-    for SGD on a two-level spectrum. Each a list aligned on the record steps."""
-    p = spec.params
+    for SGD on a two-level spectrum. Each a list aligned on the record steps.
+
+    ``norm_sq_theory`` averages the closed form over the initial squared norms: the law of
+    |X_0|² before a run, the realized ``init_norms_sq`` (one per trial) once it has started.
+    """
+    return predict_physics(spec.params, spec.params.momentum, init_norms_sq)
+
+
+def predict_physics(p: NRQPhysics, momentum: float = 0.0,
+                    init_norms_sq: Optional[np.ndarray] = None) -> dict[str, Any]:
+    """:func:`predict_nrq` for the NRQ problem ``p`` run with momentum ``momentum``."""
     steps = record_steps(p)
     all_phases = phases(p)
     out: dict[str, Any] = {
         "au_equilibrium": [theory.au_equilibrium(phase_at(all_phases, n).lr, phase_at(all_phases, n).weight_decay,
-                                                 p.momentum) for n in steps],
+                                                 momentum) for n in steps],
     }
-    if p.momentum != 0.0:
+    if momentum != 0.0:
         return out
-    out["norm_sq_theory"] = _norm_sq_series(spec, steps, all_phases)
+    if init_norms_sq is None:
+        nodes, weights = theory.init_norm_sq_law(p.dim, p.init_std)
+    else:
+        nodes, weights = _compress(np.asarray(init_norms_sq, dtype=np.float64))
+    out["norm_sq_theory"] = _norm_sq_series(p, steps, all_phases, nodes, weights)
     levels = p.two_level()
     if levels is not None:
         per_phase = {}
@@ -35,20 +50,34 @@ def predict_nrq(spec: NRQSpec) -> dict[str, Any]:
     return out
 
 
-def _norm_sq_series(spec: NRQSpec, steps: list[int], all_phases) -> list[float]:
-    """Closed-form M_t = |X_t|², restarted at each phase from the value carried over
-    (times the rescale factor², when the phase rescales X). M_0 = E|X₀|² = p·init_std²."""
-    p = spec.params
-    start_value: dict[int, float] = {}
-    m = p.dim * p.init_std**2
+def _norm_sq_series(p: NRQPhysics, steps: list[int], all_phases, nodes: np.ndarray,
+                    weights: np.ndarray) -> list[float]:
+    """E M_t, M_t = |X_t|² by the closed form from each initial value in ``nodes`` (weighted),
+    restarted at each phase from the values carried over (times the rescale factor², when the
+    phase rescales X)."""
+    start_value: dict[int, np.ndarray] = {}
+    m = nodes
     for i, phase in enumerate(all_phases):
-        m *= phase.rescale**2
+        m = m * phase.rescale**2
         start_value[phase.start] = m
         end = all_phases[i + 1].start if i + 1 < len(all_phases) else p.steps
         m = theory.norm_sq_relaxation(m, end - phase.start, p.dim, p.noise_std, phase.lr, phase.weight_decay)
-    out = []
-    for n in steps:
-        ph = phase_at(all_phases, n)
-        out.append(theory.norm_sq_relaxation(start_value[ph.start], n - ph.start, p.dim, p.noise_std,
-                                             ph.lr, ph.weight_decay))
-    return out
+    out = np.empty(len(steps))
+    steps_arr = np.asarray(steps, dtype=np.float64)
+    phase_index = np.searchsorted([ph.start for ph in all_phases], steps_arr, side="right") - 1
+    for k, ph in enumerate(all_phases):
+        where = np.flatnonzero(phase_index == k)
+        for chunk in np.array_split(where, max(1, len(where) // 2048)):
+            t = (steps_arr[chunk] - ph.start)[:, None]
+            m_t = theory.norm_sq_relaxation(start_value[ph.start][None, :], t, p.dim, p.noise_std,
+                                            ph.lr, ph.weight_decay)
+            out[chunk] = m_t @ weights
+    return out.tolist()
+
+
+def _compress(values: np.ndarray, groups: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """At most ``groups`` weighted nodes standing for the sample ``values`` (sorted, averaged in
+    contiguous groups; exact when there are no more values than groups)."""
+    values = np.sort(values)
+    parts = np.array_split(values, min(groups, len(values)))
+    return np.array([part.mean() for part in parts]), np.array([len(part) for part in parts]) / len(values)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
-from smdengine.nrq.spec import NRQParams
+from smdengine.nrq.spec import NRQPhysics
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class Phase:
     rescale: float        # factor applied to X at the start (1.0: none)
 
 
-def phases(params: NRQParams) -> list[Phase]:
+def phases(params: NRQPhysics) -> list[Phase]:
     """Phases in order; factors are cumulative (each entry multiplies the rates then in force)."""
     out = [Phase(0, params.lr, params.weight_decay, 1.0)]
     for entry in params.lr_schedule:
@@ -26,7 +26,7 @@ def phases(params: NRQParams) -> list[Phase]:
     return out
 
 
-def record_steps(params: NRQParams) -> list[int]:
+def record_steps(params: NRQPhysics) -> list[int]:
     """Steps n at which the state X_n and the update n → n+1 are recorded: 0, r, 2r, … < steps."""
     return list(range(0, params.steps, params.record_every))
 
@@ -36,7 +36,7 @@ def phase_at(all_phases: list[Phase], step: int) -> Phase:
     return all_phases[bisect.bisect_right([ph.start for ph in all_phases], step) - 1]
 
 
-def tail_start(params: NRQParams) -> float:
+def tail_start(params: NRQPhysics) -> float:
     """Summaries average over the last half of the final phase: steps ≥ this value."""
     final = phases(params)[-1].start
     return final + (params.steps - final) / 2.0

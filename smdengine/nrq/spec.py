@@ -17,7 +17,9 @@ class ScheduleEntry(StrictModel):
     rescale: bool = Field(False, description="Move |X| straight to the new equilibrium: X ← X·(lr_factor/weight_decay_factor)^(1/4).")
 
 
-class NRQParams(StrictModel):
+class NRQPhysics(StrictModel):
+    """The NRQ problem and plain-SGD rates shared by the ``nrq`` kind and the ``sde`` kind's nrq model."""
+
     dim: int = Field(10, ge=2, le=100_000, description="p, the dimension of X.")
     eig_low: Optional[float] = Field(None, ge=0, le=1e6, description="a_1 of a two-level spectrum.")
     eig_high: Optional[float] = Field(None, ge=0, le=1e6, description="a_2 = … = a_p of a two-level spectrum.")
@@ -25,7 +27,6 @@ class NRQParams(StrictModel):
     noise_std: float = Field(1.0, gt=0, le=1e6, description="σ, with Σ = σ²I.")
     lr: float = Field(0.1, gt=0, le=1e3, description="η, the learning rate.")
     weight_decay: float = Field(0.01, ge=0, le=1e3, description="λ, the weight decay.")
-    momentum: float = Field(0.0, ge=0, lt=1, description="α of heavy-ball SGDM; 0 is plain SGD.")
     init_std: float = Field(1.0, gt=0, le=1e6, description="X₀ ~ N(0, init_std²·I).")
     trials: int = Field(1000, ge=1, le=10_000_000, description="Independent trials, simulated together.")
     steps: int = Field(10_000, ge=1, le=100_000_000, description="Number of updates.")
@@ -34,7 +35,7 @@ class NRQParams(StrictModel):
     lr_schedule: list[ScheduleEntry] = Field(default_factory=list, max_length=1000)
 
     @model_validator(mode="after")
-    def _check(self) -> "NRQParams":
+    def _check(self) -> "NRQPhysics":
         two_level = self.eig_low is not None or self.eig_high is not None
         if self.eigenvalues is not None:
             if two_level:
@@ -79,6 +80,10 @@ class NRQParams(StrictModel):
         """(a_l, a_h) when the spectrum has two levels a_1 < a_2 = … = a_p, else None."""
         eig = self.spectrum()
         return (eig[0], eig[1]) if all(x == eig[1] for x in eig[1:]) else None
+
+
+class NRQParams(NRQPhysics):
+    momentum: float = Field(0.0, ge=0, lt=1, description="α of heavy-ball SGDM; 0 is plain SGD.")
 
 
 class NRQSpec(SpecBase):

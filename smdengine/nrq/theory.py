@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 
-from scipy import integrate
+import numpy as np
+from scipy import integrate, special
 
 
 def au_equilibrium(lr: float, weight_decay: float, momentum: float = 0.0) -> float:
@@ -19,17 +20,32 @@ def norm_sq_equilibrium(dim: int, noise_std: float, lr: float, weight_decay: flo
     return math.sqrt((dim - 1) * noise_std**2 * lr / (2.0 * weight_decay))
 
 
-def norm_sq_relaxation(norm_sq_start: float, t: float, dim: int, noise_std: float,
-                       lr: float, weight_decay: float) -> float:
+def norm_sq_relaxation(norm_sq_start, t, dim: int, noise_std: float,
+                       lr: float, weight_decay: float):
     """M_t = |X_t|² from M_0 (continuous time, SGD). From M' = (1−ηλ)²M + η²L/M with
     L = (p−1)σ²: d(M²)/dt = −4ληM² + 2η²L, so M_t² = e^{−4ληt}(M_0² − M*²) + M*² with
-    M*² = (p−1)σ²η/(2λ); without weight decay M² grows linearly, M_t² = M_0² + 2η²(p−1)σ²t."""
+    M*² = (p−1)σ²η/(2λ); without weight decay M² grows linearly, M_t² = M_0² + 2η²(p−1)σ²t.
+    ``norm_sq_start`` and ``t`` may be floats or numpy arrays (broadcast together)."""
+    m0 = np.asarray(norm_sq_start, dtype=np.float64)
     unit_grad_sq = (dim - 1) * noise_std**2
     if weight_decay == 0.0:
-        return math.sqrt(norm_sq_start**2 + 2.0 * lr**2 * unit_grad_sq * t)
-    target = unit_grad_sq * lr / (2.0 * weight_decay)
-    decay = math.exp(-4.0 * lr * weight_decay * t)
-    return math.sqrt(max(decay * (norm_sq_start**2 - target) + target, 0.0))
+        out = np.sqrt(m0**2 + 2.0 * lr**2 * unit_grad_sq * t)
+    else:
+        target = unit_grad_sq * lr / (2.0 * weight_decay)
+        decay = np.exp(-4.0 * lr * weight_decay * np.asarray(t, dtype=np.float64))
+        out = np.sqrt(np.maximum(decay * (m0**2 - target) + target, 0.0))
+    return float(out) if out.ndim == 0 else out
+
+
+def init_norm_sq_law(dim: int, init_std: float, nodes: int = 48) -> tuple[np.ndarray, np.ndarray]:
+    """Quadrature (values, weights) for M_0 = |X_0|² with X_0 ~ N(0, s²I_p), i.e. s²·χ²_p:
+    generalized Gauss–Laguerre in u = M_0/(2s²) (exact for polynomials of degree < 2·nodes).
+    Averaging a theory curve over it removes the Jensen bias of using E M_0 = p·s² alone
+    (the curves are concave in M_0). For p > 400 χ²_p/p is within 7% of 1 and the mean suffices."""
+    if dim > 400:
+        return np.array([dim * init_std**2]), np.array([1.0])
+    u, w = special.roots_genlaguerre(nodes, dim / 2.0 - 1.0)
+    return 2.0 * init_std**2 * u, w / w.sum()
 
 
 def kappa(eig_low: float, eig_high: float, dim: int, noise_std: float, lr: float, weight_decay: float) -> float:
@@ -40,30 +56,47 @@ def kappa(eig_low: float, eig_high: float, dim: int, noise_std: float, lr: float
 def risk_stationary(kappa_value: float, dim: int) -> float:
     """Limiting risk r* = ∫(1−f)ρ*(f)df / ∫ρ*(f)df, ρ*(f) ∝ e^{2κf} f^{−1/2} (1−f)^{(p−3)/2}.
 
-    Exact quadrature for any κ > 0 and p ≥ 2. With f = sin²φ the density becomes the smooth
-    e^{2κ sin²φ} cos^{p−2}φ on [0, π/2] (no endpoint singularities) and 1 − f = cos²φ. It is
-    integrated in logs, scaled by its maximum at cos²φ* = min(1, (p−2)/(4κ)), and split there.
+    Exact quadrature for any κ > 0 and p ≥ 2 (see :class:`_StationaryLaw`).
     Small-ηλ asymptote: r* ≈ (p−1)/(4κ).
     """
-    if not kappa_value > 0:
-        raise ValueError(f"kappa: expected > 0, got {kappa_value}")
+    law = _StationaryLaw(kappa_value, dim)
+    return law.integral(0.0, math.pi / 2, lambda phi: math.cos(phi) ** 2) / law.total
 
-    def log_density(phi: float) -> float:
+
+def f_density_bins(kappa_value: float, dim: int, edges: list[float]) -> list[float]:
+    """The stationary density ρ*(f) averaged over each bin [edges[i], edges[i+1]] of [0, 1]
+    (probability of the bin over its width), to set beside a histogram of f = X̄₁²."""
+    law = _StationaryLaw(kappa_value, dim)
+    phis = [math.asin(math.sqrt(min(max(f, 0.0), 1.0))) for f in edges]
+    return [float(law.integral(lo, hi) / law.total / (f1 - f0))
+            for lo, hi, f0, f1 in zip(phis, phis[1:], edges, edges[1:])]
+
+
+class _StationaryLaw:
+    """ρ*(f) ∝ e^{2κf} f^{−1/2} (1−f)^{(p−3)/2} in the variable f = sin²φ, where ρ* df becomes the
+    smooth e^{2κ sin²φ} cos^{p−2}φ dφ on [0, π/2] (no endpoint singularities) and 1 − f = cos²φ.
+    Integrated in logs, scaled by its maximum at cos²φ* = min(1, (p−2)/(4κ)), split there."""
+
+    def __init__(self, kappa_value: float, dim: int):
+        if not kappa_value > 0:
+            raise ValueError(f"kappa: expected > 0, got {kappa_value}")
+        self.kappa, self.dim = kappa_value, dim
+        self.peak = math.acos(math.sqrt(min(1.0, (dim - 2) / (4.0 * kappa_value))))
+        self.top = self.log_density(self.peak)
+        self.total = self.integral(0.0, math.pi / 2)
+
+    def log_density(self, phi: float) -> float:
         c = math.cos(phi)
-        if dim == 2:
-            return 2.0 * kappa_value * math.sin(phi) ** 2
-        return 2.0 * kappa_value * math.sin(phi) ** 2 + (dim - 2) * math.log(c) if c > 0 else -math.inf
+        if self.dim == 2:
+            return 2.0 * self.kappa * math.sin(phi) ** 2
+        return 2.0 * self.kappa * math.sin(phi) ** 2 + (self.dim - 2) * math.log(c) if c > 0 else -math.inf
 
-    peak = math.acos(math.sqrt(min(1.0, (dim - 2) / (4.0 * kappa_value))))
-    top = log_density(peak)
-    kw = dict(limit=500, epsabs=0.0, epsrel=1e-10)
-
-    def integral(extra) -> float:
-        g = lambda phi: math.exp(log_density(phi) - top) * extra(phi)  # noqa: E731
-        pieces = [(0.0, peak), (peak, math.pi / 2)]
-        return math.fsum(integrate.quad(g, lo, hi, **kw)[0] for lo, hi in pieces if hi > lo)
-
-    return integral(lambda phi: math.cos(phi) ** 2) / integral(lambda phi: 1.0)
+    def integral(self, lo: float, hi: float, extra=lambda phi: 1.0) -> float:
+        """∫_lo^hi (density/max)·extra dφ."""
+        g = lambda phi: math.exp(self.log_density(phi) - self.top) * extra(phi)  # noqa: E731
+        cuts = [lo] + ([self.peak] if lo < self.peak < hi else []) + [hi]
+        return math.fsum(integrate.quad(g, a, b, limit=500, epsabs=0.0, epsrel=1e-10)[0]
+                         for a, b in zip(cuts, cuts[1:]) if b > a)
 
 
 def risk_stationary_asymptote(kappa_value: float, dim: int) -> float:
