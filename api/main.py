@@ -15,6 +15,18 @@ from store.migrate import upgrade_head
 from store.settings import Settings, get_settings
 
 
+def _name_tags(errors) -> list:
+    """A missing or unknown union tag (kind, params.model) is reported at the union; point its
+    loc at the tag field itself so that clients see ("body", "kind")."""
+    out = []
+    for err in errors:
+        tag = str(err.get("type", ""))
+        if tag in ("invalid_kind", "invalid_model"):
+            err = {**err, "loc": (*err.get("loc", ()), tag.removeprefix("invalid_"))}
+        out.append(err)
+    return out
+
+
 def create_app(settings: Optional[Settings] = None) -> FastAPI:
     settings = settings or get_settings()
 
@@ -31,7 +43,7 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # a NaN/Infinity literal in the body must still get its 422 (JSON cannot echo it back)
-        return JSONResponse(status_code=422, content={"detail": json_safe(jsonable(exc.errors()))})
+        return JSONResponse(status_code=422, content={"detail": json_safe(jsonable(_name_tags(exc.errors())))})
 
     app.include_router(experiments.router)
     app.include_router(plots.router)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from fastapi import HTTPException
+from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from smdengine import output_names
@@ -19,8 +20,9 @@ def result_document(session: Session, experiment: Experiment, fields: Optional[l
     series = read_series(session, experiment.id)
     n = len(series.get("step", []))
     theory = {k: (v[:n] if isinstance(v, list) else v) for k, v in (experiment.theory or {}).items()}
+    distributions = experiment.distributions or {}
     if fields:
-        known = set(series) | set(theory) | set(output_names(experiment.kind))
+        known = set(series) | set(theory) | set(distributions) | set(_output_names(experiment))
         unknown = [f for f in fields if f not in known and f != "step"]
         if unknown:
             raise HTTPException(status_code=422, detail=[{
@@ -28,6 +30,7 @@ def result_document(session: Session, experiment: Experiment, fields: Optional[l
                 "msg": f"unknown field(s) {', '.join(unknown)}; available: {', '.join(sorted(known))}"}])
         series = {k: v for k, v in series.items() if k == "step" or k in fields}
         theory = {k: v for k, v in theory.items() if k in fields}
+        distributions = {k: v for k, v in distributions.items() if k in fields}
     if max_points is not None and n > max_points:
         keep = downsample_indices(n, max_points)
         series = {k: [v[i] for i in keep] for k, v in series.items()}
@@ -36,6 +39,7 @@ def result_document(session: Session, experiment: Experiment, fields: Optional[l
         "id": experiment.id, "kind": experiment.kind, "status": experiment.status,
         "progress": experiment.progress, "spec": experiment.spec,
         "series": json_safe(series), "theory": json_safe(theory), "summary": json_safe(experiment.summary or {}),
+        "distributions": json_safe(distributions),
     }
 
 
@@ -44,3 +48,10 @@ def downsample_indices(n: int, max_points: int) -> list[int]:
     if n <= max_points:
         return list(range(n))
     return sorted({round(i * (n - 1) / (max_points - 1)) for i in range(max_points)})
+
+
+def _output_names(experiment: Experiment) -> tuple[str, ...]:
+    try:
+        return output_names(experiment.spec)
+    except (ValueError, ValidationError):  # a spec stored by an older version: the kind's names
+        return output_names(experiment.kind)

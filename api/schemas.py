@@ -49,17 +49,29 @@ class ExperimentPage(BaseModel):
 Number = Union[int, float, None]
 
 
+class Histogram(BaseModel):
+    """A density over bins, beside the theory's density averaged over the same bins."""
+
+    bin_edges: list[float]
+    density: list[Number]
+    density_theory: Optional[list[Number]] = Field(None, description="Null where the theory does not apply.")
+    samples: int = Field(..., description="Values counted.")
+
+
 class ResultDocument(BaseModel):
-    """Design §3: series aligned on ``step``; theory as numbers or series on the same steps."""
+    """Design §3: series aligned on ``step`` (a point is a number, a mean over trials, or a list
+    with one value per recorded trial); theory as numbers or series on the same steps;
+    distributions (histograms, when the run is finished) are not aligned on ``step``."""
 
     id: str
     kind: str
     status: Status
     progress: float
     spec: dict[str, Any]
-    series: dict[str, list[Number]]
+    series: dict[str, list[Union[Number, list[Number]]]]
     theory: dict[str, Union[list[Number], Number]]
     summary: dict[str, Number]
+    distributions: dict[str, Histogram] = Field(default_factory=dict)
 
 
 class HealthOut(BaseModel):

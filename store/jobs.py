@@ -30,11 +30,15 @@ def claim(session: Session, experiment_id: str, worker: str) -> bool:
 
 
 def finish(session: Session, experiment_id: str, status: str, *, error: Optional[str] = None,
-           summary: Optional[dict] = None) -> None:
+           summary: Optional[dict] = None, theory: Optional[dict] = None,
+           distributions: Optional[dict] = None) -> None:
+    """Record the end of a job; a succeeded run also stores its final theory (conditioned on the
+    run, e.g. its realized initial norms), summary and distributions."""
     assert status in TERMINAL
     values: dict[str, Any] = {"status": status, "finished_at": utcnow(), "updated_at": utcnow(), "error": error}
-    if summary is not None:
-        values["summary"] = summary
+    for key, value in (("summary", summary), ("theory", theory), ("distributions", distributions)):
+        if value is not None:
+            values[key] = value
     if status == "succeeded":
         values["progress"] = 1.0
     session.execute(update(Experiment).where(Experiment.id == experiment_id).values(**values))

@@ -41,6 +41,7 @@ class Experiment(Base):
     worker: Mapped[Optional[str]] = mapped_column(String(200))
     theory: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
     summary: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
+    distributions: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # histograms (not on step)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
     started_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))

@@ -45,7 +45,9 @@ def execute(settings: Settings, experiment_id: str, worker: str = "local") -> st
         _flush_quietly(writer)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         return _finish(url, experiment_id, "failed", error=detail)
-    return _finish(url, experiment_id, "succeeded", summary=result.to_document()["summary"])
+    doc = result.to_document()
+    return _finish(url, experiment_id, "succeeded", summary=doc["summary"], theory=doc["theory"],
+                   distributions=doc["distributions"])
 
 
 def _flush_quietly(writer: "_SeriesWriter") -> None:

@@ -29,7 +29,8 @@ def submit_experiment(spec: ExperimentSpec, session: SessionDep, settings: Setti
     if spec.work > settings.max_work:
         raise RequestValidationError([{
             "loc": ("body", "params"), "type": "value_error", "input": spec.params.model_dump(),
-            "msg": f"work trials·steps·dim: expected at most {settings.max_work}, got {spec.work}"}])
+            "msg": f"work (elementary updates, trials·steps·dim; × 1/dt and × samples where they apply): "
+                   f"expected at most {settings.max_work}, got {spec.work}"}])
     experiment = jobs.create(session, kind=spec.kind, name=spec.name, spec=spec.model_dump(mode="json"),
                              total_steps=spec.params.steps)
     session.commit()  # the row exists before any worker can see the message

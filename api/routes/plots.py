@@ -20,12 +20,14 @@ class PlotFormat(str, Enum):
 
 @router.get("/{experiment_id}/plots/{name}.{fmt}", response_class=Response,
             responses={200: {"content": {"image/png": {}, "image/svg+xml": {}}, "description": "The plot."},
-                       404: {"model": ErrorOut, "description": "No such experiment, or no such plot for its kind."}})
+                       404: {"model": ErrorOut, "description": "No such experiment, or no such plot for its "
+                                                               "kind/model (the detail lists those that apply)."}})
 def get_plot(experiment: ExperimentDep, session: SessionDep, name: str, fmt: PlotFormat):
-    """A plot of the experiment (risk, au or norm for nrq), theory dashed."""
-    if name not in plots.available(experiment.kind):
-        raise HTTPException(status_code=404, detail=f"no plot {name!r} for kind {experiment.kind}; "
-                                                    f"available: {', '.join(plots.available(experiment.kind))}")
+    """A plot of the experiment (which ones depends on its kind and model), theory dashed."""
+    key = plots.plot_key(experiment.kind, experiment.spec)
+    if name not in plots.available(key):
+        raise HTTPException(status_code=404, detail=f"no plot {name!r} for {key}; "
+                                                    f"available: {', '.join(plots.available(key))}")
     doc = result_document(session, experiment, max_points=4000)
-    image = plots.render(experiment.kind, name, doc, fmt.value)
+    image = plots.render(key, name, doc, fmt.value)
     return Response(content=image, media_type=plots.MEDIA_TYPES[fmt.value])

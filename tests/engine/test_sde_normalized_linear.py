@@ -1,0 +1,111 @@
+"""The normalized linear model (seed 002 §6.1): its geometry, gradient, integrators and time change."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import smdengine
+from smdengine.sde.normalized_linear import Problem, inverse_time_change, norm_scale, time_change
+
+
+def spec(seed: int = 0, **params) -> dict:
+    base = dict(model="normalized_linear", trials=16, steps=400, record_every=20, record_trials=8)
+    base.update(params)
+    return {"kind": "sde", "seed": seed, "device": "cpu", "params": base}
+
+
+@pytest.fixture(scope="module")
+def problem() -> Problem:
+    return Problem(10, data_seed=3, device=torch.device("cpu"), dtype=torch.float64)
+
+
+def circle(problem: Problem, theta: torch.Tensor) -> torch.Tensor:
+    u1, u2 = problem.basis[:, 0], problem.basis[:, 1]
+    return problem.centre + problem.radius * (theta.cos()[:, None] * u1 + theta.sin()[:, None] * u2)
+
+
+def test_the_circle_is_unit_norm_zero_loss_and_its_angle_is_recovered(problem):
+    theta = torch.linspace(-3.0, 3.0, 13, dtype=torch.float64)
+    points = circle(problem, theta)
+    assert torch.allclose(torch.linalg.vector_norm(points, dim=1), torch.ones(13, dtype=torch.float64), atol=1e-12)
+    assert problem.loss(points).max() < 1e-25
+    assert problem.loss(2.5 * points).max() < 1e-25                       # scale-invariant
+    assert torch.allclose(problem.angle(7.0 * points), theta, atol=1e-12)
+    assert problem.angle(problem.x_star[None, :]).item() == pytest.approx(0.0, abs=1e-12)
+    assert 0 < problem.radius < 1
+    off = torch.randn(5, 10, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    assert problem.loss(off).min() > 1e-4                                  # generic points do not fit
+
+
+def test_step_is_the_gradient_of_the_loss_plus_weight_decay(problem):
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(6, 10, generator=gen, dtype=torch.float64)
+    xr = x.clone().requires_grad_(True)
+    problem.loss(xr).sum().backward()
+    stepped = x.clone()
+    problem.step(stepped, torch.zeros_like(x), drift=0.01, weight_decay=0.5, noise=0.0)
+    assert torch.allclose(stepped, x - 0.01 * (xr.grad + 0.5 * x), atol=1e-14)
+    # the noise term is P ε/|x|: orthogonal to x, of size σ|Pε|/|x|
+    eps = torch.randn(6, 10, generator=gen, dtype=torch.float64)
+    moved = x.clone()
+    problem.step(moved, eps, drift=0.0, weight_decay=0.0, noise=1.0)
+    kick = x - moved
+    assert torch.linalg.vecdot(kick, x).abs().max() < 1e-12
+    unit = x / torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    proj = eps - unit * torch.linalg.vecdot(eps, unit)[:, None]
+    assert torch.allclose(kick, proj / torch.linalg.vector_norm(x, dim=1, keepdim=True), atol=1e-14)
+
+
+def test_sde_with_dt_one_is_sgd():
+    a = smdengine.run(spec(seed=4, integrator="sgd"))
+    b = smdengine.run(spec(seed=4, integrator="sde", dt=1.0))
+    assert a.series == b.series
+
+
+def test_records_and_reproducibility():
+    res = smdengine.run(spec(seed=5, integrator="sde", dt=0.25))
+    assert res.series["step"] == list(range(0, 400, 20))
+    assert all(len(row) == 8 for row in res.series["theta"])
+    assert res.series["theta"][0] == [0.0] * 8 or max(map(abs, res.series["theta"][0])) < 1e-12
+    assert res.series["circular_variance"][0] == pytest.approx(0.0, abs=1e-12)
+    assert all(0.0 <= v <= 1.0 for v in res.series["circular_variance"])
+    assert res.summary["circular_variance_final"] == res.series["circular_variance"][-1]
+    again = smdengine.run(spec(seed=5, integrator="sde", dt=0.25))
+    assert again.series == res.series
+    assert smdengine.run(spec(seed=6, integrator="sde", dt=0.25)).series["theta"] != res.series["theta"]
+
+
+def test_data_seed_fixes_the_problem_across_learning_rates():
+    a = smdengine.run(spec(lr=1e-2, steps=20, record_every=20))
+    b = smdengine.run(spec(lr=1e-3, steps=20, record_every=20))
+    assert a.series["loss"][0] == b.series["loss"][0] == pytest.approx(0.0, abs=1e-25)
+    c = smdengine.run(spec(lr=1e-2, steps=20, record_every=20, init_norm=2.0, data_seed=7))
+    assert c.series["norm"][0] == pytest.approx(2.0)
+
+
+def test_float32_runs():
+    res = smdengine.run(spec(dtype="float32"))
+    assert all(math.isfinite(v) for v in res.series["circular_variance"])
+
+
+@pytest.mark.parametrize("lr, wd, r0", [(1e-2, 0.05, 1.0), (1e-3, 0.05, 1.0), (1e-2, 0.05, 0.3), (0.5, 0.01, 1.0)])
+def test_time_change_is_the_integral_of_eta_squared_over_r_to_the_fourth(lr, wd, r0):
+    from scipy import integrate
+
+    t = np.linspace(0.0, 3.0 / (lr * wd), 11)
+    integral = [integrate.quad(lambda s: lr**2 / norm_scale(s, lr, wd, r0) ** 4, 0.0, b,
+                               epsabs=0.0, epsrel=1e-12, limit=200)[0] for b in t]
+    assert np.allclose(time_change(t, lr, wd, r0), integral, rtol=1e-9, atol=1e-15)
+    assert np.allclose(inverse_time_change(time_change(t[1:], lr, wd, r0), lr, wd, r0), t[1:], rtol=1e-9)
+    assert norm_scale(np.array([0.0]), lr, wd, r0)[0] == pytest.approx(r0)
+
+
+def test_time_change_matches_the_seed_formula_and_does_not_overflow():
+    lr, wd, t = 1e-3, 0.05, np.array([0.0, 1e3, 1e5])
+    seed_formula = 0.5 * np.log(1 + (np.exp(4 * lr * wd * t) - 1) * lr / (2 * wd))
+    assert np.allclose(time_change(t, lr, wd), seed_formula, rtol=1e-12)
+    far = time_change(np.array([1e9]), lr, wd)[0]            # e^{4ηλt} = e^{200000}
+    assert far == pytest.approx(0.5 * (math.log(lr / (2 * wd)) + 4 * lr * wd * 1e9), rel=1e-12)
