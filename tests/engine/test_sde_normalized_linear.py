@@ -109,3 +109,64 @@ def test_time_change_matches_the_seed_formula_and_does_not_overflow():
     assert np.allclose(time_change(t, lr, wd), seed_formula, rtol=1e-12)
     far = time_change(np.array([1e9]), lr, wd)[0]            # e^{4ηλt} = e^{200000}
     assert far == pytest.approx(0.5 * (math.log(lr / (2 * wd)) + 4 * lr * wd * 1e9), rel=1e-12)
+
+
+# ----------------------------------------------------------------------------- acceptance 2 (slow)
+#
+# Seed 002 Thm 5.5: runs with different η line up against τ(t), not against ηt. That is a limit
+# (ηλ → 0); at finite η the direction also fluctuates off Γ₁, which shrinks its projection on the
+# plane of Γ₁ and speeds the angular diffusion. Measured on this problem (data_seed 0, 4000 trials,
+# SE ≈ 0.007 per value): CV at τ = 1..5 is .165 .327 .472 .566 .654 for η = 1e-2, .162 .310 .435
+# .538 .624 for η = 3e-3 and .149 .297 .418 .516 .584 for η = 1e-3 — a systematic +10…+13% for
+# η = 1e-2 over 1e-3 that shrinks as η does, against +40…+450% at equal ηt. The checks below are
+# statistical: with 1000 trials per η, the SE of each relative gap is estimated by a bootstrap over
+# trials; equal-τ gaps must be consistent with the issue's 10% (≤ 10% + 4 SE), equal-ηt gaps must
+# reject it (≥ 10% + 4 SE).
+
+NL_LAM = 0.05
+
+
+def _cv(theta: np.ndarray) -> np.ndarray:
+    """Circular variance along the last axis."""
+    return 1.0 - np.hypot(np.cos(theta).mean(axis=-1), np.sin(theta).mean(axis=-1))
+
+
+@pytest.fixture(scope="module")
+def two_rates():
+    out = {}
+    for lr in (1e-2, 1e-3):
+        steps = int(inverse_time_change(5.2, lr, NL_LAM)) + 1
+        res = smdengine.run(spec(seed=0, lr=lr, weight_decay=NL_LAM, trials=1000, record_trials=1000,
+                                 steps=steps, record_every=max(1, steps // 1000)))
+        theta = np.array(res.series["theta"])                       # (records, trials)
+        out[lr] = (np.array(res.theory["tau"]), np.array(res.theory["lr_time"]), theta)
+    return out
+
+
+def _gap(two_rates, axis: int, at: float, boot: int = 300) -> tuple[float, float]:
+    """Relative gap CV(η=1e-2)/CV(η=1e-3) − 1 at the record nearest to ``at`` on the time axis
+    (0: τ, 1: ηt), and its bootstrap SE (trials resampled independently in each run)."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for lr in (1e-2, 1e-3):
+        times, theta = two_rates[lr][axis], two_rates[lr][2]
+        rows.append(theta[int(np.argmin(np.abs(times - at)))])
+    gap = _cv(rows[0]) / _cv(rows[1]) - 1.0
+    idx = rng.integers(0, rows[0].size, size=(boot, rows[0].size))
+    jdx = rng.integers(0, rows[1].size, size=(boot, rows[1].size))
+    samples = _cv(rows[0][idx]) / _cv(rows[1][jdx]) - 1.0
+    return gap, float(samples.std())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tau", [2.0, 3.0, 4.0, 5.0])
+def test_acceptance_equal_tau_agrees(two_rates, tau):
+    gap, se = _gap(two_rates, 0, tau)
+    assert abs(gap) <= 0.10 + 4 * se, (tau, gap, se)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lr_time", [20.0, 30.0, 40.0, 50.0])
+def test_acceptance_equal_lr_time_does_not(two_rates, lr_time):
+    gap, se = _gap(two_rates, 1, lr_time)
+    assert gap >= 0.10 + 4 * se, (lr_time, gap, se)
