@@ -22,6 +22,7 @@ class PlotDef:
     theory: tuple[str, ...] = ()
     log_y: bool = False
     style: Literal["line", "histogram", "angles"] = "line"
+    times: tuple[str, ...] = ()   # scalar theory values that are times: drawn as vertical lines
 
 
 _RISK = PlotDef("Risk r_t = 1 − E[X̄₁²]", "risk", ("risk",), ("risk_stationary",), log_y=True)
@@ -49,7 +50,8 @@ PLOTS: dict[str, dict[str, PlotDef]] = {
         "norm": PlotDef("Squared weight norm (seed 004 App. G map)", "|w|²", ("norm_sq",), ("norm_sq_equilibrium",)),
     },
     "sde/toy2d": {
-        "spread": PlotDef("Spread of the cloud of directions", "RMS distance", ("spread",), log_y=True),
+        "spread": PlotDef("Spread of the cloud of directions", "RMS distance", ("spread",), log_y=True,
+                          times=("stable_until",)),
         "loss": PlotDef("Loss x²/(x²+y²)", "loss", ("loss",), ("loss_flow",), log_y=True),
         "norm": PlotDef("Squared norm", "|w|²", ("norm_sq",), ("norm_sq_flow",), log_y=True),
     },
@@ -101,6 +103,10 @@ def _lines(ax, plot: PlotDef, doc: dict[str, Any]) -> None:
             ax.plot(steps[: len(value)], _nan(value), next(styles), color="k", lw=1.2, label=f"{key} (theory)")
         elif isinstance(value, (int, float)):
             ax.axhline(value, ls=next(styles), color="k", lw=1.2, label=f"{key} (theory)")
+    for key in plot.times:
+        value = doc["theory"].get(key)
+        if isinstance(value, (int, float)):
+            ax.axvline(value, ls=":", color="k", lw=1.2, label=f"{key} (theory)")
     if plot.log_y and _positive(doc, plot):
         ax.set_yscale("log")
     ax.set_xlabel("step")
