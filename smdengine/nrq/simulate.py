@@ -36,9 +36,7 @@ def simulate_nrq(spec: NRQSpec, *, on_progress: Optional[ProgressCallback] = Non
     for n in range(p.steps):
         phase = phase_by_start.get(n)
         if phase is not None:
-            lr, wd = phase.lr, phase.weight_decay
-            if phase.rescale != 1.0:
-                stepper.rescale(phase.rescale)
+            lr, wd = stepper.enter(phase)
         if n % p.record_every == 0:
             before = stepper.x.clone()
             sq = stepper.step(lr, wd)

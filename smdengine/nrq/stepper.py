@@ -25,6 +25,13 @@ class Stepper:
         self.v = torch.zeros_like(x) if momentum else None
         self.reduce = torch.stack([torch.ones_like(a), a], dim=1)  # (p, 2): |X|², XᵀAX in one matmul
 
+    def enter(self, phase) -> tuple[float, float]:
+        """Start a schedule phase (:class:`smdengine.nrq.schedule.Phase`): apply its rescale of X
+        and return its (lr, weight_decay)."""
+        if phase.rescale != 1.0:
+            self.rescale(phase.rescale)
+        return phase.lr, phase.weight_decay
+
     def rescale(self, factor: float) -> None:
         """X ← factor·X. The momentum buffer, dominated by g ∝ 1/|X|, scales by 1/factor."""
         self.x.mul_(factor)

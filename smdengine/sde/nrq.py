@@ -52,9 +52,7 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
     for n in range(p.steps):
         phase = phase_by_start.get(n)
         if phase is not None:
-            lr, wd = phase.lr, phase.weight_decay
-            if phase.rescale != 1.0:
-                stepper.rescale(phase.rescale)
+            lr, wd = stepper.enter(phase)
         drift, noise = lr * dt, lr * math.sqrt(dt)
         todo = k
         if n % p.record_every == 0:
