@@ -2,16 +2,23 @@
 
 Plots are looked up by :func:`plot_key`: the kind, or ``sde/<model>`` for the sde kind.
 Styles: ``line`` (series against step), ``histogram`` (a distribution beside its theory density),
-``angles`` (per-trial angles against ηt and against the time change τ, seed 002 Fig. 2).
+``angles`` (per-trial angles against ηt and against the time change τ, seed 002 Fig. 2),
+``layers`` (a per-layer metric of every layer against step, one colour per layer, with its per-layer
+theory dashed in the same colour and global theory dashed black).
 """
 from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
+from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
+
+from api.results import downsample_indices
 
 
 @dataclass(frozen=True)
@@ -21,8 +28,10 @@ class PlotDef:
     series: tuple[str, ...] = ()
     theory: tuple[str, ...] = ()
     log_y: bool = False
-    style: Literal["line", "histogram", "angles"] = "line"
+    style: Literal["line", "histogram", "angles", "layers"] = "line"
     times: tuple[str, ...] = ()   # scalar theory values that are times: drawn as vertical lines
+    sparse: tuple[str, ...] = ()  # series defined only at some steps: drawn at those, with markers
+    layer_theory: tuple[str, ...] = ()  # layers style: per-layer theory metrics, dashed in the layer's colour
 
 
 _RISK = PlotDef("Risk r_t = 1 − E[X̄₁²]", "risk", ("risk",), ("risk_stationary",), log_y=True)
@@ -55,7 +64,18 @@ PLOTS: dict[str, dict[str, PlotDef]] = {
         "loss": PlotDef("Loss x²/(x²+y²)", "loss", ("loss",), ("loss_flow",), log_y=True),
         "norm": PlotDef("Squared norm", "|w|²", ("norm_sq",), ("norm_sq_flow",), log_y=True),
     },
+    "train": {
+        "au": PlotDef("Angular update per step (RMS over the window), per layer", "radians", ("au_rms",),
+                      ("au_equilibrium",), log_y=True, style="layers"),
+        "norm": PlotDef("Weight norm per layer", "|w|", ("norm",), layer_theory=("norm_theory",), log_y=True,
+                        style="layers"),
+        "loss": PlotDef("Loss", "cross-entropy", ("train_loss", "test_loss"), log_y=True, sparse=("test_loss",)),
+        "accuracy": PlotDef("Accuracy", "accuracy", ("train_acc", "test_acc"), sparse=("test_acc",)),
+    },
 }
+
+LEGEND_MAX_LAYERS = 10   # more layers: coloured by depth with a colour bar instead of a legend
+DRAW_MAX_POINTS = 4000   # most points drawn per line
 
 MEDIA_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
 
@@ -70,6 +90,13 @@ def available(key: str) -> list[str]:
     return sorted(PLOTS.get(key, {}))
 
 
+def document_max_points(key: str) -> Optional[int]:
+    """``max_points`` for the result document a plot is drawn from. The ``train`` plots take the full
+    document and thin each line themselves, so the sparse evaluation points (test loss/accuracy,
+    every ``eval_every`` steps) are not lost to an even downsampling of the steps."""
+    return None if key == "train" else DRAW_MAX_POINTS
+
+
 def render(key: str, name: str, doc: dict[str, Any], fmt: str) -> bytes:
     """Draw plot ``name`` of a result document; returns the encoded image."""
     plot = PLOTS[key][name]
@@ -81,6 +108,8 @@ def render(key: str, name: str, doc: dict[str, Any], fmt: str) -> bytes:
         _histogram(fig.add_subplot(), plot, doc)
     elif plot.style == "angles":
         _angles(fig.subplots(1, 2, sharey=True), plot, doc)
+    elif plot.style == "layers":
+        _layers(fig, fig.add_subplot(), plot, _thinned(doc))
     else:
         _lines(fig.add_subplot(), plot, doc)
     fig.suptitle(f"{plot.title} — {label} ({doc['status']})", fontsize=10)
@@ -91,11 +120,29 @@ def render(key: str, name: str, doc: dict[str, Any], fmt: str) -> bytes:
 
 
 def _lines(ax, plot: PlotDef, doc: dict[str, Any]) -> None:
+    if plot.sparse:
+        doc = _thinned(doc)
     steps = doc["series"].get("step", [])
     colors = iter(["C0", "C1", "C2", "C3", "C4"])
     for key in plot.series:
-        if key in doc["series"]:
+        if key not in doc["series"]:
+            continue
+        if key in plot.sparse:
+            xs, ys = _defined(steps, doc["series"][key])
+            ax.plot(xs, ys, "o-", color=next(colors), lw=1.2, ms=3, label=key)
+        else:
             ax.plot(steps, _nan(doc["series"][key]), color=next(colors), lw=1.4, label=key)
+    _theory(ax, plot, doc, steps)
+    if plot.log_y and _positive([doc["series"].get(k, []) for k in plot.series]):
+        ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel(plot.ylabel)
+    _finish(ax)
+
+
+def _theory(ax, plot: PlotDef, doc: dict[str, Any], steps: list) -> None:
+    """Global theory, black: series dashed (then dotted, dash-dotted), numbers as horizontal lines,
+    times as vertical lines."""
     styles = iter(["--", ":", "-."])
     for key in plot.theory:
         value = doc["theory"].get(key)
@@ -107,11 +154,46 @@ def _lines(ax, plot: PlotDef, doc: dict[str, Any]) -> None:
         value = doc["theory"].get(key)
         if isinstance(value, (int, float)):
             ax.axvline(value, ls=":", color="k", lw=1.2, label=f"{key} (theory)")
-    if plot.log_y and _positive(doc, plot):
+
+
+def _layers(fig, ax, plot: PlotDef, doc: dict[str, Any]) -> None:
+    """Every layer's ``plot.series`` metric solid and its ``plot.layer_theory`` metrics dashed, in one
+    colour per layer (tab10 with a legend up to LEGEND_MAX_LAYERS layers; beyond, viridis by depth
+    with a colour bar); global theory dashed black."""
+    steps = doc["series"].get("step", [])
+    layers = {name: metrics for name, metrics in doc.get("layers", {}).items()
+              if any(m in metrics for m in (*plot.series, *plot.layer_theory))}
+    few = len(layers) <= LEGEND_MAX_LAYERS
+    cmap = colormaps["viridis"]
+    drawn = []
+    for i, (name, metrics) in enumerate(layers.items()):
+        color = f"C{i}" if few else cmap(i / max(len(layers) - 1, 1))
+        for key in plot.series:
+            if key in metrics:
+                ax.plot(steps, _nan(metrics[key]), color=color, lw=1.2, label=name if few else None)
+                drawn.append(metrics[key])
+        for key in plot.layer_theory:
+            if key in metrics:
+                ax.plot(steps, _nan(metrics[key]), "--", color=color, lw=1.0)
+                drawn.append(metrics[key])
+    _theory(ax, plot, doc, steps)
+    for key in plot.layer_theory:  # one legend entry for the dashed per-layer theory
+        if any(key in metrics for metrics in layers.values()):
+            ax.plot([], [], "--", color="0.4", lw=1.0, label=f"{key} (theory, layer's colour)")
+    if not layers:
+        ax.text(0.5, 0.5, "no layer recorded yet", ha="center", va="center", transform=ax.transAxes)
+    elif not few:
+        bar = fig.colorbar(ScalarMappable(Normalize(0, len(layers) - 1), cmap), ax=ax, pad=0.02)
+        bar.set_label(f"layer, input → output ({len(layers)} layers)", fontsize=8)
+        bar.ax.tick_params(labelsize=7)
+    if plot.log_y and _positive(drawn):
         ax.set_yscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel(plot.ylabel)
-    _finish(ax)
+    ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, fontsize=7 if len(handles) <= 6 else 6, ncol=1 if len(handles) <= 6 else 2)
 
 
 def _histogram(ax, plot: PlotDef, doc: dict[str, Any]) -> None:
@@ -156,6 +238,34 @@ def _nan(values: list) -> list[float]:
     return [float("nan") if v is None else v for v in values]
 
 
-def _positive(doc: dict[str, Any], plot: PlotDef) -> bool:
-    vals = [v for k in plot.series for v in doc["series"].get(k, []) if v is not None]
+def _defined(steps: list, values: list) -> tuple[list, list]:
+    """The (step, value) points where the value is defined."""
+    pairs = [(x, v) for x, v in zip(steps, values) if v is not None]
+    return [x for x, _ in pairs], [v for _, v in pairs]
+
+
+def _thinned(doc: dict[str, Any], max_points: int = DRAW_MAX_POINTS) -> dict[str, Any]:
+    """The document on at most about ``max_points`` evenly spread steps, plus, for each series with
+    gaps (evaluation points such as test loss), up to ``max_points`` of its defined points, so
+    sparse series are not lost; series, layer series and theory series stay aligned on step."""
+    n = len(doc["series"].get("step", []))
+    if n <= max_points:
+        return doc
+    idx = set(downsample_indices(n, max_points))
+    for values in doc["series"].values():
+        defined = [i for i, v in enumerate(values) if v is not None]
+        if defined and len(defined) < n:
+            idx.update(defined[j] for j in downsample_indices(len(defined), max_points))
+    idx = sorted(idx)
+
+    def pick(values: Any) -> Any:
+        return [values[i] for i in idx] if isinstance(values, list) and len(values) == n else values
+
+    return {**doc, "series": {k: pick(v) for k, v in doc["series"].items()},
+            "layers": {name: {m: pick(v) for m, v in metrics.items()} for name, metrics in doc.get("layers", {}).items()},
+            "theory": {k: pick(v) for k, v in doc["theory"].items()}}
+
+
+def _positive(lines: list[list]) -> bool:
+    vals = [v for line in lines for v in line if v is not None]
     return bool(vals) and min(vals) > 0

@@ -1,46 +1,84 @@
-"""Assembling the result document from the row and its stored series: field selection, downsampling."""
+"""Assembling the result document from the row and its stored series: per-layer split, field
+selection, downsampling."""
 from __future__ import annotations
 
+import logging
 from typing import Any, Optional
 
 from fastapi import HTTPException
-from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from smdengine import output_names
-from smdengine.runtime import json_safe
+from smdengine.runtime import LAYER_SEPARATOR, json_safe, split_layers
 from store.models import Experiment
 from store.series import read_series
+
+log = logging.getLogger(__name__)
 
 
 def result_document(session: Session, experiment: Experiment, fields: Optional[list[str]] = None,
                     max_points: Optional[int] = None) -> dict[str, Any]:
-    """The design §3 document. While running, series hold the points written so far and theory
-    series are cut to the same length, so everything stays aligned on ``step``."""
-    series = read_series(session, experiment.id)
+    """The design §3 document. Flat stored series named ``"<layer>/<metric>"`` (per-layer metrics
+    of the ``train`` kind) go to ``layers: {layer: {metric: [...]}}``, the others to ``series``;
+    ``layers`` is ``{}`` for kinds without layers. While running, series and layer series hold the
+    points written so far and theory series are cut to the same length, so everything stays
+    aligned on ``step``.
+
+    ``fields`` selects by name: a series, theory or distribution name; a per-layer metric name
+    (``au_rms``: that metric in every layer); a full key ``"<layer>/<metric>"`` (that one series);
+    or a layer name (all of that layer's metrics). ``step`` is always kept."""
+    series, layers = split_layers(read_series(session, experiment.id))
     n = len(series.get("step", []))
     theory = {k: (v[:n] if isinstance(v, list) else v) for k, v in (experiment.theory or {}).items()}
     distributions = experiment.distributions or {}
     if fields:
-        known = set(series) | set(theory) | set(distributions) | set(_output_names(experiment))
-        unknown = [f for f in fields if f not in known and f != "step"]
-        if unknown:
-            raise HTTPException(status_code=422, detail=[{
-                "loc": ["query", "fields"], "type": "value_error",
-                "msg": f"unknown field(s) {', '.join(unknown)}; available: {', '.join(sorted(known))}"}])
-        series = {k: v for k, v in series.items() if k == "step" or k in fields}
-        theory = {k: v for k, v in theory.items() if k in fields}
-        distributions = {k: v for k, v in distributions.items() if k in fields}
+        _check_fields(experiment, fields, series, layers, theory, distributions, recorded=n > 0)
+        wanted = set(fields)
+        series = {k: v for k, v in series.items() if k == "step" or k in wanted}
+        theory = {k: v for k, v in theory.items() if k in wanted}
+        distributions = {k: v for k, v in distributions.items() if k in wanted}
+        layers = {layer: {m: v for m, v in metrics.items()
+                          if layer in wanted or m in wanted or f"{layer}{LAYER_SEPARATOR}{m}" in wanted}
+                  for layer, metrics in layers.items()}
+        layers = {layer: metrics for layer, metrics in layers.items() if metrics}
     if max_points is not None and n > max_points:
         keep = downsample_indices(n, max_points)
         series = {k: [v[i] for i in keep] for k, v in series.items()}
+        layers = {layer: {m: [v[i] for i in keep] for m, v in metrics.items()} for layer, metrics in layers.items()}
         theory = {k: ([v[i] for i in keep] if isinstance(v, list) else v) for k, v in theory.items()}
     return {
         "id": experiment.id, "kind": experiment.kind, "status": experiment.status,
         "progress": experiment.progress, "spec": experiment.spec,
-        "series": json_safe(series), "theory": json_safe(theory), "summary": json_safe(experiment.summary or {}),
-        "distributions": json_safe(distributions),
+        "series": json_safe(series), "layers": json_safe(layers), "theory": json_safe(theory),
+        "summary": json_safe(experiment.summary or {}), "distributions": json_safe(distributions),
     }
+
+
+def _check_fields(experiment: Experiment, fields: list[str], series: dict, layers: dict, theory: dict,
+                  distributions: dict, recorded: bool) -> None:
+    """422 naming the unknown fields and listing what is available (series, theory, distribution,
+    layer and per-layer metric names; full ``"<layer>/<metric>"`` keys are accepted, not listed).
+
+    Layer names are only known once points are recorded: before that, a full key whose metric is a
+    known name is accepted (it selects nothing until the layer exists); a bare layer name is not."""
+    names = set(series) | set(theory) | set(distributions) | set(_output_names(experiment)) | {"step"}
+    metrics = {m for per_layer in layers.values() for m in per_layer}
+    known = names | metrics | set(layers)
+
+    def is_known(field: str) -> bool:
+        if field in known:
+            return True
+        layer, sep, metric = field.rpartition(LAYER_SEPARATOR)
+        if not sep:
+            return False
+        return metric in layers.get(layer, ()) or (not recorded and metric in known)
+
+    unknown = [f for f in fields if not is_known(f)]
+    if unknown:
+        raise HTTPException(status_code=422, detail=[{
+            "loc": ["query", "fields"], "type": "value_error",
+            "msg": f"unknown field(s) {', '.join(unknown)}; available: {', '.join(sorted(known))}"
+                   + (f" and '<layer>{LAYER_SEPARATOR}<metric>' keys" if layers else "")}])
 
 
 def downsample_indices(n: int, max_points: int) -> list[int]:
@@ -51,7 +89,12 @@ def downsample_indices(n: int, max_points: int) -> list[int]:
 
 
 def _output_names(experiment: Experiment) -> tuple[str, ...]:
-    try:
-        return output_names(experiment.spec)
-    except (ValueError, ValidationError):  # a spec stored by an older version: the kind's names
-        return output_names(experiment.kind)
+    """The names the experiment's spec can produce; for a spec stored by an older version, those of
+    its kind; when even that fails (an engine module missing or broken), none (the known names are
+    then what is stored), never a 500."""
+    for source in (experiment.spec, experiment.kind):
+        try:
+            return output_names(source)
+        except Exception:  # noqa: BLE001 - only narrows a 422 listing
+            log.debug("output_names(%r) failed", source, exc_info=True)
+    return ()

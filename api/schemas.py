@@ -58,19 +58,36 @@ class Histogram(BaseModel):
     samples: int = Field(..., description="Values counted.")
 
 
+LayerSummary = dict[str, Number]
+
+
 class ResultDocument(BaseModel):
     """Design §3: series aligned on ``step`` (a point is a number, a mean over trials, or a list
-    with one value per recorded trial); theory as numbers or series on the same steps;
-    distributions (histograms, when the run is finished) are not aligned on ``step``."""
+    with one value per recorded trial); per-layer series (``train`` kind) on the same steps;
+    theory as numbers or series on the same steps; distributions (histograms, when the run is
+    finished) are not aligned on ``step``."""
 
     id: str
     kind: str
     status: Status
     progress: float
     spec: dict[str, Any]
-    series: dict[str, list[Union[Number, list[Number]]]]
-    theory: dict[str, Union[list[Number], Number]]
-    summary: dict[str, Number]
+    series: dict[str, list[Union[Number, list[Number]]]] = Field(
+        ..., description="Global series by name, aligned on the ``step`` series (always present once a point is "
+                         "recorded). A point is null where the quantity is undefined or not measured at that step "
+                         "(e.g. the ``train`` kind's ``test_loss``/``test_acc`` between evaluations).")
+    layers: dict[str, dict[str, list[Number]]] = Field(
+        default_factory=dict,
+        description="Per-layer series (``train`` kind: one entry per scale-invariant weight, e.g. "
+                    "``layers.0.weight``), ``{layer: {metric: [...]}}`` with metrics ``au_rms``, ``au_mean``, "
+                    "``norm``, ``unit_grad_sq``, ``eff_lr``, ``norm_theory``, aligned on ``series.step``. "
+                    "Stored flat as ``<layer>/<metric>``; empty for kinds without layers.")
+    theory: dict[str, Union[list[Number], Number]] = Field(
+        ..., description="Theory predictions: a number, or a series aligned on ``series.step``.")
+    summary: dict[str, Union[Number, dict[str, LayerSummary]]] = Field(
+        ..., description="Numbers by name (e.g. means over the tail of the run); for the ``train`` kind also "
+                         "``layers``: ``{layer: {au_rms, au_mean, norm, unit_grad_sq, eff_lr, norm_theory, "
+                         "au_equilibrium, equilibrium_step}}`` (``equilibrium_step`` null when never reached).")
     distributions: dict[str, Histogram] = Field(default_factory=dict)
 
 

@@ -28,6 +28,6 @@ def get_plot(experiment: ExperimentDep, session: SessionDep, name: str, fmt: Plo
     if name not in plots.available(key):
         raise HTTPException(status_code=404, detail=f"no plot {name!r} for {key}; "
                                                     f"available: {', '.join(plots.available(key))}")
-    doc = result_document(session, experiment, max_points=4000)
+    doc = result_document(session, experiment, max_points=plots.document_max_points(key))
     image = plots.render(key, name, doc, fmt.value)
     return Response(content=image, media_type=plots.MEDIA_TYPES[fmt.value])
