@@ -19,21 +19,27 @@ from smdengine.sde.spec import MODELS as _SDE_MODELS
 def _module(spec) -> ModuleType:
     if spec.kind == "nrq":
         return importlib.import_module("smdengine.nrq.simulate")
+    if spec.kind == "train":
+        return importlib.import_module("smdengine.train.simulate")
     return importlib.import_module(f"smdengine.sde.{spec.params.model}")
 
 
 def run(spec: ExperimentSpec | dict, *, on_progress: Optional[ProgressCallback] = None,
-        should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5) -> RunResult:
+        should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
+        data_dir: Optional[str] = None) -> RunResult:
     """Run one experiment to completion.
 
     on_progress: called with a :class:`Progress` at most every ``progress_interval`` seconds and
     once at the end, carrying the points recorded since the previous call.
     should_stop: polled after each progress event; when it returns true the run raises
     :class:`Cancelled` (all points so far were already delivered).
+    data_dir: where datasets that are not bundled live (``train`` kind, cifar10); the service
+    passes ``SMD_DATA_DIR``.
     """
     spec = parse_spec(spec)
+    extra = {"data_dir": data_dir} if spec.kind == "train" else {}
     return _module(spec).simulate(spec, on_progress=on_progress, should_stop=should_stop,
-                                  progress_interval=progress_interval)
+                                  progress_interval=progress_interval, **extra)
 
 
 def predict(spec: ExperimentSpec | dict) -> dict[str, Any]:
@@ -49,6 +55,7 @@ def output_names(spec: Union[ExperimentSpec, dict, str]) -> tuple[str, ...]:
         if spec not in KINDS:
             raise ValueError(f"kind: expected one of {', '.join(map(repr, KINDS))}, got {spec!r}")
         modules = ([importlib.import_module("smdengine.nrq.simulate")] if spec == "nrq" else
+                   [importlib.import_module("smdengine.train.simulate")] if spec == "train" else
                    [importlib.import_module(f"smdengine.sde.{m}") for m in _SDE_MODELS])
     else:
         modules = [_module(parse_spec(spec))]

@@ -55,8 +55,33 @@ class RunResult:
     distributions: dict[str, Any] = field(default_factory=dict)
 
     def to_document(self) -> dict[str, Any]:
-        return {"series": json_safe(self.series), "theory": json_safe(self.theory),
-                "summary": json_safe(self.summary), "distributions": json_safe(self.distributions)}
+        series, layers = split_layers(self.series)
+        doc = {"series": json_safe(series), "theory": json_safe(self.theory),
+               "summary": json_safe(self.summary), "distributions": json_safe(self.distributions)}
+        if layers:
+            doc["layers"] = json_safe(layers)
+        return doc
+
+
+LAYER_SEPARATOR = "/"
+
+
+def layer_key(layer: str, metric: str) -> str:
+    """The flat series name of a per-layer metric: ``"<layer>/<metric>"`` (layer names have no "/")."""
+    return f"{layer}{LAYER_SEPARATOR}{metric}"
+
+
+def split_layers(series: dict[str, list]) -> tuple[dict[str, list], dict[str, dict[str, list]]]:
+    """Split flat series into the global ones and ``{layer: {metric: values}}`` (keys "<layer>/<metric>")."""
+    flat: dict[str, list] = {}
+    layers: dict[str, dict[str, list]] = {}
+    for key, values in series.items():
+        layer, sep, metric = key.rpartition(LAYER_SEPARATOR)
+        if sep:
+            layers.setdefault(layer, {})[metric] = values
+        else:
+            flat[key] = values
+    return flat, layers
 
 
 def json_safe(value: Any) -> Any:

@@ -12,15 +12,16 @@ from pydantic import TypeAdapter
 from smdengine.nrq.spec import NRQSpec
 from smdengine.sde.spec import SDESpec
 from smdengine.spec_base import tagged_union
+from smdengine.train.spec import TrainSpec
 
-KINDS = ("nrq", "sde")
-ExperimentSpec = tagged_union("kind", {"nrq": NRQSpec, "sde": SDESpec})
+KINDS = ("nrq", "sde", "train")
+ExperimentSpec = tagged_union("kind", {"nrq": NRQSpec, "sde": SDESpec, "train": TrainSpec})
 _adapter: TypeAdapter = TypeAdapter(ExperimentSpec)
 
 
-def parse_spec(data: Any) -> Union[NRQSpec, SDESpec]:
+def parse_spec(data: Any) -> Union[NRQSpec, SDESpec, TrainSpec]:
     """Validate a JSON-like spec; raises ``pydantic.ValidationError`` naming field and reason."""
-    if isinstance(data, (NRQSpec, SDESpec)):
+    if isinstance(data, (NRQSpec, SDESpec, TrainSpec)):
         return data
     return _adapter.validate_python(data)
 

@@ -1,0 +1,93 @@
+"""Layers batched over trials: every parameter has a leading trial dimension T.
+
+Two activation layouts:
+- dense  (T, B, F): linear layers are batched matmuls, normalization over B (batch) or F (layer, group);
+- image  (B, T·C, H, W): trials folded into channels (trial-major), a convolution is one grouped
+  conv with ``groups=T`` and batch/group/layer norm are ``F.batch_norm``/``F.group_norm`` with the
+  channel/group counts multiplied by T, so statistics never mix trials.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+
+EPS = 1e-5
+WS_EPS = 1e-10      # weight standardization: keep ŵ exactly invariant to the scale of w
+RUNNING_MOMENTUM = 0.1
+
+
+def standardize(w: torch.Tensor, gain: float) -> torch.Tensor:
+    """Weight standardization of (T, O, *fan_in): each output row to mean 0 and norm ``gain``
+    (= std·√fan_in), which makes the layer invariant to the scale (and shift) of w."""
+    flat = w.flatten(2)
+    var, mean = torch.var_mean(flat, dim=2, unbiased=False, keepdim=True)
+    scale = gain / math.sqrt(flat.shape[2])
+    return ((flat - mean) * (torch.rsqrt(var + WS_EPS) * scale)).view_as(w)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """x (T, B, I) or shared (B, I), w (T, O, I), b (T, O) → (T, B, O)."""
+    out = torch.matmul(x, w.transpose(1, 2))
+    return out if b is None else out + b.unsqueeze(1)
+
+
+def dense_norm(x: torch.Tensor, kind: str, groups: int, gamma: Optional[torch.Tensor],
+               beta: Optional[torch.Tensor], running: Optional[tuple[torch.Tensor, torch.Tensor]],
+               training: bool) -> torch.Tensor:
+    """Normalize (T, B, F). batch: over B with running statistics (T, F) for evaluation; layer: over F;
+    group: over F/groups features. gamma, beta (T, F) or None (fixed at 1, 0)."""
+    if kind == "batch":
+        if training:
+            var, mean = torch.var_mean(x, dim=1, unbiased=False, keepdim=True)
+            with torch.no_grad():
+                n = x.shape[1]
+                running[0].lerp_(mean.squeeze(1), RUNNING_MOMENTUM)
+                running[1].lerp_(var.squeeze(1) * (n / max(n - 1, 1)), RUNNING_MOMENTUM)
+        else:
+            mean, var = running[0].unsqueeze(1), running[1].unsqueeze(1)
+        y = (x - mean) * torch.rsqrt(var + EPS)
+    elif kind == "layer":
+        var, mean = torch.var_mean(x, dim=2, unbiased=False, keepdim=True)
+        y = (x - mean) * torch.rsqrt(var + EPS)
+    else:
+        t, b, f = x.shape
+        g = x.view(t, b, groups, f // groups)
+        var, mean = torch.var_mean(g, dim=3, unbiased=False, keepdim=True)
+        y = ((g - mean) * torch.rsqrt(var + EPS)).view(t, b, f)
+    if gamma is not None:
+        y = torch.addcmul(beta.unsqueeze(1), y, gamma.unsqueeze(1))
+    return y
+
+
+def conv(x: torch.Tensor, w: torch.Tensor, stride: int = 1) -> torch.Tensor:
+    """x (B, T·C, H, W), w (T, O, C, k, k) → (B, T·O, H', W'); padding k//2."""
+    t, o, c, k, _ = w.shape
+    return F.conv2d(x, w.reshape(t * o, c, k, k), stride=stride, padding=k // 2, groups=t)
+
+
+def image_norm(x: torch.Tensor, kind: str, trials: int, groups: int, gamma: Optional[torch.Tensor],
+               beta: Optional[torch.Tensor], running: Optional[tuple[torch.Tensor, torch.Tensor]],
+               training: bool) -> torch.Tensor:
+    """Normalize (B, T·C, H, W) per trial. batch: per channel over (B, H, W); layer: per sample over
+    (C, H, W); group: per sample over C/groups channels and (H, W). gamma, beta (T, C) or None."""
+    weight = gamma.reshape(-1) if gamma is not None else None
+    bias = beta.reshape(-1) if beta is not None else None
+    if kind == "batch":
+        return F.batch_norm(x, running[0].view(-1), running[1].view(-1), weight, bias, training,
+                            RUNNING_MOMENTUM, EPS)
+    return F.group_norm(x, trials * (groups if kind == "group" else 1), weight, bias, EPS)
+
+
+def fold(x: torch.Tensor) -> torch.Tensor:
+    """Per-trial images (T, B, C, H, W) → (B, T·C, H, W)."""
+    t, b, c, h, w = x.shape
+    return x.transpose(0, 1).reshape(b, t * c, h, w)
+
+
+def unfold_pooled(x: torch.Tensor, trials: int) -> torch.Tensor:
+    """(B, T·C, H, W) → global average pool → (T, B, C)."""
+    b = x.shape[0]
+    return x.mean(dim=(2, 3)).view(b, trials, -1).transpose(0, 1)

@@ -1,0 +1,70 @@
+"""SGD / heavy-ball SGDM + weight decay over trial-batched parameters (design §4):
+v = g + λw (α = 0) or v ← αv + g + λw, then w ← w − ηv.
+
+Tracked parameters (the scale-invariant weights) live in one storage per parameter, rows
+(T, n) of ``[w, v]`` (SGD) or ``[w, v_a, v_b]`` (SGDM, the velocity alternating between two rows),
+so that a single batched matmul per parameter and step gives every inner product the tracker
+needs — the Gram matrix of the rows, per trial — in one pass over memory and without copying
+the weights. The parameter tensors the network uses are views of row 0.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+
+
+class SGD:
+    def __init__(self, params: list[torch.Tensor], momentum: float, tracked: Sequence[int] = ()):
+        """params: leaf tensors (T, ...); tracked: indices of the parameters to track. The tracked
+        entries of ``params`` are replaced by views of their storage (use :attr:`params` afterwards)."""
+        self.momentum = momentum
+        self.rows = 2 if momentum == 0 else 3
+        self.tracked = list(tracked)
+        self.storage: list[torch.Tensor] = []
+        self.params = list(params)
+        for i in self.tracked:
+            w = params[i].detach()
+            store = torch.zeros((self.rows, w.shape[0], w[0].numel()), dtype=w.dtype, device=w.device)
+            store[0].copy_(w.flatten(1))
+            view = store[0].view(w.shape)
+            view.requires_grad_(True)
+            self.params[i] = view
+            self.storage.append(store)
+        others = set(range(len(params))) - set(self.tracked)
+        self.others = sorted(others)
+        self.velocity = ([torch.zeros_like(self.params[i]) for i in self.others] if momentum > 0 else None)
+        self.count = 0
+
+    def next_velocity_row(self) -> int:
+        """Row of the storage that receives the velocity of the next step (the other holds the previous)."""
+        return 1 if self.momentum == 0 else 1 + self.count % 2
+
+    @torch.no_grad()
+    def step(self, grads: Sequence[torch.Tensor], lr: float, weight_decay: float,
+             gram_out: Optional[torch.Tensor] = None) -> None:
+        """Apply one update. gram_out (tracked, T, rows, rows), when given, receives the Gram matrices
+        of the storage rows after v is formed and before w moves."""
+        new = self.next_velocity_row()
+        self.count += 1
+        for k, i in enumerate(self.tracked):
+            store, g = self.storage[k], grads[i].flatten(1)
+            torch.add(g, store[0], alpha=weight_decay, out=store[new])
+            if self.momentum:
+                store[new].add_(store[3 - new], alpha=self.momentum)
+            if gram_out is not None:
+                rows = store.transpose(0, 1)                                   # (T, rows, n)
+                torch.bmm(rows, rows.transpose(1, 2), out=gram_out[k])
+            store[0].add_(store[new], alpha=-lr)
+        if self.others:
+            ps = [self.params[i] for i in self.others]
+            gs = [grads[i] for i in self.others]
+            if self.velocity is None:
+                v = torch._foreach_add(gs, ps, alpha=weight_decay) if weight_decay else gs
+            else:
+                v = self.velocity
+                torch._foreach_mul_(v, self.momentum)
+                torch._foreach_add_(v, gs)
+                if weight_decay:
+                    torch._foreach_add_(v, ps, alpha=weight_decay)
+            torch._foreach_add_(ps, v, alpha=-lr)

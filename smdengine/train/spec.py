@@ -1,0 +1,167 @@
+"""Spec of the ``train`` kind: a normalized network trained by SGD / SGDM + weight decay, with the
+angular update of every scale-invariant weight tracked against its theory."""
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+from pydantic import Field, model_validator
+
+from smdengine.spec_base import SpecBase, StrictModel, tagged_union
+
+DIGITS_SAMPLES = 1797          # scikit-learn's bundled 8×8 digits
+CIFAR10_TRAIN, CIFAR10_TEST = 50_000, 10_000
+
+
+class DigitsData(StrictModel):
+    """scikit-learn's bundled 8×8 digits (1797 images, 10 classes), split by ``data_seed``."""
+
+    name: Literal["digits"]
+    test_fraction: float = Field(0.25, ge=0.05, le=0.5, description="Share of the images held out for testing.")
+
+    def sizes(self) -> tuple[int, int]:
+        test = math.ceil(self.test_fraction * DIGITS_SAMPLES)
+        return DIGITS_SAMPLES - test, test
+
+
+class SyntheticData(StrictModel):
+    """A Gaussian-mixture classification task generated from ``data_seed``."""
+
+    name: Literal["synthetic"]
+    input_dim: int = Field(32, ge=1, le=100_000, description="Features per sample.")
+    classes: int = Field(10, ge=2, le=1000)
+    train_samples: int = Field(2000, ge=2, le=1_000_000)
+    test_samples: int = Field(1000, ge=1, le=1_000_000)
+    class_separation: float = Field(1.0, ge=0, le=100, description="Norm scale of the class means; noise is N(0, I).")
+
+    def sizes(self) -> tuple[int, int]:
+        return self.train_samples, self.test_samples
+
+
+class Cifar10Data(StrictModel):
+    """CIFAR-10 read from ``$SMD_DATA_DIR/cifar-10-batches-py`` (the standard python-pickle format)."""
+
+    name: Literal["cifar10"]
+    train_samples: int = Field(CIFAR10_TRAIN, ge=2, le=CIFAR10_TRAIN, description="Use the first n training images.")
+    test_samples: int = Field(CIFAR10_TEST, ge=1, le=CIFAR10_TEST, description="Use the first n test images.")
+
+    def sizes(self) -> tuple[int, int]:
+        return self.train_samples, self.test_samples
+
+
+DATASETS = ("digits", "synthetic", "cifar10")
+DatasetSpec = tagged_union("name", dict(zip(DATASETS, (DigitsData, SyntheticData, Cifar10Data))))
+
+
+class ScheduleEntry(StrictModel):
+    """From ``step`` (or the first step of ``epoch``) on, the rates in force are multiplied by the factors."""
+
+    step: Optional[int] = Field(None, ge=1, description="First update that uses the new rates.")
+    epoch: Optional[int] = Field(None, ge=1, description="Alternative to step: the epoch whose first update uses them.")
+    lr_factor: float = Field(1.0, gt=0, le=1e6)
+    weight_decay_factor: float = Field(1.0, ge=0, le=1e6)
+    rescale: bool = Field(False, description="Multiply every scale-invariant weight by "
+                                             "(lr_factor/weight_decay_factor)^(1/4) (seed 003 §5.2).")
+
+    @model_validator(mode="after")
+    def _one_time(self) -> "ScheduleEntry":
+        if (self.step is None) == (self.epoch is None):
+            raise ValueError("schedule: expected exactly one of step or epoch in each entry")
+        if self.rescale and self.weight_decay_factor == 0:
+            raise ValueError("schedule: rescale needs weight_decay_factor > 0")
+        return self
+
+
+class TrainParams(StrictModel):
+    dataset: DatasetSpec = Field(default_factory=lambda: DigitsData(name="digits"))
+    data_seed: int = Field(0, ge=0, le=2**63 - 1, description="Seed of the split, label noise and synthetic data "
+                                                             "(shared by all trials).")
+    label_noise: float = Field(0.0, ge=0, lt=1, description="Fraction of training labels replaced by random ones.")
+    model: Literal["mlp", "cnn", "resnet"] = "mlp"
+    depth: int = Field(2, ge=1, le=200, description="mlp: hidden layers; cnn: conv layers; resnet: total depth "
+                                                   "6n+2 (8, 14, 20, 32, …).")
+    width: int = Field(256, ge=1, le=8192, description="mlp: hidden units; cnn, resnet: channels of the first stage.")
+    norm: Literal["batch", "group", "layer", "weight_standardization"] = "batch"
+    norm_groups: int = Field(8, ge=1, le=1024, description="Groups of group norm (must divide every width).")
+    scale_invariant: bool = Field(True, description="Freeze the last layer and the norm affine parameters so that "
+                                                    "every trainable weight is scale-invariant (seed 001 §6.1).")
+    lr: float = Field(0.1, gt=0, le=100, description="η.")
+    momentum: float = Field(0.0, ge=0, lt=1, description="α of heavy-ball SGDM; 0 is plain SGD.")
+    weight_decay: float = Field(5e-4, ge=0, le=10, description="λ, applied to every trainable parameter.")
+    batch_size: int = Field(128, ge=2, le=65_536)
+    steps: Optional[int] = Field(None, ge=1, le=10_000_000, description="Updates (default 1000 when epochs is unset).")
+    epochs: Optional[int] = Field(None, ge=1, le=100_000, description="Alternative to steps: passes over the "
+                                                                      "training set (incomplete batches dropped).")
+    schedule: list[ScheduleEntry] = Field(default_factory=list, max_length=1000)
+    trials: int = Field(1, ge=1, le=256, description="Independent initialisations and batch orders, trained together.")
+    record_every: int = Field(10, ge=1, description="Aggregate the tracked quantities over windows of this many updates.")
+    eval_every: Optional[int] = Field(None, ge=1, description="Evaluate on the test set every this many updates "
+                                                              "(a multiple of record_every; default 10·record_every).")
+    dtype: Literal["float32", "float64"] = "float32"
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainParams":
+        if self.steps is not None and self.epochs is not None:
+            raise ValueError("steps: expected either steps or epochs, got both")
+        n_train, _ = self.dataset.sizes()
+        if self.batch_size > n_train:
+            raise ValueError(f"batch_size: expected at most the {n_train} training samples, got {self.batch_size}")
+        if self.epochs is not None:
+            self.steps = self.epochs * self.steps_per_epoch
+        elif self.steps is None:
+            self.steps = 1000
+        if self.steps > 10_000_000:
+            raise ValueError(f"epochs: expected at most 10 000 000 updates, got {self.steps}")
+        if self.model != "mlp" and self.dataset.name == "synthetic":
+            raise ValueError(f"model: {self.model} expects an image dataset (digits or cifar10), got synthetic")
+        if self.model == "resnet" and (self.depth < 8 or (self.depth - 2) % 6):
+            raise ValueError(f"depth: expected 6n+2 (8, 14, 20, 32, …) for resnet, got {self.depth}")
+        if self.norm == "group":
+            for width in self.widths():
+                if width % self.norm_groups:
+                    raise ValueError(f"norm_groups: expected a divisor of every width {self.widths()}, "
+                                     f"got {self.norm_groups}")
+        if self.record_every > self.steps:
+            raise ValueError(f"record_every: expected ≤ steps ({self.steps}), got {self.record_every}")
+        if self.steps // self.record_every > 100_000:
+            raise ValueError("record_every: expected at most 100 000 recorded points (steps/record_every)")
+        if self.eval_every is None:
+            self.eval_every = min(10 * self.record_every, self.steps // self.record_every * self.record_every)
+        if self.eval_every % self.record_every:
+            raise ValueError(f"eval_every: expected a multiple of record_every ({self.record_every}), "
+                             f"got {self.eval_every}")
+        last, lr, wd = 0, self.lr, self.weight_decay
+        for entry in self.schedule:
+            if entry.epoch is not None:
+                entry.step, entry.epoch = entry.epoch * self.steps_per_epoch, None
+            if entry.step <= last or entry.step >= self.steps:
+                raise ValueError(f"schedule: expected strictly increasing steps in [1, steps), got {entry.step}")
+            last, lr, wd = entry.step, lr * entry.lr_factor, wd * entry.weight_decay_factor
+            if not (1e-12 <= lr <= 100 and wd <= 10):
+                raise ValueError(f"schedule: expected the rates in force to stay in lr ∈ [1e-12, 100], "
+                                 f"weight_decay ≤ 10, got lr={lr:.3g}, weight_decay={wd:.3g} from step {entry.step}")
+        return self
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.dataset.sizes()[0] // self.batch_size
+
+    def widths(self) -> list[int]:
+        """Widths of the normalized layers (hidden units or channels), in order."""
+        if self.model == "mlp":
+            return [self.width] * self.depth
+        if self.model == "cnn":
+            return [self.width * 2 ** min(i, 2) for i in range(self.depth)]
+        return [self.width * 2 ** s for s in range(3)]
+
+
+class TrainSpec(SpecBase):
+    kind: Literal["train"]
+    params: TrainParams = Field(default_factory=TrainParams)
+
+    @property
+    def work(self) -> int:
+        """trials · steps · batch_size · forward multiply-adds per sample ÷ 10⁴."""
+        from smdengine.train.models import forward_macs
+        p = self.params
+        return p.trials * p.steps * p.batch_size * forward_macs(p) // 10_000

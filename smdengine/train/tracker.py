@@ -1,0 +1,104 @@
+"""Per-step Spherical Motion Dynamics tracking of the scale-invariant weights of a network.
+
+Each update w' = w − η·v (v = g + λw, or the heavy-ball velocity) is summarised per parameter and
+trial by the Gram matrix of the optimizer's storage rows [w, v] or [w, v_a, v_b] (one batched
+matmul, written by the optimizer into this tracker's window buffer), from which ⟨w,w⟩, ⟨w,v⟩,
+⟨v,v⟩ and ⟨g,g⟩ follow (g: the minibatch gradient without weight decay, g = v − λw, or
+v − αv_old − λw). At the end of a window, in float64, per group (members summed):
+
+    |w'|² = |w|² − 2η⟨w,v⟩ + η²|v|²,  ⟨w,w'⟩ = |w|² − η⟨w,v⟩,
+    |w ∧ w'| = η·√(|w|²|v|² − ⟨w,v⟩²)     (Lagrange's identity),
+    Δ = atan2(|w ∧ w'|, ⟨w,w'⟩)          (accurate for the small angles of interest),
+
+and the unit-gradient norm² L = |g|²·|w|² (seed 003: the gradient at w/|w|).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+METRICS = ("au_rms", "au_mean", "norm", "unit_grad_sq", "eff_lr", "norm_theory")
+
+
+def norm_theory(unit_grad_sq: torch.Tensor, lr: float, weight_decay: float, momentum: float) -> torch.Tensor:
+    """Equilibrium |w| for a unit-gradient norm² L (seed 003 Thm 1/2):
+    |w|⁴ = ηL/(λ(1−α)(2 − λη/(1+α))); +inf without weight decay."""
+    if weight_decay <= 0:
+        return torch.full_like(unit_grad_sq, math.inf)
+    denom = weight_decay * (1 - momentum) * (2 - weight_decay * lr / (1 + momentum))
+    return (lr * unit_grad_sq / denom) ** 0.25
+
+
+class Tracker:
+    """Collects the Gram matrices of one window (written by the optimizer) and reduces them to the
+    metrics of each group.
+
+    members: the group index of each tracked parameter, in the optimizer's tracked order.
+    rows: 2 for SGD storage [w, v], 3 for SGDM storage [w, v_a, v_b] (optimizer.SGD).
+    """
+
+    def __init__(self, group_names: Sequence[str], members: Sequence[int], trials: int, window: int,
+                 momentum: float, rows: int, dtype: torch.dtype, device: torch.device):
+        self.names = tuple(group_names)
+        self.index = torch.tensor(list(members), device=device)
+        self.momentum = momentum
+        self.buf = torch.zeros(window, len(members), trials, rows, rows, dtype=dtype, device=device)
+        self.rates: list[tuple[float, float, int]] = []   # (η, λ, velocity row) of each step
+        self.ema: Optional[torch.Tensor] = None            # running mean of L per (group, trial), float64
+
+    def slot(self, lr: float, weight_decay: float, velocity_row: int) -> torch.Tensor:
+        """The (tracked, T, rows, rows) buffer for the next step's Gram matrices."""
+        out = self.buf[len(self.rates)]
+        self.rates.append((lr, weight_decay, velocity_row))
+        return out
+
+    def reduce(self, lr: float, weight_decay: float) -> dict[str, dict[str, torch.Tensor]]:
+        """Metrics of every group over the window (0-d tensors), and reset. lr, weight_decay: the rates
+        in force at the end of the window (for the running-mean time scale and norm_theory)."""
+        n = len(self.rates)
+        gram = self.buf[:n].to(torch.float64)                       # (n, P, T, R, R)
+        dev = gram.device
+        eta, lam, new = (torch.tensor(c, dtype=torch.float64, device=dev).view(n, 1, 1) for c in zip(*self.rates))
+        ww = gram[..., 0, 0]
+        if gram.shape[-1] == 2:                                     # SGD: v = g + λw
+            wv, vv = gram[..., 0, 1], gram[..., 1, 1]
+            gg = vv - 2 * lam * wv + lam.square() * ww
+        else:                                                       # SGDM: v = αv_old + g + λw
+            a = self.momentum
+            first = new == 1
+            wv = torch.where(first, gram[..., 0, 1], gram[..., 0, 2])
+            wo = torch.where(first, gram[..., 0, 2], gram[..., 0, 1])
+            vv = torch.where(first, gram[..., 1, 1], gram[..., 2, 2])
+            oo = torch.where(first, gram[..., 2, 2], gram[..., 1, 1])
+            vo = gram[..., 1, 2]
+            # g = v − αv_old − λw
+            gg = vv + a * a * oo + lam.square() * ww - 2 * a * vo - 2 * lam * wv + 2 * a * lam * wo
+        stats = torch.stack((ww, wv, vv, gg), dim=-1)               # (n, P, T, 4)
+        if self.index.numel() != len(self.names) or not bool((self.index == torch.arange(len(self.names), device=dev)).all()):
+            stats = torch.zeros(n, len(self.names), *stats.shape[2:], dtype=stats.dtype, device=dev).index_add_(1, self.index, stats)
+        ww, wv, vv, gg = stats.unbind(-1)                           # (n, G, T)
+        dot = ww - eta * wv
+        cross = eta * (ww * vv - wv * wv).clamp_min(0).sqrt()
+        angle = torch.atan2(cross, dot)
+        unit = gg.clamp_min(0) * ww
+        # running mean of L with the norm's relaxation rate 4λη/(1−α) (seed 003 Thm 1/2)
+        beta = min(1.0, 4 * weight_decay * lr / (1 - self.momentum)) if weight_decay > 0 else 1.0 / n
+        weights = beta * (1 - beta) ** torch.arange(n - 1, -1, -1, dtype=torch.float64, device=dev)
+        start = unit[0] if self.ema is None else self.ema
+        self.ema = (1 - beta) ** n * start + torch.einsum("n,ngt->gt", weights, unit)
+        theory = norm_theory(self.ema, lr, weight_decay, self.momentum)
+        norm = ww.sqrt()
+        out = {}
+        for j, name in enumerate(self.names):
+            out[name] = {
+                "au_rms": angle[:, j].square().mean().sqrt(),
+                "au_mean": angle[:, j].mean(),
+                "norm": norm[:, j].mean(),
+                "unit_grad_sq": unit[:, j].mean(),
+                "eff_lr": (eta[:, 0] / ww[:, j]).mean(),
+                "norm_theory": theory[j].mean(),
+            }
+        self.rates = []
+        return out
