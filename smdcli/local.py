@@ -10,6 +10,7 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 import smdengine
+from store.settings import get_settings
 
 
 def run_local(spec_path: Path, output: Optional[Path], quiet: bool = False) -> int:
@@ -31,7 +32,8 @@ def run_local(spec_path: Path, output: Optional[Path], quiet: bool = False) -> i
         bar.update(progress.step - bar.n)
 
     try:
-        result = smdengine.run(spec, on_progress=on_progress)
+        data_dir = get_settings().data_dir
+        result = smdengine.run(spec, on_progress=on_progress, data_dir=str(data_dir) if data_dir else None)
     except KeyboardInterrupt:
         bar.close()
         print("smd run: interrupted", file=sys.stderr)

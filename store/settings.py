@@ -18,6 +18,8 @@ class Settings(BaseSettings):
     database_url: Optional[str] = Field(None, description="SQLAlchemy URL; default: SQLite file in state_dir.")
     broker_url: Optional[str] = Field(None, description="Celery broker URL; default: filesystem broker in state_dir.")
     max_work: int = Field(20_000_000_000, ge=1, description="Largest accepted job, in trials·steps·dim.")
+    data_dir: Optional[Path] = Field(None, description="Datasets that are not bundled (train kind): "
+                                                       "cifar10 is read from data_dir/cifar-10-batches-py.")
     flush_seconds: float = Field(2.0, gt=0, description="How often a worker writes progress and partial series.")
     worker_concurrency: int = Field(1, ge=1, description="Worker processes started by `smd worker`.")
     log_level: str = Field("INFO")

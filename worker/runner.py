@@ -35,7 +35,8 @@ def execute(settings: Settings, experiment_id: str, worker: str = "local") -> st
             session.execute(update(Experiment).where(Experiment.id == experiment_id)
                             .values(theory=json_safe(smdengine.predict(spec))))
         result = smdengine.run(spec, on_progress=writer.on_progress, should_stop=writer.should_stop,
-                               progress_interval=min(0.5, settings.flush_seconds))
+                               progress_interval=min(0.5, settings.flush_seconds),
+                               data_dir=str(settings.data_dir) if settings.data_dir else None)
         writer.flush()
     except smdengine.Cancelled:
         _flush_quietly(writer)

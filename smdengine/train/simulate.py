@@ -222,24 +222,27 @@ def tail_start(p: TrainParams, all_phases: list[Phase]) -> float:
 
 def summarize(series: dict[str, list], theory: dict[str, list], groups: list[str], start: float) -> dict[str, Any]:
     """Tail means of the global series (NaN points skipped) and, under ``layers``, of every group's
-    series with its theory and ``equilibrium_step``: the first recorded step from which au_rms stays
+    series (au_rms: the RMS over the tail) with its theory and ``equilibrium_step``: the first recorded step from which au_rms stays
     within 10% of au_equilibrium to the end (None when it never settles)."""
     steps = np.asarray(series["step"], dtype=np.float64)
     tail = steps >= start
     if not tail.any():
         tail[-1:] = True
 
-    def mean(values) -> Optional[float]:
+    def mean(values, rms: bool = False) -> Optional[float]:
         v = np.asarray(values, dtype=np.float64)[tail]
         v = v[np.isfinite(v)]
-        return float(v.mean()) if v.size else None
+        if not v.size:
+            return None
+        # au_rms over the tail is the RMS of every tail step's angle: windows are of equal length
+        return float(np.sqrt(np.mean(v * v))) if rms else float(v.mean())
 
     out: dict[str, Any] = {k: mean(series[k]) for k in GLOBAL}
     au_theory = np.asarray(theory["au_equilibrium"], dtype=np.float64)
     out["au_equilibrium"] = mean(au_theory)
     layers = {}
     for g in groups:
-        entry = {m: mean(series[layer_key(g, m)]) for m in LAYER_METRICS}
+        entry = {m: mean(series[layer_key(g, m)], rms=m == "au_rms") for m in LAYER_METRICS}
         entry["au_equilibrium"] = out["au_equilibrium"]
         au = np.asarray(series[layer_key(g, "au_rms")], dtype=np.float64)
         outside = np.flatnonzero(~(np.abs(au - au_theory[:au.size]) <= 0.1 * au_theory[:au.size]))
