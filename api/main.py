@@ -16,12 +16,12 @@ from store.settings import Settings, get_settings
 
 
 def _name_tags(errors) -> list:
-    """A missing or unknown union tag (kind, params.model) is reported at the union; point its
+    """A missing or unknown union tag (kind, params.model, params.dataset.name) is reported at the union; point its
     loc at the tag field itself so that clients see ("body", "kind")."""
     out = []
     for err in errors:
         tag = str(err.get("type", ""))
-        if tag in ("invalid_kind", "invalid_model"):
+        if tag in ("invalid_kind", "invalid_model", "invalid_name"):
             err = {**err, "loc": (*err.get("loc", ()), tag.removeprefix("invalid_"))}
         out.append(err)
     return out
