@@ -34,3 +34,17 @@ def test_every_layer_reaches_the_equilibrium_angular_update(momentum, lr):
         assert abs(layer["au_rms"] / theory - 1) <= 0.10, (name, layer["au_rms"], theory)
         # the norm sits at the equilibrium of its own running unit-gradient norm (seed 003 Thm 1/2)
         assert abs(layer["norm"] / layer["norm_theory"] - 1) <= 0.05, (name, layer)
+
+
+def test_equal_intrinsic_lr_reaches_the_same_equilibrium():
+    """Seed 001's intrinsic LR: (η, λ) = (0.5, 2e-3) and (2.0, 5e-4), ηλ = 1e-3 in both. Measured:
+    tail au_rms 0.04354/0.04178 vs 0.0446/0.04369, tail train loss 0.1606 vs 0.1536. (The pair
+    (0.125, 8e-3) misses on layer 1 by 10.7%: slower effective LR, further from equilibrium at 3000.)"""
+    runs = [smdengine.run({"kind": "train", "seed": 0, "device": "cpu",
+                           "params": {**ACCEPTANCE, "lr": lr, "weight_decay": wd}}).summary
+            for lr, wd in ((0.5, 2e-3), (2.0, 5e-4))]
+    a, b = runs
+    assert abs(a["train_loss"] / b["train_loss"] - 1) <= 0.10, (a["train_loss"], b["train_loss"])
+    for name in a["layers"]:
+        ra, rb = a["layers"][name]["au_rms"], b["layers"][name]["au_rms"]
+        assert abs(ra / rb - 1) <= 0.10, (name, ra, rb)
