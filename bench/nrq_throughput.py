@@ -35,6 +35,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 import smdengine  # noqa: E402
+from _machine import load_average
 
 DIMS = (10, 100, 1000)
 TRIALS = (100, 1000)
@@ -102,13 +103,6 @@ def measure(p: int, trials: int, dtype: str, seconds: float, repeats: int) -> di
             "steps": (n_engine, n_floor, n_naive)}
 
 
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short runs (~0.1 s per measurement)")
@@ -119,7 +113,7 @@ def main(argv=None) -> int:
 
     print(f"nrq throughput — torch {torch.__version__}, numpy {np.__version__}, "
           f"{torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs, {platform.machine()}"
-          f"{', quick' if args.quick else ''}; load average {_load()}")
+          f"{', quick' if args.quick else ''}; load average {load_average()}")
     print("trial-steps/s; engine = smdengine.run end to end (record_every = steps); "
           "floor = torch.randn((trials, p)) per step; naive = per-trial numpy loop")
     header = f"{'p':>5} {'trials':>6} {'dtype':>7} | {'engine':>10} {'rng floor':>10} {'eng/floor':>9} | " \
@@ -137,7 +131,7 @@ def main(argv=None) -> int:
                 print(f"{p:>5} {trials:>6} {dtype:>7} | {r['engine']:>10.3g} {r['floor']:>10.3g} "
                       f"{r['engine'] / r['floor']:>9.2f} | {r['naive']:>10.3g} {r['engine'] / r['naive']:>8.1f}x",
                       flush=True)
-    print(f"(total {time.perf_counter() - t_start:.0f} s; load average now {_load()})")
+    print(f"(total {time.perf_counter() - t_start:.0f} s; load average now {load_average()})")
 
     ok = True
     parts = []

@@ -49,6 +49,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 import smdengine  # noqa: E402
+from _machine import load_average
 
 try:
     import torchsde
@@ -195,13 +196,6 @@ def throughput(p: int, dtype: str, steps: int, repeats: int) -> dict[str, float]
     return best
 
 
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="shorter horizons, one repeat (~1 minute)")
@@ -216,7 +210,7 @@ def main(argv=None) -> int:
 
     print(f"NRQ SDE, ours vs torchsde — torch {torch.__version__}, torchsde {torchsde.__version__}, "
           f"{torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs, {platform.machine()}"
-          f"{', quick' if args.quick else ''}; load average {_load()}")
+          f"{', quick' if args.quick else ''}; load average {load_average()}")
     print(f"{TRIALS} trials, a=({A_LOW:g}, {A_HIGH:g}…), σ={SIGMA:g}, η={LR:g}, λ={WD:g}, Euler dt=1, "
           f"records every {RECORD} steps; sdeint(method='euler') with a matrix-free f_and_g_prod")
     t_start, cpu_start = time.perf_counter(), time.process_time()
@@ -263,7 +257,7 @@ def main(argv=None) -> int:
                   flush=True)
     wall = time.perf_counter() - t_start
     cores = (time.process_time() - cpu_start) / wall
-    print(f"(total {wall:.0f} s, using {cores:.1f} CPU cores on average; load average now {_load()})")
+    print(f"(total {wall:.0f} s, using {cores:.1f} CPU cores on average; load average now {load_average()})")
     if cores < 0.6 * min(torch.get_num_threads(), os.cpu_count() or 1):
         # alone on this 2-core machine the bench keeps ~1.9 cores busy; with another busy process ~1.1
         print("warning: this process got far less CPU than its torch threads ask for: another process was "

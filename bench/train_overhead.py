@@ -50,6 +50,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 import smdengine  # noqa: E402
 from smdengine.train.simulate import simulate  # noqa: E402
+from _machine import load_average
 
 TARGET = 1.05          # tracked / untracked step time
 SHORT = 50             # = record_every: the short run that carries the one-off costs
@@ -100,13 +101,6 @@ def measure(overrides: dict, n: int, repeats: int) -> dict:
             "same": final[True] == final[False] and len(final[True]) == 1}
 
 
-def _load() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        return "n/a"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="short smoke run (~20 s): fewer steps, 2 repeats")
@@ -122,7 +116,7 @@ def main(argv=None) -> int:
         load1 = 0.0
     print(f"train step time, tracked vs untracked — torch {torch.__version__}, {torch.get_num_threads()} torch "
           f"threads, {os.cpu_count()} CPUs, {platform.machine()}{', quick' if args.quick else ''}; "
-          f"load average {_load()}")
+          f"load average {load_average()}")
     if load1 > 0.5:
         print("warning: load average > 0.5 before the start: other processes are (or were, in the last minute or "
               "two) busy; busy ones stall torch's worker threads, so compare runs taken on a quiet machine")
@@ -145,7 +139,7 @@ def main(argv=None) -> int:
               flush=True)
     wall = time.perf_counter() - t_start
     cores = (time.process_time() - cpu_start) / wall
-    print(f"(total {wall:.0f} s, using {cores:.1f} CPU cores on average; load average now {_load()}, "
+    print(f"(total {wall:.0f} s, using {cores:.1f} CPU cores on average; load average now {load_average()}, "
           f"this process included)")
     if cores < 0.6 * min(torch.get_num_threads(), os.cpu_count() or 1):
         print("warning: this process got far less CPU than its torch threads ask for: another process was busy, "
