@@ -17,8 +17,14 @@ class Phase:
 
 def phases(params: NRQPhysics) -> list[Phase]:
     """Phases in order; factors are cumulative (each entry multiplies the rates then in force)."""
-    out = [Phase(0, params.lr, params.weight_decay, 1.0)]
-    for entry in params.lr_schedule:
+    return rate_phases(params.lr, params.weight_decay, params.lr_schedule)
+
+
+def rate_phases(lr: float, weight_decay: float, entries) -> list[Phase]:
+    """Phases from schedule entries with ``step``, ``lr_factor``, ``weight_decay_factor`` and
+    ``rescale`` (the ``nrq`` and ``train`` kinds' schedules)."""
+    out = [Phase(0, lr, weight_decay, 1.0)]
+    for entry in entries:
         prev = out[-1]
         factor = (entry.lr_factor / entry.weight_decay_factor) ** 0.25 if entry.rescale else 1.0
         out.append(Phase(entry.step, prev.lr * entry.lr_factor,

@@ -9,15 +9,14 @@ global ``train_loss``/``train_acc`` (means over the window's minibatches and the
 """
 from __future__ import annotations
 
-import bisect
 import math
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from smdengine.nrq.schedule import Phase, phase_at, rate_phases
 from smdengine.recorder import Recorder
 from smdengine.runtime import ProgressCallback, RunResult, StopCheck, layer_key, resolve_device, resolve_dtype
 from smdengine.train import models
@@ -35,26 +34,9 @@ EVAL_BATCH = 1000
 INVARIANCE_TOL = {torch.float32: 1e-3, torch.float64: 1e-5}
 
 
-@dataclass(frozen=True)
-class Phase:
-    start: int
-    lr: float
-    weight_decay: float
-    rescale: float
-
-
 def phases(p: TrainParams) -> list[Phase]:
     """Rates in force from each schedule entry on (factors are cumulative)."""
-    out = [Phase(0, p.lr, p.weight_decay, 1.0)]
-    for e in p.schedule:
-        prev = out[-1]
-        factor = (e.lr_factor / e.weight_decay_factor) ** 0.25 if e.rescale else 1.0
-        out.append(Phase(e.step, prev.lr * e.lr_factor, prev.weight_decay * e.weight_decay_factor, factor))
-    return out
-
-
-def _phase_at(all_phases: list[Phase], step: int) -> Phase:
-    return all_phases[bisect.bisect_right([ph.start for ph in all_phases], step) - 1]
+    return rate_phases(p.lr, p.weight_decay, p.schedule)
 
 
 def au_equilibrium(lr: float, weight_decay: float, momentum: float) -> float:
@@ -68,7 +50,7 @@ def predict(spec: TrainSpec) -> dict[str, Any]:
     all_phases = phases(p)
     out = []
     for n in range(0, p.steps - p.record_every + 1, p.record_every):
-        ph = _phase_at(all_phases, n)
+        ph = phase_at(all_phases, n)
         out.append(au_equilibrium(ph.lr, ph.weight_decay, p.momentum))
     return {"au_equilibrium": out}
 
@@ -98,6 +80,7 @@ def simulate(spec: TrainSpec, *, on_progress: Optional[ProgressCallback] = None,
     tracker = (Tracker(groups, [j for _, j in tracked], p.trials, p.record_every, p.momentum, optimizer.rows,
                        dtype, device) if track else None)
     all_phases = phases(p)
+    phase_by_start = {ph.start: ph for ph in all_phases}
     batches = _Batches(data, p.trials, p.batch_size, gen)
     loss_sum = torch.zeros(p.trials, dtype=torch.float64, device=device)
     hits = torch.zeros(p.trials, dtype=torch.float64, device=device)
@@ -106,8 +89,8 @@ def simulate(spec: TrainSpec, *, on_progress: Optional[ProgressCallback] = None,
     phase = all_phases[0]
 
     for n in range(p.steps):
-        if n > 0 and n == _phase_at(all_phases, n).start:
-            phase = _phase_at(all_phases, n)
+        if n in phase_by_start and n > 0:
+            phase = phase_by_start[n]
             if phase.rescale != 1.0:
                 with torch.no_grad():
                     for g in groups:

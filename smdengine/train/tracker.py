@@ -43,6 +43,7 @@ class Tracker:
                  momentum: float, rows: int, dtype: torch.dtype, device: torch.device):
         self.names = tuple(group_names)
         self.index = torch.tensor(list(members), device=device)
+        self.grouped = list(members) != list(range(len(self.names)))   # some group has several members
         self.momentum = momentum
         self.buf = torch.zeros(window, len(members), trials, rows, rows, dtype=dtype, device=device)
         self.rates: list[tuple[float, float, int]] = []   # (η, λ, velocity row) of each step
@@ -76,7 +77,7 @@ class Tracker:
             # g = v − αv_old − λw
             gg = vv + a * a * oo + lam.square() * ww - 2 * a * vo - 2 * lam * wv + 2 * a * lam * wo
         stats = torch.stack((ww, wv, vv, gg), dim=-1)               # (n, P, T, 4)
-        if self.index.numel() != len(self.names) or not bool((self.index == torch.arange(len(self.names), device=dev)).all()):
+        if self.grouped:
             stats = torch.zeros(n, len(self.names), *stats.shape[2:], dtype=stats.dtype, device=dev).index_add_(1, self.index, stats)
         ww, wv, vv, gg = stats.unbind(-1)                           # (n, G, T)
         dot = ww - eta * wv

@@ -133,7 +133,7 @@ def test_tracker_angles_and_unit_gradient_match_a_direct_computation(momentum):
     opt = SGD(ws, momentum, tracked=[0, 2])
     # group 0 = param 0, group 1 = param 2
     tracker = Tracker(["a", "b"], [0, 1], trials, 4, momentum, opt.rows, torch.float64, torch.device("cpu"))
-    angles, units, vel = {0: [], 2: []}, {0: [], 2: []}, {0: 0.0, 2: 0.0}
+    angles, units, vel, after = {0: [], 2: []}, {0: [], 2: []}, {0: 0.0, 2: 0.0}, {}
     for _ in range(4):
         grads = [torch.randn_like(w) for w in opt.params]
         for i in (0, 2):
@@ -144,9 +144,10 @@ def test_tracker_angles_and_unit_gradient_match_a_direct_computation(momentum):
             cos = (w * w2).sum(1) / (w.norm(dim=1) * w2.norm(dim=1))
             angles[i].append(torch.arccos(cos.clamp(-1, 1)))
             units[i].append(g.square().sum(1) * w.square().sum(1))
+            after[i] = w2
         opt.step(grads, lr, wd, tracker.slot(lr, wd, opt.next_velocity_row()))
-        for i in (0, 2):
-            assert torch.allclose(opt.params[i].flatten(1), w2 if i == 2 else opt.params[i].flatten(1))
+        for i in (0, 2):   # the tracked storage moves the weights by the same rule
+            assert torch.allclose(opt.params[i].detach().flatten(1), after[i], rtol=1e-12, atol=1e-12)
     out = tracker.reduce(lr, wd)
     for i, name in ((0, "a"), (2, "b")):
         a = torch.stack(angles[i])
@@ -210,9 +211,10 @@ def test_momentum_and_float32_run():
 
 def test_cancellation_stops_between_windows():
     calls = []
-    with pytest.raises(smdengine.Cancelled):
+    with pytest.raises(smdengine.Cancelled) as stop:
         smdengine.run(spec(steps=400), on_progress=calls.append, should_stop=lambda: True, progress_interval=0.0)
-    assert calls and calls[0].points["step"] == [] or calls[0].step >= 1
+    # the first poll (after update 1) stops the run; what was recorded was delivered first
+    assert stop.value.step == 1 and len(calls) == 1 and calls[0].step == 1
 
 
 def test_cifar10_through_the_engine(cifar):  # noqa: F811
