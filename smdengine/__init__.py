@@ -9,12 +9,16 @@ A small solver-library surface: one entry point per experiment kind, reached thr
 
 This package imports no web, queue or database library.
 """
-from smdengine.runtime import Cancelled, Progress, RunResult, resolve_device
+from smdengine.runtime import (Cancelled, Checkpoint, CheckpointHooks, IncompatibleCheckpoint, Progress, RunResult,
+                               resolve_device)
 from smdengine.spec import ExperimentSpec, parse_spec, spec_json_schema
 from smdengine.entry import output_names, predict, run
 
 __all__ = [
     "Cancelled",
+    "Checkpoint",
+    "CheckpointHooks",
+    "IncompatibleCheckpoint",
     "ExperimentSpec",
     "Progress",
     "RunResult",

@@ -1,8 +1,9 @@
 """The entry points: dispatch a validated spec to its simulator module.
 
 Each simulator module (``smdengine.nrq.simulate``, ``smdengine.sde.<model>``) provides
-``simulate(spec, on_progress=, should_stop=, progress_interval=)``, ``predict(spec)`` and the
-names it produces: ``METRICS`` (series), ``THEORY`` and ``DISTRIBUTIONS``.
+``simulate(spec, on_progress=, should_stop=, progress_interval=, checkpoint=)``, ``predict(spec)``
+and the names it produces: ``METRICS`` (series), ``THEORY`` and ``DISTRIBUTIONS``. Checkpointing
+follows the protocol of :mod:`smdengine.recorder`.
 """
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import importlib
 from types import ModuleType
 from typing import Any, Optional, Union
 
-from smdengine.runtime import ProgressCallback, RunResult, StopCheck
+from smdengine.runtime import (CheckpointHooks, IncompatibleCheckpoint, ProgressCallback, RunResult, StopCheck,
+                               fingerprint, resolve_device)
 from smdengine.spec import KINDS, ExperimentSpec, parse_spec
 
 from smdengine.sde.spec import MODELS as _SDE_MODELS
@@ -26,7 +28,7 @@ def _module(spec) -> ModuleType:
 
 def run(spec: ExperimentSpec | dict, *, on_progress: Optional[ProgressCallback] = None,
         should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
-        data_dir: Optional[str] = None) -> RunResult:
+        data_dir: Optional[str] = None, checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
     """Run one experiment to completion.
 
     on_progress: called with a :class:`Progress` at most every ``progress_interval`` seconds and
@@ -35,9 +37,20 @@ def run(spec: ExperimentSpec | dict, *, on_progress: Optional[ProgressCallback] 
     :class:`Cancelled` (all points so far were already delivered).
     data_dir: where datasets that are not bundled live (``train`` kind, cifar10); the service
     passes ``SMD_DATA_DIR``.
+    checkpoint: ``save`` receives a :class:`~smdengine.runtime.Checkpoint` every ``interval``
+    seconds (after a progress event); with ``resume`` the run continues from that checkpoint and
+    its progress events carry only the points after it. Raises
+    :class:`~smdengine.runtime.IncompatibleCheckpoint` when ``resume`` was made by another spec,
+    device type or format.
     """
     spec = parse_spec(spec)
-    extra = {"data_dir": data_dir} if spec.kind == "train" else {}
+    extra: dict[str, Any] = {"data_dir": data_dir} if spec.kind == "train" else {}
+    if checkpoint is not None:
+        checkpoint.fingerprint = fingerprint(spec.model_dump_json(), resolve_device(spec.device))
+        if checkpoint.resume is not None and checkpoint.resume.fingerprint != checkpoint.fingerprint:
+            raise IncompatibleCheckpoint("checkpoint: expected one made by this spec on this device type, "
+                                         "got one from another run")
+        extra["checkpoint"] = checkpoint
     return _module(spec).simulate(spec, on_progress=on_progress, should_stop=should_stop,
                                   progress_interval=progress_interval, **extra)
 

@@ -1,14 +1,21 @@
 """The recording loop every simulator shares: buffer recorded rows on the device, hand them out as
-progress events at most every ``progress_interval`` seconds, and poll for cancellation there."""
+progress events at most every ``progress_interval`` seconds, poll for cancellation there, and take
+checkpoints there when due.
+
+Checkpointing protocol for a simulator: build the Recorder with the run's hooks; if
+:attr:`Recorder.resumed` is set, load its ``state`` into the run and start the loop at
+``resumed.step``; set :attr:`Recorder.snapshot` to a function returning the state dict (CPU copies:
+:func:`smdengine.runtime.saved`), or None when the run is not at a point it can resume from.
+"""
 from __future__ import annotations
 
 import math
 import time
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from smdengine.runtime import Cancelled, Progress, ProgressCallback, StopCheck
+from smdengine.runtime import Cancelled, Checkpoint, CheckpointHooks, Progress, ProgressCallback, StopCheck
 
 
 class Recorder:
@@ -20,7 +27,8 @@ class Recorder:
     """
 
     def __init__(self, names: Sequence[str], total_steps: int, on_progress: Optional[ProgressCallback],
-                 should_stop: Optional[StopCheck], progress_interval: float):
+                 should_stop: Optional[StopCheck], progress_interval: float,
+                 checkpoint: Optional[CheckpointHooks] = None):
         self.names = tuple(names)
         self.total_steps = total_steps
         self.on_progress, self.should_stop, self.interval = on_progress, should_stop, progress_interval
@@ -28,6 +36,15 @@ class Recorder:
         self._steps: list = []
         self._rows: dict[str, list[torch.Tensor]] = {m: [] for m in self.names}
         self._last_emit = time.monotonic()
+        self.hooks = checkpoint
+        self.snapshot: Optional[Callable[[], Optional[dict[str, Any]]]] = None
+        self._last_checkpoint = time.monotonic()
+        self.resumed: Optional[Checkpoint] = checkpoint.resume if checkpoint is not None else None
+        if self.resumed is not None:
+            missing = set(self.series) - set(self.resumed.series)
+            if missing:
+                raise ValueError(f"checkpoint: expected series {sorted(self.series)}, got none for {sorted(missing)}")
+            self.series = {k: list(self.resumed.series[k]) for k in self.series}
 
     def record(self, step, row: dict[str, torch.Tensor]) -> None:
         self._steps.append(step)
@@ -41,6 +58,21 @@ class Recorder:
             self._last_emit = time.monotonic()
             if self.should_stop is not None and self.should_stop():
                 raise Cancelled(step)
+            self._maybe_checkpoint(step)
+
+    def _maybe_checkpoint(self, step) -> None:
+        hooks = self.hooks
+        if hooks is None or hooks.save is None or self.snapshot is None:
+            return
+        if time.monotonic() - self._last_checkpoint < hooks.interval:
+            return
+        state = self.snapshot()
+        if state is None:  # not at a resumable point: try again at the next event
+            return
+        hooks.save(Checkpoint(step=int(step), n_points=len(self.series["step"]), state=state,
+                              series={k: list(v) for k, v in self.series.items()},
+                              fingerprint=hooks.fingerprint))
+        self._last_checkpoint = time.monotonic()
 
     def flush(self, step) -> None:
         """Move the buffered rows into :attr:`series` and report them as one progress event."""

@@ -1,9 +1,11 @@
 """Shared runtime pieces of every simulator: device choice, progress events, results."""
 from __future__ import annotations
 
+import hashlib
+import io
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -39,6 +41,69 @@ class Progress:
 
 ProgressCallback = Callable[[Progress], None]
 StopCheck = Callable[[], bool]
+
+
+class IncompatibleCheckpoint(ValueError):
+    """A checkpoint was made by another spec, device type or engine format: it cannot be resumed."""
+
+
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass
+class Checkpoint:
+    """A run's whole state after ``step`` updates, from which :func:`smdengine.run` resumes.
+
+    step: updates done; n_points: recorded points delivered (through ``on_progress``) before it;
+    state: the simulator's tensors (CPU copies), RNG states and numbers; series: the recorder's
+    series so far (``n_points`` points each); fingerprint: spec + device type + format, checked on
+    resume. A resumed run produces exactly the points and result of an uninterrupted one.
+    """
+
+    step: int
+    n_points: int
+    state: dict[str, Any]
+    series: dict[str, list]
+    fingerprint: str = ""
+
+    def to_bytes(self) -> bytes:
+        buffer = io.BytesIO()
+        torch.save({"step": self.step, "n_points": self.n_points, "state": self.state, "series": self.series,
+                    "fingerprint": self.fingerprint}, buffer)
+        return buffer.getvalue()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "Checkpoint":
+        """Tensors, numbers, strings and lists only (``weights_only``): a checkpoint cannot run code."""
+        try:
+            raw = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+            return cls(step=int(raw["step"]), n_points=int(raw["n_points"]), state=raw["state"],
+                       series=raw["series"], fingerprint=str(raw["fingerprint"]))
+        except Exception as exc:
+            raise IncompatibleCheckpoint(f"checkpoint: expected a saved run state, got unreadable data ({exc})") from exc
+
+
+@dataclass
+class CheckpointHooks:
+    """Checkpointing of one run: ``save`` is called with a :class:`Checkpoint` at most every
+    ``interval`` seconds (right after a progress event, so the points it holds were delivered);
+    ``resume`` is a checkpoint to start from."""
+
+    save: Optional[Callable[[Checkpoint], None]] = None
+    interval: float = 30.0
+    resume: Optional[Checkpoint] = None
+    fingerprint: str = ""   # set by smdengine.run
+
+
+def fingerprint(spec_json: str, device: torch.device) -> str:
+    """What a checkpoint must match to be resumed: the spec, the device type and the format."""
+    text = f"{CHECKPOINT_FORMAT}|{device.type}|{spec_json}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def saved(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of a tensor for a checkpoint (never a view of live state)."""
+    return tensor.detach().to("cpu", copy=True)
 
 
 @dataclass

@@ -11,14 +11,16 @@ from smdengine.nrq.schedule import phases, tail_start
 from smdengine.nrq.spec import NRQSpec
 from smdengine.nrq.stepper import Stepper, angle
 from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import ProgressCallback, RunResult, StopCheck, resolve_device, resolve_dtype
+from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device,
+                               resolve_dtype, saved)
 
 METRICS = ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr")
 THEORY = ("au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa")
 
 
 def simulate_nrq(spec: NRQSpec, *, on_progress: Optional[ProgressCallback] = None,
-                 should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5) -> RunResult:
+                 should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
+                 checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
     """Run an ``nrq`` spec; series ``step`` + :data:`METRICS` (means over trials), theory from
     :func:`predict_nrq` given the realized initial norms, summary = tail means (last half of the
     final phase)."""
@@ -30,10 +32,17 @@ def simulate_nrq(spec: NRQSpec, *, on_progress: Optional[ProgressCallback] = Non
     init_norms_sq = x.square().sum(dim=1).cpu().numpy()
     stepper = Stepper(x, a, p.noise_std, p.momentum, gen)
     phase_by_start = {ph.start: ph for ph in phases(p)}
-    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval)
+    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval, checkpoint)
 
     lr = wd = 0.0
-    for n in range(p.steps):
+    start = 0
+    if recorder.resumed is not None:
+        state = recorder.resumed.state
+        start, lr, wd = recorder.resumed.step, state["lr"], state["wd"]
+        stepper.load_state(state)
+        gen.set_state(state["rng"])
+    recorder.snapshot = lambda: {"lr": lr, "wd": wd, "rng": gen.get_state(), **stepper.state()}
+    for n in range(start, p.steps):
         phase = phase_by_start.get(n)
         if phase is not None:
             lr, wd = stepper.enter(phase)

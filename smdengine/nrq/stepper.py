@@ -13,6 +13,8 @@ from typing import Optional
 
 import torch
 
+from smdengine.runtime import saved
+
 
 class Stepper:
     """The batched update. Buffers are reused so a step allocates only small (trials,) tensors."""
@@ -24,6 +26,18 @@ class Stepper:
         self.buf = torch.empty_like(x)
         self.v = torch.zeros_like(x) if momentum else None
         self.reduce = torch.stack([torch.ones_like(a), a], dim=1)  # (p, 2): |X|², XᵀAX in one matmul
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """The tensors a checkpoint needs (CPU copies)."""
+        out = {"x": saved(self.x)}
+        if self.v is not None:
+            out["v"] = saved(self.v)
+        return out
+
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.x.copy_(state["x"])
+        if self.v is not None:
+            self.v.copy_(state["v"])
 
     def enter(self, phase) -> tuple[float, float]:
         """Start a schedule phase (:class:`smdengine.nrq.schedule.Phase`): apply its rescale of X
