@@ -39,6 +39,9 @@ class Experiment(Base):
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     worker: Mapped[Optional[str]] = mapped_column(String(200))
+    queue: Mapped[str] = mapped_column(String(16), default="cpu", index=True)
+    lease_owner: Mapped[Optional[str]] = mapped_column(String(240))   # "<worker>/<token>" of the running attempt
+    lease_expires_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True), index=True)
     theory: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
     summary: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
     distributions: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # histograms (not on step)
@@ -59,3 +62,33 @@ class SeriesChunk(Base):
     start_index: Mapped[int] = mapped_column(Integer, primary_key=True)
     n_points: Mapped[int] = mapped_column(Integer)
     data: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Attempt(Base):
+    """One start of a job by a worker, and how it ended: succeeded, failed, cancelled, lost (its
+    lease expired) or released (its worker gave it back)."""
+
+    __tablename__ = "attempts"
+
+    experiment_id: Mapped[str] = mapped_column(String(32), ForeignKey("experiments.id", ondelete="CASCADE"),
+                                               primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    worker: Mapped[str] = mapped_column(String(240))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    ended_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    outcome: Mapped[Optional[str]] = mapped_column(String(16))
+    resumed_from_step: Mapped[Optional[int]] = mapped_column(Integer)
+
+
+class Checkpoint(Base):
+    """The latest engine checkpoint of a running job (smdengine.Checkpoint.to_bytes)."""
+
+    __tablename__ = "checkpoints"
+
+    experiment_id: Mapped[str] = mapped_column(String(32), ForeignKey("experiments.id", ondelete="CASCADE"),
+                                               primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer)
+    n_points: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

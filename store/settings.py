@@ -20,8 +20,32 @@ class Settings(BaseSettings):
     max_work: int = Field(20_000_000_000, ge=1, description="Largest accepted job, in trials·steps·dim.")
     data_dir: Optional[Path] = Field(None, description="Datasets that are not bundled (train kind): "
                                                        "cifar10 is read from data_dir/cifar-10-batches-py.")
-    flush_seconds: float = Field(2.0, gt=0, description="How often a worker writes progress and partial series.")
-    worker_concurrency: int = Field(1, ge=1, description="Worker processes started by `smd worker`.")
+    flush_seconds: float = Field(2.0, gt=0, description="How often a worker writes progress and partial series "
+                                                        "and reads the cancel flag.")
+    checkpoint_seconds: float = Field(30.0, gt=0, description="How often a running job saves a checkpoint "
+                                                             "to resume from after a lost worker.")
+    max_attempts: int = Field(3, ge=1, le=100, description="Starts of a job before a job whose worker keeps "
+                                                          "getting lost is failed.")
+    lease_seconds: float = Field(60.0, gt=0, description="A running job's lease; its worker renews it every "
+                                                        "third of this. An expired lease means a lost worker.")
+    sweep_seconds: float = Field(5.0, gt=0, description="How often the sweeper (in the API process) requeues "
+                                                       "jobs with expired leases and re-sends lost queue messages.")
+    sweeper: bool = Field(True, description="Run the sweeper in this API process.")
+    task_time_limit: int = Field(7 * 86400, ge=60, description="Longest run of one attempt, in seconds "
+                                                              "(soft limit; the hard limit is 60 s later).")
+    visibility_timeout: int = Field(8 * 86400, ge=60, description="Redis broker: seconds before an unacknowledged "
+                                                                 "message is redelivered; must exceed "
+                                                                 "task_time_limit + 60 (checked at worker start).")
+    soft_shutdown_seconds: float = Field(30.0, ge=0, description="On shutdown a worker lets a running job go on "
+                                                                "this long (it checkpoints), then stops.")
+    worker_queues: str = Field("cpu", pattern=r"^(cpu|gpu)(,(cpu|gpu))?$",
+                               description="Queues `smd worker` consumes: cpu, gpu or gpu,cpu.")
+    worker_concurrency: int = Field(1, ge=1, description="Worker processes started by `smd worker` "
+                                                        "(on a gpu worker: one per GPU).")
+    worker_gpus: str = Field("", pattern=r"^(\d+(,\d+)*)?$",
+                             description="GPU indices a gpu worker spreads its processes over (e.g. 0,1); "
+                                         "default 0..worker_concurrency-1.")
+    worker_name: Optional[str] = Field(None, description="Name of this worker in leases (default: host name).")
     log_level: str = Field("INFO")
 
     @property
@@ -31,6 +55,10 @@ class Settings(BaseSettings):
     @property
     def broker(self) -> str:
         return self.broker_url or "filesystem://"
+
+    @property
+    def queues(self) -> list[str]:
+        return self.worker_queues.split(",")
 
     @property
     def broker_folder(self) -> Path:

@@ -10,8 +10,8 @@ from celery import Celery
 
 from store.settings import Settings, get_settings
 
-QUEUE = "smd"
-RUN_TASK = "smd.run_experiment"
+QUEUES = ("cpu", "gpu")
+RUN_NEXT_TASK = "smd.run_next"
 
 
 def create_celery(settings: Settings) -> Celery:
@@ -21,7 +21,7 @@ def create_celery(settings: Settings) -> Celery:
         task_acks_late=True,              # a message is acknowledged only after its job ended
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,     # long jobs: never hold a second one hostage
-        task_default_queue=QUEUE,
+        task_default_queue="cpu",
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
     )

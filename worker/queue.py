@@ -1,16 +1,54 @@
-"""Enqueueing, for the API: called only after the experiment's row is committed."""
+"""The broker side of the job system, for the API and the sweeper.
+
+A message is a doorbell, not a job: ``smd.run_next(queue)`` tells a worker "a job is waiting on
+this queue" and the worker claims the next one from the database (store.jobs.claim_next). So a
+lost message costs nothing that the sweeper's re-ring does not repair, and a duplicate one finds
+nothing to claim and is dropped.
+"""
 from __future__ import annotations
 
 from celery import Celery
 
 from store.settings import Settings
-from worker.celery_app import QUEUE, RUN_TASK, create_celery
+from worker.celery_app import QUEUES, RUN_NEXT_TASK, create_celery
 
 _apps: dict[tuple[str, str], Celery] = {}
 
 
-def enqueue(settings: Settings, experiment_id: str) -> None:
+def queue_for(device: str) -> str:
+    """The queue a spec's device is routed to: cuda → gpu; cpu and auto → cpu (gpu workers consume
+    both, so an auto job lands on a GPU when a gpu worker takes it)."""
+    return "gpu" if device.startswith("cuda") else "cpu"
+
+
+def _app(settings: Settings) -> Celery:
     key = (settings.broker, str(settings.broker_folder))
     if key not in _apps:
         _apps[key] = create_celery(settings)
-    _apps[key].send_task(RUN_TASK, args=[experiment_id], queue=QUEUE)
+    return _apps[key]
+
+
+def ring(settings: Settings, queue: str, times: int = 1) -> None:
+    """Send ``times`` doorbells on ``queue`` (call only after the job rows are committed)."""
+    app = _app(settings)
+    for _ in range(times):
+        app.send_task(RUN_NEXT_TASK, args=[queue], queue=queue)
+
+
+def queue_depths(settings: Settings) -> dict[str, int]:
+    """Messages waiting in each queue (not counting those a worker holds); raises when the broker
+    is unreachable."""
+    app = _app(settings)
+    depths = {}
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=1, timeout=2)
+        channel = conn.default_channel
+        for queue in QUEUES:
+            _, count, _ = channel.queue_declare(queue=queue, durable=True, auto_delete=False)
+            depths[queue] = int(count)
+    return depths
+
+
+def broker_ping(settings: Settings) -> None:
+    """Raise when the broker cannot be reached."""
+    queue_depths(settings)
