@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -27,17 +28,27 @@ def run_api(settings: Settings) -> int:
 
 def run_worker(settings: Settings) -> int:
     from store.migrate import upgrade_head
-    from worker.celery_app import QUEUE, celery_app
+    from worker.celery_app import UnsafeLimits, celery_app, check_limits
 
+    try:
+        check_limits(settings)
+    except UnsafeLimits as exc:
+        log.error("refusing to start the worker: %s", exc)
+        return 2
     upgrade_head(settings.db_url)
+    # CUDA is never touched here: each pool process picks its GPU after the fork (worker.tasks).
     celery_app.worker_main(["worker", f"--loglevel={settings.log_level}", f"--concurrency={settings.worker_concurrency}",
-                            "-Q", QUEUE, "--without-gossip", "--without-mingle"])
+                            "-Q", settings.worker_queues, "--pool=prefork", "--without-gossip", "--without-mingle"])
     return 0
 
 
+EMBEDDED_WORKER = "embedded"
+
+
 def serve(settings: Settings) -> int:
-    """API in this process and one worker child that is restarted if it dies. This worker is the
-    only one, so at every (re)start the jobs the database shows unfinished are queued again."""
+    """API (with its sweeper) in this process and one worker child that is restarted if it dies.
+    The child is named ``embedded@<host>``: when it dies its leases are expired at once, so its job
+    resumes from its checkpoint without waiting for the lease to run out."""
     from store.migrate import upgrade_head
 
     upgrade_head(settings.db_url)
@@ -61,18 +72,21 @@ class _WorkerSupervisor:
         self._spawn()
         self.thread.start()
 
-    def _spawn(self) -> None:
-        from store import jobs
-        from store.db import session_scope
-        from worker.queue import enqueue
+    @property
+    def name(self) -> str:
+        return self.settings.worker_name or f"{EMBEDDED_WORKER}@{socket.gethostname()}"
 
-        with session_scope(self.settings.db_url) as session:
-            ids = jobs.requeue_orphans(session)
-        for experiment_id in ids:
-            enqueue(self.settings, experiment_id)
-        if ids:
-            log.info("re-queued %d unfinished job(s)", len(ids))
-        self.proc = subprocess.Popen([sys.executable, "-m", "smdcli.main", "worker"], env=os.environ.copy(),
+    def _spawn(self) -> None:
+        from worker.sweeper import sweep
+
+        try:  # the previous embedded worker (of this or an earlier `smd serve`) is gone
+            done = sweep(self.settings, lost_worker=self.name)
+            if done["requeued"]:
+                log.info("re-queued %d job(s) of the previous worker", done["requeued"])
+        except Exception:
+            log.exception("could not sweep before starting the worker")
+        env = {**os.environ, "SMD_WORKER_NAME": self.name}
+        self.proc = subprocess.Popen([sys.executable, "-m", "smdcli.main", "worker"], env=env,
                                      preexec_fn=_die_with_parent)
         log.info("worker started (pid %d)", self.proc.pid)
 
@@ -88,8 +102,8 @@ class _WorkerSupervisor:
             self.stopping.set()
         if self.proc is None or self.proc.poll() is not None:
             return
-        # Warm shutdown would wait for a running job to end; a job cut short here stays
-        # `running` in the database and is queued again at the next start.
+        # SIGTERM: Celery's soft shutdown, then its pool hands the running job back to the queue
+        # (worker.tasks); a job cut short otherwise keeps its lease until the next start expires it.
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=5)

@@ -1,52 +1,153 @@
-"""Job-state transitions on the experiments table — the record of truth for every job."""
+"""Job-state transitions on the experiments table — the record of truth for every job.
+
+A running job is held by a lease: ``lease_owner`` ("<worker>/<token>", one token per attempt) and
+``lease_expires_at``, renewed by its worker. Every write a worker makes for a job is conditioned on
+still holding the lease, so a worker that lost it (its lease expired and another worker took the
+job) can no longer change anything. The sweeper (:func:`expire_leases`) puts jobs whose lease
+expired back in the queue, or fails them once they have used up their attempts.
+
+Times are the Python clock of the writing process (UTC): hosts must keep their clocks in sync.
+"""
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any, Optional
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from store.models import TERMINAL, Experiment, utcnow
+from store.models import TERMINAL, Attempt, Checkpoint, Experiment, utcnow
 
 
-def create(session: Session, *, kind: str, name: Optional[str], spec: dict[str, Any], total_steps: int) -> Experiment:
+class LeaseLost(Exception):
+    """The job's lease is no longer this worker's: stop working on it and write nothing more."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A job a worker has claimed: write to it only through ``owner``."""
+
+    experiment_id: str
+    attempt: int
+    owner: str
+
+
+def create(session: Session, *, kind: str, name: Optional[str], spec: dict[str, Any], total_steps: int,
+           queue: str = "cpu") -> Experiment:
     experiment = Experiment(kind=kind, name=name, spec=spec, status="queued", progress=0.0, step=0,
-                            total_steps=total_steps, cancel_requested=False, attempts=0)
+                            total_steps=total_steps, cancel_requested=False, attempts=0, queue=queue)
     session.add(experiment)
     session.flush()
     return experiment
 
 
-def claim(session: Session, experiment_id: str, worker: str) -> bool:
-    """queued → running, atomically. False when the job is not queued (already taken, cancelled or
-    finished): a duplicate message is then dropped instead of running the job twice."""
-    result = session.execute(
-        update(Experiment)
-        .where(Experiment.id == experiment_id, Experiment.status == "queued")
-        .values(status="running", started_at=utcnow(), attempts=Experiment.attempts + 1, worker=worker,
-                error=None, updated_at=utcnow())
-    )
-    return result.rowcount == 1
+def claim_next(session: Session, queues: list[str], worker: str, lease_seconds: float,
+               experiment_id: Optional[str] = None) -> Optional[Claim]:
+    """Take the oldest queued job of ``queues`` (or that one job): queued → running with a fresh
+    lease and attempt number, atomically. None when there is nothing to take. Concurrent claimers
+    never take the same job: the update is conditional on the row still being queued."""
+    query = select(Experiment.id).where(Experiment.status == "queued", Experiment.queue.in_(queues),
+                                        Experiment.cancel_requested.is_(False))
+    if experiment_id is not None:
+        query = query.where(Experiment.id == experiment_id)
+    for candidate in session.scalars(query.order_by(Experiment.created_at, Experiment.id).limit(20)).all():
+        owner = f"{worker}/{uuid.uuid4().hex[:12]}"
+        now = utcnow()
+        result = session.execute(
+            update(Experiment)
+            .where(Experiment.id == candidate, Experiment.status == "queued", Experiment.cancel_requested.is_(False))
+            .values(status="running", started_at=now, attempts=Experiment.attempts + 1, worker=worker,
+                    lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds),
+                    error=None, updated_at=now)
+        )
+        if result.rowcount == 1:
+            attempt = session.scalar(select(Experiment.attempts).where(Experiment.id == candidate))
+            session.add(Attempt(experiment_id=candidate, number=attempt, worker=owner, started_at=now))
+            session.flush()
+            return Claim(candidate, attempt, owner)
+    return None
+
+
+def claim(session: Session, experiment_id: str, worker: str, lease_seconds: float = 60.0) -> bool:
+    """Claim one given job (see :func:`claim_next`); False when it is not queued."""
+    return claim_next(session, ["cpu", "gpu"], worker, lease_seconds, experiment_id) is not None
+
+
+def _held(claim: Claim):
+    return and_(Experiment.id == claim.experiment_id, Experiment.status == "running",
+                Experiment.lease_owner == claim.owner)
+
+
+def renew(session: Session, claim: Claim, lease_seconds: float) -> None:
+    """Extend the lease; raises :class:`LeaseLost` when it is no longer held."""
+    result = session.execute(update(Experiment).where(_held(claim))
+                             .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds)))
+    if result.rowcount != 1:
+        raise LeaseLost(claim.experiment_id)
+
+
+def record_progress(session: Session, claim: Claim, step: int, total: int) -> bool:
+    """Write progress under the lease; returns the cancel flag. Raises :class:`LeaseLost`."""
+    values: dict[str, Any] = {"step": step, "updated_at": utcnow()}
+    if total:
+        values["progress"] = step / total
+    if session.execute(update(Experiment).where(_held(claim)).values(**values)).rowcount != 1:
+        raise LeaseLost(claim.experiment_id)
+    return bool(session.scalar(select(Experiment.cancel_requested).where(Experiment.id == claim.experiment_id)))
+
+
+def finish_claimed(session: Session, claim: Claim, status: str, *, error: Optional[str] = None,
+                   summary: Optional[dict] = None, theory: Optional[dict] = None,
+                   distributions: Optional[dict] = None) -> None:
+    """End a claimed job (see :func:`finish`) if the lease is still held; raises :class:`LeaseLost`."""
+    if not _finish(session, _held(claim), status, error=error, summary=summary, theory=theory,
+                   distributions=distributions):
+        raise LeaseLost(claim.experiment_id)
+    _end_attempt(session, claim.experiment_id, claim.attempt, status)
+    session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == claim.experiment_id))
 
 
 def finish(session: Session, experiment_id: str, status: str, *, error: Optional[str] = None,
            summary: Optional[dict] = None, theory: Optional[dict] = None,
            distributions: Optional[dict] = None) -> None:
-    """Record the end of a job; a succeeded run also stores its final theory (conditioned on the
-    run, e.g. its realized initial norms), summary and distributions."""
+    """Record the end of a job that no worker holds (e.g. it could not be queued)."""
+    _finish(session, Experiment.id == experiment_id, status, error=error, summary=summary, theory=theory,
+            distributions=distributions)
+
+
+def _finish(session: Session, where, status: str, **results: Any) -> bool:
+    """A succeeded run also stores its final theory (conditioned on the run, e.g. its realized
+    initial norms), summary and distributions. The lease is cleared."""
     assert status in TERMINAL
-    values: dict[str, Any] = {"status": status, "finished_at": utcnow(), "updated_at": utcnow(), "error": error}
-    for key, value in (("summary", summary), ("theory", theory), ("distributions", distributions)):
-        if value is not None:
-            values[key] = value
+    now = utcnow()
+    values: dict[str, Any] = {"status": status, "finished_at": now, "updated_at": now, "error": results.pop("error"),
+                              "lease_owner": None, "lease_expires_at": None}
+    values.update({key: value for key, value in results.items() if value is not None})
     if status == "succeeded":
         values["progress"] = 1.0
-    session.execute(update(Experiment).where(Experiment.id == experiment_id).values(**values))
+    return session.execute(update(Experiment).where(where).values(**values)).rowcount == 1
+
+
+def release(session: Session, claim: Claim) -> None:
+    """Give a claimed job back to the queue (its worker is shutting down); no-op if not held."""
+    now = utcnow()
+    result = session.execute(update(Experiment).where(_held(claim))
+                             .values(status="queued", lease_owner=None, lease_expires_at=None, updated_at=now))
+    if result.rowcount == 1:
+        _end_attempt(session, claim.experiment_id, claim.attempt, "released")
+
+
+def _end_attempt(session: Session, experiment_id: str, number: int, outcome: str) -> None:
+    session.execute(update(Attempt).where(Attempt.experiment_id == experiment_id, Attempt.number == number,
+                                          Attempt.ended_at.is_(None))
+                    .values(ended_at=utcnow(), outcome=outcome))
 
 
 def request_cancel(session: Session, experiment_id: str) -> None:
     """A queued job is cancelled at once and never starts; a running one is flagged and its worker
-    stops at its next progress check, keeping the partial results. Conditional updates, so a
+    stops at its next progress write, keeping the partial results. Conditional updates, so a
     worker's concurrent claim or finish is never overwritten."""
     session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status == "queued")
                     .values(status="cancelled", finished_at=utcnow(), updated_at=utcnow()))
@@ -54,12 +155,71 @@ def request_cancel(session: Session, experiment_id: str) -> None:
                     .values(cancel_requested=True, updated_at=utcnow()))
 
 
-def requeue_orphans(session: Session) -> list[str]:
-    """Jobs left ``running`` by a worker that is known to be gone go back to ``queued``; returns
-    the ids of every queued job, to be enqueued again (the claim drops duplicates)."""
-    session.execute(update(Experiment).where(Experiment.status == "running")
-                    .values(status="queued", updated_at=utcnow()))
-    session.execute(update(Experiment).where(Experiment.status == "queued", Experiment.cancel_requested.is_(True))
-                    .values(status="cancelled", finished_at=utcnow(), updated_at=utcnow()))
-    return list(session.scalars(select(Experiment.id).where(Experiment.status == "queued")
-                                .order_by(Experiment.created_at)))
+def expire_leases(session: Session, max_attempts: int, *, owner_prefix: Optional[str] = None) -> list[str]:
+    """The sweeper's pass: every running job whose lease has expired (or, with ``owner_prefix``,
+    whose lease is held by that worker, known to be gone) lost its worker. It goes back to
+    ``queued``, or ends ``failed`` when it has been started ``max_attempts`` times, or
+    ``cancelled`` when a cancel was requested. Returns the ids put back in the queue."""
+    now = utcnow()
+    lost = Experiment.lease_expires_at < now
+    if owner_prefix is not None:
+        lost = or_(lost, Experiment.lease_owner.startswith(f"{owner_prefix}/", autoescape=True))
+    rows = session.execute(select(Experiment.id, Experiment.attempts, Experiment.worker, Experiment.lease_owner,
+                                  Experiment.cancel_requested)
+                           .where(Experiment.status == "running", lost)).all()
+    requeued = []
+    for experiment_id, attempts, worker, owner, cancel in rows:
+        held = and_(Experiment.id == experiment_id, Experiment.status == "running", Experiment.lease_owner == owner)
+        if cancel:
+            done = _finish(session, held, "cancelled", error=None)
+        elif attempts >= max_attempts:
+            done = _finish(session, held, "failed", error=(
+                f"the worker running it was lost during each of its {attempts} attempts (last: {worker}); "
+                f"SMD_MAX_ATTEMPTS is {max_attempts}"))
+        else:
+            done = session.execute(update(Experiment).where(held).values(
+                status="queued", lease_owner=None, lease_expires_at=None, updated_at=now)).rowcount == 1
+            if done:
+                requeued.append(experiment_id)
+        if done:
+            _end_attempt(session, experiment_id, attempts, "lost")
+    return requeued
+
+
+def queued_counts(session: Session) -> dict[str, int]:
+    """Queued (claimable) jobs per queue."""
+    rows = session.execute(select(Experiment.queue, func.count()).where(
+        Experiment.status == "queued", Experiment.cancel_requested.is_(False)).group_by(Experiment.queue)).all()
+    return {queue: int(n) for queue, n in rows}
+
+
+def save_checkpoint(session: Session, claim: Claim, step: int, n_points: int, data: bytes) -> None:
+    """Replace the job's checkpoint (under the lease; raises :class:`LeaseLost`)."""
+    if session.execute(select(Experiment.id).where(_held(claim)).with_for_update()).first() is None:
+        raise LeaseLost(claim.experiment_id)
+    session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == claim.experiment_id))
+    session.add(Checkpoint(experiment_id=claim.experiment_id, attempt=claim.attempt, step=step, n_points=n_points,
+                           data=data, created_at=utcnow()))
+
+
+def load_checkpoint(session: Session, experiment_id: str) -> Optional[Checkpoint]:
+    return session.get(Checkpoint, experiment_id)
+
+
+def drop_checkpoint(session: Session, experiment_id: str) -> None:
+    session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == experiment_id))
+
+
+def note_resume(session: Session, claim: Claim, step: int) -> None:
+    session.execute(update(Attempt).where(Attempt.experiment_id == claim.experiment_id,
+                                          Attempt.number == claim.attempt).values(resumed_from_step=step))
+
+
+def attempts(session: Session, experiment_id: str) -> list[Attempt]:
+    return list(session.scalars(select(Attempt).where(Attempt.experiment_id == experiment_id)
+                                .order_by(Attempt.number)))
+
+
+def as_utc(value: Optional[datetime]) -> Optional[datetime]:
+    """SQLite returns naive datetimes; every stored time is UTC."""
+    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value

@@ -37,3 +37,17 @@ def read_series(session: Session, experiment_id: str) -> dict[str, list]:
         length = max(length, row.start_index + row.n_points)
     return series
 
+
+
+def truncate_points(session: Session, experiment_id: str, n: int) -> None:
+    """Keep only the first ``n`` stored points (a job resuming from a checkpoint that holds ``n``)."""
+    session.execute(delete(SeriesChunk).where(SeriesChunk.experiment_id == experiment_id,
+                                              SeriesChunk.start_index >= n))
+    straddling = session.scalars(select(SeriesChunk).where(
+        SeriesChunk.experiment_id == experiment_id, SeriesChunk.start_index < n,
+        SeriesChunk.start_index + SeriesChunk.n_points > n)).all()
+    for row in straddling:
+        keep = n - row.start_index
+        chunk = json.loads(zlib.decompress(row.data))
+        row.data = zlib.compress(json.dumps({k: v[:keep] for k, v in chunk.items()}, allow_nan=True).encode(), 6)
+        row.n_points = keep

@@ -1,10 +1,12 @@
-"""Running one job: claim the row, run the engine, write progress, partial series and results."""
+"""Running jobs: claim one under a lease, run the engine (resuming from its checkpoint), and write
+progress, partial series, checkpoints and the outcome — each write conditioned on the lease."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import traceback
-from typing import Any
+from typing import Any, Optional
 
 from sqlalchemy import update
 
@@ -12,71 +14,174 @@ import smdengine
 from smdengine.runtime import json_safe
 from store import jobs
 from store.db import session_scope
-from store.models import Experiment, utcnow
-from store.series import write_points
+from store.models import Experiment
+from store.series import truncate_points, write_points
 from store.settings import Settings
 
 log = logging.getLogger(__name__)
 
+# Set when this worker process is asked to stop: the running job is given back to the queue at its
+# next progress event (it resumes elsewhere from its last checkpoint) instead of being cut off.
+shutting_down = threading.Event()
+
+
+class _Released(Exception):
+    pass
+
+
+def execute_next(settings: Settings, queues: list[str], worker: str = "local",
+                 experiment_id: Optional[str] = None) -> str:
+    """Claim the oldest queued job of ``queues`` (or that job) and run it; returns its final
+    status, "idle" when there was nothing to claim, "lost" when the lease was lost meanwhile."""
+    with session_scope(settings.db_url) as session:
+        claim = jobs.claim_next(session, queues, worker, settings.lease_seconds, experiment_id)
+    if claim is None:
+        return "idle"
+    return run_claimed(settings, claim)
+
 
 def execute(settings: Settings, experiment_id: str, worker: str = "local") -> str:
-    """Run the job if it can be claimed; returns its final status ("skipped" if not claimed)."""
+    """Run one given job if it is queued ("skipped" if not)."""
+    status = execute_next(settings, ["cpu", "gpu"], worker, experiment_id)
+    return "skipped" if status == "idle" else status
+
+
+def run_claimed(settings: Settings, claim: jobs.Claim) -> str:
+    url, experiment_id = settings.db_url, claim.experiment_id
+    log.info("experiment %s: attempt %d by %s", experiment_id, claim.attempt, claim.owner)
+    lease = _LeaseKeeper(url, claim, settings.lease_seconds)
+    lease.start()
+    writer = _SeriesWriter(url, claim, settings.flush_seconds, lease)
+    try:
+        return _run(settings, claim, writer)
+    except jobs.LeaseLost:
+        log.warning("experiment %s: lease lost (another worker owns it now); stopped", experiment_id)
+        return "lost"
+    except _Released:
+        with session_scope(url) as session:
+            jobs.release(session, claim)
+        log.warning("experiment %s: given back to the queue (worker shutting down)", experiment_id)
+        return "released"
+    finally:
+        lease.stop()
+
+
+def _run(settings: Settings, claim: jobs.Claim, writer: "_SeriesWriter") -> str:
     url = settings.db_url
     with session_scope(url) as session:
-        if not jobs.claim(session, experiment_id, worker):
-            log.info("experiment %s is not queued; message dropped", experiment_id)
-            return "skipped"
-        spec_data = session.get(Experiment, experiment_id).spec
-    # A re-run starts from scratch; writing from index 0 replaces any earlier partial series.
-    writer = _SeriesWriter(url, experiment_id, settings.flush_seconds)
+        spec_data = session.get(Experiment, claim.experiment_id).spec
+        stored = jobs.load_checkpoint(session, claim.experiment_id)
+        saved = (stored.data, stored.step) if stored is not None else None
     try:
         spec = smdengine.parse_spec(spec_data)
+        resume = _usable_checkpoint(saved, claim)
         with session_scope(url) as session:
-            session.execute(update(Experiment).where(Experiment.id == experiment_id)
+            writer.start(session, resume)
+            session.execute(update(Experiment).where(Experiment.id == claim.experiment_id)
                             .values(theory=json_safe(smdengine.predict(spec))))
+        hooks = smdengine.CheckpointHooks(save=writer.save_checkpoint, interval=settings.checkpoint_seconds,
+                                          resume=resume)
         result = smdengine.run(spec, on_progress=writer.on_progress, should_stop=writer.should_stop,
-                               progress_interval=min(0.5, settings.flush_seconds),
+                               progress_interval=min(0.5, settings.flush_seconds), checkpoint=hooks,
                                data_dir=str(settings.data_dir) if settings.data_dir else None)
         writer.flush()
+    except (jobs.LeaseLost, _Released):
+        raise
     except smdengine.Cancelled:
         _flush_quietly(writer)
-        return _finish(url, experiment_id, "cancelled")
+        return _finish(url, claim, "cancelled")
+    except smdengine.IncompatibleCheckpoint as exc:  # e.g. the job moved from a GPU to a CPU worker
+        log.warning("experiment %s: %s; starting from scratch", claim.experiment_id, exc)
+        with session_scope(url) as session:
+            jobs.drop_checkpoint(session, claim.experiment_id)
+        return _run(settings, claim, writer)
     except Exception as exc:  # the job failed: record why, never retry a deterministic error
-        log.exception("experiment %s failed", experiment_id)
+        log.exception("experiment %s failed", claim.experiment_id)
         _flush_quietly(writer)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return _finish(url, experiment_id, "failed", error=detail)
+        return _finish(url, claim, "failed", error=detail)
     doc = result.to_document()
-    return _finish(url, experiment_id, "succeeded", summary=doc["summary"], theory=doc["theory"],
+    return _finish(url, claim, "succeeded", summary=doc["summary"], theory=doc["theory"],
                    distributions=doc["distributions"])
+
+
+def _usable_checkpoint(saved: Optional[tuple[bytes, int]], claim: jobs.Claim) -> Optional[smdengine.Checkpoint]:
+    if saved is None:
+        return None
+    try:
+        checkpoint = smdengine.Checkpoint.from_bytes(saved[0])
+    except smdengine.IncompatibleCheckpoint as exc:
+        log.warning("experiment %s: %s; starting from scratch", claim.experiment_id, exc)
+        return None
+    log.info("experiment %s: resuming from step %d", claim.experiment_id, checkpoint.step)
+    return checkpoint
 
 
 def _flush_quietly(writer: "_SeriesWriter") -> None:
     try:
         writer.flush()
+    except jobs.LeaseLost:
+        raise
     except Exception:  # the job's end must still be recorded
-        log.exception("could not write the last points of experiment %s", writer.id)
+        log.exception("could not write the last points of experiment %s", writer.claim.experiment_id)
 
 
-def _finish(url: str, experiment_id: str, status: str, **values: Any) -> str:
+def _finish(url: str, claim: jobs.Claim, status: str, **values: Any) -> str:
     with session_scope(url) as session:
-        jobs.finish(session, experiment_id, status, **values)
-    log.info("experiment %s %s", experiment_id, status)
+        jobs.finish_claimed(session, claim, status, **values)
+    log.info("experiment %s %s", claim.experiment_id, status)
     return status
 
 
-class _SeriesWriter:
-    """Buffers engine progress and writes it to SQL at most every ``flush_seconds``; reads the
-    cancel flag at each write."""
+class _LeaseKeeper:
+    """Renews the lease every third of its length from a thread, so that a long engine step or a
+    slow write never lets it lapse while the job is alive."""
 
-    def __init__(self, url: str, experiment_id: str, flush_seconds: float):
-        self.url, self.id, self.flush_seconds = url, experiment_id, flush_seconds
+    def __init__(self, url: str, claim: jobs.Claim, lease_seconds: float):
+        self.url, self.claim, self.lease_seconds = url, claim, lease_seconds
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"lease-{claim.experiment_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.lease_seconds / 3):
+            try:
+                with session_scope(self.url) as session:
+                    jobs.renew(session, self.claim, self.lease_seconds)
+            except jobs.LeaseLost:
+                self.lost = True
+                return
+            except Exception:  # a database hiccup: try again next time, the lease has slack
+                log.exception("could not renew the lease of %s", self.claim.experiment_id)
+
+
+class _SeriesWriter:
+    """Buffers engine progress and writes it to SQL at most every ``flush_seconds``, reading the
+    cancel flag at each write; saves checkpoints after writing every point they hold."""
+
+    def __init__(self, url: str, claim: jobs.Claim, flush_seconds: float, lease: _LeaseKeeper):
+        self.url, self.claim, self.flush_seconds, self.lease = url, claim, flush_seconds, lease
         self.index = 0                    # points stored so far
         self.buffer: dict[str, list] = {}
         self.step = 0
         self.total = 0
         self.cancel = False
         self.last_flush = time.monotonic()
+
+    def start(self, session, resume: Optional[smdengine.Checkpoint]) -> None:
+        """Stored points beyond the checkpoint (or all, without one) are rewritten by this attempt."""
+        self.index = resume.n_points if resume is not None else 0
+        self.step = resume.step if resume is not None else 0
+        truncate_points(session, self.claim.experiment_id, self.index)
+        if resume is not None:
+            jobs.note_resume(session, self.claim, resume.step)
 
     def on_progress(self, progress: smdengine.Progress) -> None:
         for key, values in progress.points.items():
@@ -86,19 +191,25 @@ class _SeriesWriter:
             self.flush()
 
     def should_stop(self) -> bool:
+        if self.lease.lost:
+            raise jobs.LeaseLost(self.claim.experiment_id)
+        if shutting_down.is_set():
+            raise _Released()
         return self.cancel
+
+    def save_checkpoint(self, checkpoint: smdengine.Checkpoint) -> None:
+        self.flush()  # the stored series must reach the checkpoint's n_points
+        data = checkpoint.to_bytes()
+        with session_scope(self.url) as session:
+            jobs.save_checkpoint(session, self.claim, checkpoint.step, checkpoint.n_points, data)
 
     def flush(self) -> None:
         n = len(self.buffer.get("step", []))
         with session_scope(self.url) as session:
+            # progress first: it fails with LeaseLost before any point is written by a lost worker
+            self.cancel = jobs.record_progress(session, self.claim, self.step, self.total)
             if n:
-                write_points(session, self.id, self.index, self.buffer)
-            values: dict[str, Any] = {"step": self.step, "updated_at": utcnow()}
-            if self.total:
-                values["progress"] = self.step / self.total
-            session.execute(update(Experiment).where(Experiment.id == self.id).values(**values))
-            row = session.get(Experiment, self.id)
-            self.cancel = bool(row.cancel_requested)
+                write_points(session, self.claim.experiment_id, self.index, self.buffer)
         self.index += n
         self.buffer = {}
         self.last_flush = time.monotonic()

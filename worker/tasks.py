@@ -1,14 +1,43 @@
-"""Celery tasks: thin wrappers over :mod:`worker.runner`."""
+"""Celery tasks and worker-process hooks: thin wrappers over :mod:`worker.runner`."""
 from __future__ import annotations
 
+import os
+import signal
 import socket
 
+from celery import signals
+
 from store.settings import get_settings
-from worker.celery_app import RUN_TASK, celery_app
-from worker.runner import execute
+from worker.celery_app import RUN_NEXT_TASK, celery_app
+from worker.runner import execute_next, shutting_down
 
 
-@celery_app.task(name=RUN_TASK)
-def run_experiment(experiment_id: str) -> str:
-    """Run one experiment by id; its outcome is written to the database."""
-    return execute(get_settings(), experiment_id, worker=f"{socket.gethostname()}:{run_experiment.request.hostname}")
+@celery_app.task(name=RUN_NEXT_TASK)
+def run_next(queue: str) -> str:
+    """A job is waiting on ``queue``: claim the oldest one there and run it (its outcome is written
+    to the database); a doorbell that finds nothing to claim does nothing."""
+    settings = get_settings()
+    return execute_next(settings, [queue], worker=worker_name(settings))
+
+
+def worker_name(settings) -> str:
+    return settings.worker_name or f"{socket.gethostname()}:{os.getppid()}"
+
+
+def gpu_for_process(index: int, gpus: str, concurrency: int) -> str:
+    """The GPU a pool process uses: SMD_WORKER_GPUS (e.g. "0,1") or 0..concurrency−1, round-robin."""
+    choices = gpus.split(",") if gpus else [str(i) for i in range(concurrency)]
+    return choices[index % len(choices)]
+
+
+@signals.worker_process_init.connect
+def _init_process(**_) -> None:
+    """In each pool process, after the fork: pin a GPU before anything touches CUDA, and turn the
+    pool's SIGTERM (cold shutdown) into a clean hand-back of the running job."""
+    settings = get_settings()
+    if "gpu" in settings.queues:
+        from billiard.process import current_process
+
+        index = getattr(current_process(), "index", 0) or 0
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for_process(index, settings.worker_gpus, settings.worker_concurrency)
+    signal.signal(signal.SIGTERM, lambda *_: shutting_down.set())

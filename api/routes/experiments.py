@@ -14,7 +14,7 @@ from api.schemas import ErrorOut, ExperimentOut, ExperimentPage, ResultDocument,
 from smdengine import ExperimentSpec
 from store import jobs
 from store.models import Experiment
-from worker.queue import enqueue
+from worker.queue import queue_for, ring
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
@@ -22,25 +22,21 @@ NOT_FOUND = {404: {"model": ErrorOut, "description": "No experiment with that id
 
 
 @router.post("", status_code=202, response_model=ExperimentOut,
-             responses={422: {"description": "Invalid spec: each error names the field and the reason."},
-                        503: {"model": ErrorOut, "description": "The job could not be queued."}})
+             responses={422: {"description": "Invalid spec: each error names the field and the reason."}})
 def submit_experiment(spec: ExperimentSpec, session: SessionDep, settings: SettingsDep, response: Response):
-    """Validate a spec, store it, and queue it for a worker."""
+    """Validate a spec, store it, and queue it for a worker (cuda jobs on the gpu queue)."""
     if spec.work > settings.max_work:
         raise RequestValidationError([{
             "loc": ("body", "params"), "type": "value_error", "input": spec.params.model_dump(),
             "msg": f"work (elementary updates, trials·steps·dim; × 1/dt and × samples where they apply): "
                    f"expected at most {settings.max_work}, got {spec.work}"}])
     experiment = jobs.create(session, kind=spec.kind, name=spec.name, spec=spec.model_dump(mode="json"),
-                             total_steps=spec.params.steps)
+                             total_steps=spec.params.steps, queue=queue_for(spec.device))
     session.commit()  # the row exists before any worker can see the message
     try:
-        enqueue(settings, experiment.id)
-    except Exception as exc:
-        log.exception("could not enqueue %s", experiment.id)
-        jobs.finish(session, experiment.id, "failed", error=f"could not be queued: {exc}")
-        session.commit()
-        raise HTTPException(status_code=503, detail=f"the job queue is unavailable: {exc}") from exc
+        ring(settings, experiment.queue)
+    except Exception as exc:  # the job is safe in the database: the sweeper rings once the broker is back
+        log.warning("could not reach the broker for %s (%s); the sweeper will queue it", experiment.id, exc)
     response.headers["Location"] = f"/v1/experiments/{experiment.id}"
     return experiment
 

@@ -26,7 +26,7 @@ def test_submit_commits_and_enqueues(client, settings):
     assert body["status"] == "queued" and body["progress"] == 0 and body["total_steps"] == 400
     assert body["spec"]["params"]["trials"] == 64
     messages = [p for p in settings.broker_folder.glob("*.msg")]
-    assert len(messages) == 1 and body["id"] in messages[0].read_text()
+    assert len(messages) == 1 and "smd.run_next" in messages[0].read_text()  # a doorbell on the cpu queue
     assert client.get(f"/v1/experiments/{body['id']}").json()["status"] == "queued"
 
 

@@ -40,21 +40,3 @@ def test_series_chunks_roundtrip_and_idempotent_rewrite(database_url):
         write_points(s, exp, 0, {"step": [], "risk": []})
     with session_scope(database_url) as s:
         assert read_series(s, exp) == {}
-
-
-def test_claim_is_exclusive_and_orphans_requeue(database_url):
-    exp = make(database_url)
-    with session_scope(database_url) as s:
-        assert jobs.claim(s, exp, "w1") is True
-    with session_scope(database_url) as s:
-        assert jobs.claim(s, exp, "w2") is False
-        assert s.get(Experiment, exp).worker == "w1"
-    with session_scope(database_url) as s:
-        assert jobs.requeue_orphans(s) == [exp]
-    with session_scope(database_url) as s:
-        row = s.get(Experiment, exp)
-        assert row.status == "queued" and row.attempts == 1
-        jobs.request_cancel(s, row.id)
-    with session_scope(database_url) as s:
-        assert s.get(Experiment, exp).status == "cancelled"
-        assert jobs.requeue_orphans(s) == []

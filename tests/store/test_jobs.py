@@ -1,0 +1,160 @@
+"""Leases, attempts, checkpoints and migrations on SQLite and PostgreSQL (store.jobs)."""
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from alembic import command
+from sqlalchemy import inspect, update
+
+from store import jobs
+from store.db import get_engine, session_scope
+from store.migrate import alembic_config, upgrade_head
+from store.models import Experiment, utcnow
+from store.series import read_series, truncate_points, write_points
+
+
+def make(url: str, queue: str = "cpu") -> str:
+    upgrade_head(url)
+    with session_scope(url) as s:
+        return jobs.create(s, kind="nrq", name="x", spec={"kind": "nrq"}, total_steps=10, queue=queue).id
+
+
+def claim(url, queues=("cpu",), worker="w1", lease=60.0):
+    with session_scope(url) as s:
+        return jobs.claim_next(s, list(queues), worker, lease)
+
+
+def expire(url, experiment_id):
+    with session_scope(url) as s:
+        s.execute(update(Experiment).where(Experiment.id == experiment_id)
+                  .values(lease_expires_at=utcnow() - timedelta(seconds=1)))
+
+
+def row(url, experiment_id) -> Experiment:
+    with session_scope(url) as s:
+        return s.get(Experiment, experiment_id)
+
+
+def test_alembic_round_trip(database_url):
+    """upgrade → downgrade to base → upgrade, on both databases."""
+    cfg = alembic_config(database_url)
+    command.upgrade(cfg, "head")
+    command.downgrade(cfg, "base")
+    assert not {"experiments", "attempts", "checkpoints"} & set(inspect(get_engine(database_url)).get_table_names())
+    command.upgrade(cfg, "head")
+    get_engine(database_url).dispose()
+    tables = set(inspect(get_engine(database_url)).get_table_names())
+    assert {"experiments", "series_chunks", "attempts", "checkpoints"} <= tables
+    cols = {c["name"] for c in inspect(get_engine(database_url)).get_columns("experiments")}
+    assert {"queue", "lease_owner", "lease_expires_at"} <= cols
+    make(database_url)  # and the schema works
+
+
+def test_claim_takes_oldest_of_its_queues_exclusively(database_url):
+    first, gpu, second = make(database_url), make(database_url, "gpu"), make(database_url)
+    a = claim(database_url)
+    b = claim(database_url, worker="w2")
+    assert (a.experiment_id, b.experiment_id) == (first, second) and a.attempt == b.attempt == 1
+    assert claim(database_url) is None                   # cpu queue empty; the gpu job is not taken
+    assert claim(database_url, ("gpu", "cpu")).experiment_id == gpu
+    assert row(database_url, first).lease_owner == a.owner and a.owner.startswith("w1/")
+    with session_scope(database_url) as s:
+        assert [t.number for t in jobs.attempts(s, first)] == [1]
+
+
+def test_cancelled_queued_job_is_never_claimed(database_url):
+    exp = make(database_url)
+    with session_scope(database_url) as s:
+        jobs.request_cancel(s, exp)
+    assert claim(database_url) is None
+    assert row(database_url, exp).status == "cancelled"
+
+
+def test_writes_need_the_lease(database_url):
+    exp = make(database_url)
+    a = claim(database_url)
+    with session_scope(database_url) as s:
+        jobs.renew(s, a, 60)
+        assert jobs.record_progress(s, a, 5, 10) is False
+    expire(database_url, exp)
+    with session_scope(database_url) as s:
+        assert jobs.expire_leases(s, max_attempts=3) == [exp]
+    b = claim(database_url, worker="w2")
+    assert b.experiment_id == exp and b.attempt == 2
+    for write in (lambda s: jobs.renew(s, a, 60), lambda s: jobs.record_progress(s, a, 6, 10),
+                  lambda s: jobs.save_checkpoint(s, a, 6, 1, b"x"),
+                  lambda s: jobs.finish_claimed(s, a, "succeeded")):
+        with pytest.raises(jobs.LeaseLost):
+            with session_scope(database_url) as s:
+                write(s)
+    with session_scope(database_url) as s:
+        jobs.finish_claimed(s, b, "succeeded", summary={"ok": 1})
+        assert [(t.number, t.outcome) for t in jobs.attempts(s, exp)] == [(1, "lost"), (2, "succeeded")]
+    done = row(database_url, exp)
+    assert done.status == "succeeded" and done.lease_owner is None and done.summary == {"ok": 1}
+
+
+def test_attempts_cap_fails_with_reason(database_url):
+    exp = make(database_url)
+    for attempt in (1, 2, 3):
+        c = claim(database_url, worker=f"w{attempt}")
+        assert c.attempt == attempt
+        expire(database_url, exp)
+        with session_scope(database_url) as s:
+            requeued = jobs.expire_leases(s, max_attempts=3)
+        assert requeued == ([exp] if attempt < 3 else [])
+    failed = row(database_url, exp)
+    assert failed.status == "failed" and failed.attempts == 3
+    assert "lost during each of its 3 attempts" in failed.error and "w3" in failed.error
+    assert claim(database_url) is None
+
+
+def test_live_lease_is_kept_and_lost_worker_expired_by_name(database_url):
+    exp = make(database_url)
+    claim(database_url, worker="embedded@h")
+    with session_scope(database_url) as s:
+        assert jobs.expire_leases(s, 3) == []                      # lease still valid
+        assert jobs.expire_leases(s, 3, owner_prefix="embedded@") == []  # a prefix of the name is not the name
+        assert jobs.expire_leases(s, 3, owner_prefix="embedded@h") == [exp]
+    assert row(database_url, exp).status == "queued"
+
+
+def test_cancel_of_running_job_with_lost_worker_ends_cancelled(database_url):
+    exp = make(database_url)
+    claim(database_url)
+    with session_scope(database_url) as s:
+        jobs.request_cancel(s, exp)
+    expire(database_url, exp)
+    with session_scope(database_url) as s:
+        assert jobs.expire_leases(s, 3) == []
+    assert row(database_url, exp).status == "cancelled"
+
+
+def test_checkpoint_replaced_and_dropped_at_the_end(database_url):
+    exp = make(database_url)
+    c = claim(database_url)
+    with session_scope(database_url) as s:
+        jobs.save_checkpoint(s, c, 10, 2, b"one")
+    with session_scope(database_url) as s:
+        jobs.save_checkpoint(s, c, 20, 4, b"two")
+    with session_scope(database_url) as s:
+        stored = jobs.load_checkpoint(s, exp)
+        assert (stored.step, stored.n_points, stored.data, stored.attempt) == (20, 4, b"two", 1)
+        jobs.finish_claimed(s, c, "succeeded")
+    with session_scope(database_url) as s:
+        assert jobs.load_checkpoint(s, exp) is None
+
+
+def test_truncate_points_cuts_inside_a_chunk(database_url):
+    exp = make(database_url)
+    with session_scope(database_url) as s:
+        write_points(s, exp, 0, {"step": [0, 1, 2], "risk": [0.0, 0.1, 0.2]})
+        write_points(s, exp, 3, {"step": [3, 4], "risk": [0.3, 0.4]})
+    with session_scope(database_url) as s:
+        truncate_points(s, exp, 2)
+    with session_scope(database_url) as s:
+        assert read_series(s, exp) == {"step": [0, 1], "risk": [0.0, 0.1]}
+        write_points(s, exp, 2, {"step": [2, 3], "risk": [0.2, 0.3]})
+    with session_scope(database_url) as s:
+        assert read_series(s, exp) == {"step": [0, 1, 2, 3], "risk": [0.0, 0.1, 0.2, 0.3]}
