@@ -13,6 +13,7 @@ from api.routes import experiments, health, plots
 from smdengine.runtime import json_safe
 from store.migrate import upgrade_head
 from store.settings import Settings, get_settings
+from worker.sweeper import Sweeper
 
 
 def _name_tags(errors) -> list:
@@ -33,7 +34,12 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         upgrade_head(settings.db_url)  # every schema change is a migration, applied on start
-        yield
+        sweeper = Sweeper(settings).start() if settings.sweeper else None
+        try:
+            yield
+        finally:
+            if sweeper is not None:
+                sweeper.stop()
 
     app = FastAPI(title="SMD Lab", version="0.1.0", lifespan=lifespan,
                   description="Simulation jobs on Spherical Motion Dynamics: submit a spec, poll its status, "
