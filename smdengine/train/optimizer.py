@@ -13,6 +13,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from smdengine.runtime import saved
+
 
 class SGD:
     def __init__(self, params: list[torch.Tensor], momentum: float, tracked: Sequence[int] = ()):
@@ -35,6 +37,26 @@ class SGD:
         self.others = sorted(others)
         self.velocity = ([torch.zeros_like(self.params[i]) for i in self.others] if momentum > 0 else None)
         self.count = 0
+
+    def state(self) -> dict:
+        """What a checkpoint needs (CPU copies): every storage row (weights and velocities), the
+        untracked parameters and their velocities, and the step count (which velocity row is next)."""
+        out = {"count": self.count, "storage": [saved(s) for s in self.storage],
+               "others": [saved(self.params[i]) for i in self.others]}
+        if self.velocity is not None:
+            out["velocity"] = [saved(v) for v in self.velocity]
+        return out
+
+    @torch.no_grad()
+    def load_state(self, state: dict) -> None:
+        self.count = int(state["count"])
+        for store, s in zip(self.storage, state["storage"], strict=True):
+            store.copy_(s)
+        for i, p in zip(self.others, state["others"], strict=True):
+            self.params[i].copy_(p)
+        if self.velocity is not None:
+            for v, s in zip(self.velocity, state["velocity"], strict=True):
+                v.copy_(s)
 
     def next_velocity_row(self) -> int:
         """Row of the storage that receives the velocity of the next step (the other holds the previous)."""

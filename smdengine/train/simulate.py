@@ -6,6 +6,10 @@ Recorded on windows of ``record_every`` updates [n, n + r), labelled by their fi
 global ``train_loss``/``train_acc`` (means over the window's minibatches and the trials), ``test_loss``/
 ``test_acc`` (the state at step n, when n is a multiple of ``eval_every``; NaN between), ``lr``,
 ``weight_decay``; per group ``<group>/<metric>`` for the tracker's metrics (tracker.METRICS).
+
+Checkpoints (smdengine.recorder protocol) may be taken after any update, mid-window included: the
+state holds the optimizer's storage, the normalization buffers, the generator, the batch order, the
+window's accumulators (losses, hits, the pending evaluation, the tracker's Gram matrices and EMA).
 """
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ import torch.nn.functional as F
 
 from smdengine.nrq.schedule import Phase, phase_at, rate_phases
 from smdengine.recorder import Recorder
-from smdengine.runtime import ProgressCallback, RunResult, StopCheck, layer_key, resolve_device, resolve_dtype
+from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, layer_key, resolve_device,
+                               resolve_dtype, saved)
 from smdengine.train import models
 from smdengine.train.data import Dataset, load_dataset
 from smdengine.train.optimizer import SGD
@@ -57,7 +62,8 @@ def predict(spec: TrainSpec) -> dict[str, Any]:
 
 def simulate(spec: TrainSpec, *, on_progress: Optional[ProgressCallback] = None,
              should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
-             data_dir: Optional[str] = None, track: bool = True) -> RunResult:
+             data_dir: Optional[str] = None, track: bool = True,
+             checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
     """Train ``trials`` networks together and record the series (module docstring).
 
     track=False skips the per-weight tracking (for overhead benchmarks); layer series are then absent.
@@ -76,7 +82,7 @@ def simulate(spec: TrainSpec, *, on_progress: Optional[ProgressCallback] = None,
     net.params.update(zip(net.trainable, params))      # tracked weights are now views of the storage
 
     names = GLOBAL + (tuple(layer_key(g, m) for g in groups for m in LAYER_METRICS) if track else ())
-    recorder = Recorder(names, p.steps, on_progress, should_stop, progress_interval)
+    recorder = Recorder(names, p.steps, on_progress, should_stop, progress_interval, checkpoint)
     tracker = (Tracker(groups, [j for _, j in tracked], p.trials, p.record_every, p.momentum, optimizer.rows,
                        dtype, device) if track else None)
     all_phases = phases(p)
@@ -88,7 +94,34 @@ def simulate(spec: TrainSpec, *, on_progress: Optional[ProgressCallback] = None,
     pending: dict[str, torch.Tensor] = {}
     phase = all_phases[0]
 
-    for n in range(p.steps):
+    start = 0
+    if recorder.resumed is not None:
+        state = recorder.resumed.state
+        start = recorder.resumed.step
+        # the phase in force at the last update done; a phase starting at `start` (and its rescale)
+        # is entered by the loop, exactly once
+        phase = phase_at(all_phases, start - 1) if start > 0 else all_phases[0]
+        optimizer.load_state(state["optimizer"])
+        with torch.no_grad():
+            for k, b in state["buffers"].items():
+                net.buffers[k].copy_(b)
+        gen.set_state(state["rng"])
+        batches.load_state(state["batches"])
+        loss_sum.copy_(state["loss_sum"])
+        hits.copy_(state["hits"])
+        pending = {k: v.to(device if k in ("test_loss", "test_acc") else "cpu") for k, v in state["pending"].items()}
+        if tracker is not None:
+            tracker.load_state(state["tracker"])
+
+    def snapshot() -> dict[str, Any]:
+        return {"optimizer": optimizer.state(), "buffers": {k: saved(b) for k, b in net.buffers.items()},
+                "rng": gen.get_state(), "batches": batches.state(), "loss_sum": saved(loss_sum),
+                "hits": saved(hits), "pending": {k: saved(v) for k, v in pending.items()},
+                "tracker": tracker.state() if tracker is not None else None}
+
+    recorder.snapshot = snapshot
+
+    for n in range(start, p.steps):
         if n in phase_by_start and n > 0:
             phase = phase_by_start[n]
             if phase.rescale != 1.0:
@@ -154,6 +187,18 @@ class _Batches:
         self.k += 1
         return self.data.x_train[idx], self.data.y_train[idx]
 
+    def state(self) -> dict[str, Any]:
+        """The epoch's order (int32 when it fits: it is T × n) and the position in it."""
+        if self.k == self.per_epoch:          # the next batch reshuffles: the order is not needed
+            return {"k": self.k, "order": None}
+        order = self.order.to(torch.int32) if self.n < 2**31 else self.order
+        return {"k": self.k, "order": saved(order)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.k = int(state["k"])
+        if state["order"] is not None:
+            self.order = state["order"].to(device=self.data.y_train.device, dtype=torch.int64)
+
 
 @torch.no_grad()
 def evaluate(net: models.Net, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -173,7 +218,7 @@ def check_scale_invariance(net: models.Net, data: Dataset, batch_size: int, gen:
                            tol: float) -> float:
     """⟨w, ∇_w L⟩ ≈ 0 for every group at the start (cosine of w and its gradient, every trial); raises
     when a group the architecture calls scale-invariant is not. Returns the largest |cos|."""
-    saved = {k: b.clone() for k, b in net.buffers.items()}
+    kept = {k: b.clone() for k, b in net.buffers.items()}
     state = gen.get_state()
     idx = torch.randint(0, data.y_train.shape[0], (net.trials, batch_size), generator=gen,
                         device=data.y_train.device)
@@ -182,7 +227,7 @@ def check_scale_invariance(net: models.Net, data: Dataset, batch_size: int, gen:
     logits = net.forward(data.x_train[idx], training=True)
     loss = F.cross_entropy(logits.flatten(0, 1), data.y_train[idx].flatten(), reduction="none").sum()
     grads = dict(zip(names, torch.autograd.grad(loss, [net.params[m] for m in names])))
-    for k, b in saved.items():
+    for k, b in kept.items():
         net.buffers[k].copy_(b)
     worst = 0.0
     with torch.no_grad():

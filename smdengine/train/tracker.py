@@ -19,6 +19,8 @@ from typing import Optional, Sequence
 
 import torch
 
+from smdengine.runtime import saved
+
 METRICS = ("au_rms", "au_mean", "norm", "unit_grad_sq", "eff_lr", "norm_theory")
 
 
@@ -48,6 +50,19 @@ class Tracker:
         self.buf = torch.zeros(window, len(members), trials, rows, rows, dtype=dtype, device=device)
         self.rates: list[tuple[float, float, int]] = []   # (η, λ, velocity row) of each step
         self.ema: Optional[torch.Tensor] = None            # running mean of L per (group, trial), float64
+
+    def state(self) -> dict:
+        """What a checkpoint needs (CPU copies): the Gram matrices and rates of the steps of the window
+        in progress, and the running mean of L."""
+        n = len(self.rates)
+        return {"gram": saved(self.buf[:n]), "rates": [list(r) for r in self.rates],
+                "ema": None if self.ema is None else saved(self.ema)}
+
+    def load_state(self, state: dict) -> None:
+        self.rates = [(float(lr), float(wd), int(row)) for lr, wd, row in state["rates"]]
+        self.buf[:len(self.rates)].copy_(state["gram"])
+        ema = state["ema"]
+        self.ema = None if ema is None else ema.to(self.buf.device)
 
     def slot(self, lr: float, weight_decay: float, velocity_row: int) -> torch.Tensor:
         """The (tracked, T, rows, rows) buffer for the next step's Gram matrices."""

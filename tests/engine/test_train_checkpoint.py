@@ -1,0 +1,141 @@
+"""Checkpoint/resume of the train kind: a run resumed from any update gives exactly the result of an
+uninterrupted one, and its progress events carry exactly the points after the checkpoint."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import smdengine
+from smdengine.runtime import Checkpoint, CheckpointHooks
+from smdengine.train import simulate as train_sim
+
+
+class _Interrupt(Exception):
+    pass
+
+
+def spec(**params) -> dict:
+    # 1347 // 32 = 42 updates per epoch: the runs cross an epoch boundary; schedule change at 30
+    base = dict(dataset={"name": "digits"}, model="mlp", depth=1, width=16, norm="batch", batch_size=32,
+                steps=60, record_every=5, eval_every=10, trials=2, lr=0.5, weight_decay=1e-2,
+                schedule=[{"step": 30, "lr_factor": 0.25, "weight_decay_factor": 4.0, "rescale": True}])
+    base.update(params)
+    return {"kind": "train", "seed": 3, "device": "cpu", "params": base}
+
+
+def same(a, b) -> bool:
+    """Exact equality, NaN equal to NaN (at the same positions)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def assert_same_result(got, want) -> None:
+    assert same(got.series, want.series)
+    assert same(got.summary, want.summary)
+    assert same(got.theory, want.theory)
+
+
+def merged(events) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for e in events:
+        for k, v in e.points.items():
+            out.setdefault(k, []).extend(v)
+    return out
+
+
+def interrupted(s, k: int, resume: Checkpoint | None = None, run=smdengine.run) -> tuple[bytes, list]:
+    """Run with a checkpoint after every update (from ``resume`` when given); stop after the k-th."""
+    saved: list[bytes] = []
+    events: list = []
+
+    def save(cp: Checkpoint) -> None:
+        saved.append(cp.to_bytes())
+        if len(saved) == k:
+            raise _Interrupt
+
+    with pytest.raises(_Interrupt):
+        run(s, on_progress=events.append, progress_interval=0.0,
+            checkpoint=CheckpointHooks(save=save, interval=0.0, resume=resume))
+    return saved[-1], events
+
+
+def resumed(s, data: bytes, run=smdengine.run):
+    cp = Checkpoint.from_bytes(data)
+    events: list = []
+    result = run(s, on_progress=events.append, checkpoint=CheckpointHooks(resume=cp))
+    return cp, result, events
+
+
+def check_resume(s, k: int, run=smdengine.run):
+    want = run(s)
+    data, before = interrupted(s, k, run=run)
+    cp, got, after = resumed(s, data, run=run)
+    assert cp.step == k
+    assert_same_result(got, want)
+    # the interrupted run delivered exactly the checkpoint's points; the resumed one exactly the rest
+    assert same(merged(before), cp.series)
+    n = cp.n_points
+    rest = merged(after)
+    assert same(rest, {key: values[n:] for key, values in want.series.items()})
+    assert all(step >= cp.step - s["params"]["record_every"] + 1 for step in rest["step"])
+    return want
+
+
+# steps: mid-window before the schedule change, at the window/phase start 30 (its rescale must be
+# applied once, by the resumed run), just after it, mid-window after it across the epoch boundary
+@pytest.mark.parametrize("k", [7, 30, 31, 43])
+def test_sgd_batch_norm_resumes_exactly(k):
+    check_resume(spec(), k)
+
+
+@pytest.mark.parametrize("k", [12, 37])
+def test_sgdm_with_trainable_affines_and_classifier_resumes_exactly(k):
+    # scale_invariant=False: untracked parameters (classifier, norm affines) with their own velocities
+    check_resume(spec(momentum=0.9, lr=0.05, scale_invariant=False), k)
+
+
+def test_cnn_group_norm_momentum_resumes_exactly():
+    check_resume(spec(model="cnn", depth=2, width=4, norm="group", norm_groups=2, momentum=0.9, lr=0.05,
+                      steps=30, schedule=[{"step": 15, "lr_factor": 0.5, "rescale": True}]), 17)
+
+
+def test_untracked_run_resumes_exactly():
+    def run(s, **kw):
+        return train_sim.simulate(smdengine.parse_spec(s), track=False, **kw)
+
+    check_resume(spec(momentum=0.5), 33, run=run)
+
+
+def test_a_resumed_run_checkpoints_and_resumes_again():
+    s = spec(momentum=0.9, lr=0.05)
+    want = smdengine.run(s)
+    first, _ = interrupted(s, 13)
+    second, _ = interrupted(s, 20, resume=Checkpoint.from_bytes(first))    # 20 updates more: at 33
+    cp, got, _ = resumed(s, second)
+    assert cp.step == 33
+    assert_same_result(got, want)
+
+
+def test_a_checkpoint_at_the_last_update_resumes_to_the_same_result():
+    s = spec(steps=20, schedule=[])
+    want = smdengine.run(s)
+    data, _ = interrupted(s, 20)
+    cp, got, after = resumed(s, data)
+    assert cp.step == 20 and cp.n_points == 4
+    assert_same_result(got, want)
+    assert merged(after)["step"] == []
+
+
+def test_checkpoints_happen_mid_window_with_long_windows():
+    """With windows longer than the updates between events, checkpoints are still taken (any update)."""
+    s = spec(steps=40, record_every=20, eval_every=20, schedule=[])
+    steps: list[int] = []
+    smdengine.run(s, progress_interval=0.0,
+                  checkpoint=CheckpointHooks(save=lambda cp: steps.append(cp.step), interval=0.0))
+    assert steps == list(range(1, 41))
