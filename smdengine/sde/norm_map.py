@@ -46,6 +46,9 @@ float64 runs see the same ε) with ``torch.rand`` in chunks of steps × trials (
 CPU generator the stream does not depend on how it is chunked (tested); on CUDA (Philox) it may,
 which is why the chunk size is a function of ``trials`` only (:data:`CHUNK`, :data:`CHUNK_ELEMENTS`):
 the same spec, seed, device and dtype give the same run.
+Checkpoints: a run resumes after any step. Its state holds the map's state, the chunk size, the start
+of the current chunk and the RNG state from before that chunk's draw: a resumed run draws the chunk
+again (the same numbers) and skips the rows already applied.
 Floating point: the SGD update is evaluated as (1 − 2λη)·(x + L_tη²/((1 − 2λη)x)) — the same map,
 one op fewer, differing from the literal formula by rounding only. The SGDM map is iterated in the
 coordinates (|w_t|², ⟨w_t, w_t − w_{t−1}⟩, |w_t − w_{t−1}|²), a linear change of variables of X
@@ -63,7 +66,8 @@ import numpy as np
 import torch
 
 from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import ProgressCallback, RunResult, StopCheck, resolve_device, resolve_dtype
+from smdengine.runtime import (CheckpointHooks, Progress, ProgressCallback, RunResult, StopCheck, resolve_device,
+                               resolve_dtype, saved)
 from smdengine.sde.spec import NormMapParams, SDESpec
 
 METRICS = ("norm_sq", "unit_grad_sq_mean")
@@ -85,13 +89,17 @@ paths compute the same map."""
 
 
 def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
-             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5) -> RunResult:
+             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
+             checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
     """Iterate the SGD or SGDM norm map; series ``step`` + :data:`METRICS`, theory from
     :func:`predict`, summary = tail means + ``rel_error_max_tail``."""
     p: NormMapParams = spec.params
     device, dtype = resolve_device(spec.device), resolve_dtype(p.dtype)
     gen = torch.Generator(device=device).manual_seed(spec.seed)
-    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval)
+    saving = checkpoint is not None and checkpoint.save is not None
+    # a checkpoint is taken right after a progress event, at its step: remember it
+    events = _LastEvent(on_progress) if saving else on_progress
+    recorder = Recorder(METRICS, p.steps, events, should_stop, progress_interval, checkpoint)
     if p.momentum == 0:
         stepper = _SGD(p, device, dtype)
     elif device.type != "cpu" or p.trials <= MM_MAX_TRIALS:
@@ -101,8 +109,24 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
 
     g = p.unit_grad_sq
     chunk = max(1, min(CHUNK, CHUNK_ELEMENTS // p.trials))
-    for start in range(0, p.steps, chunk):
+    first = skip = 0   # the first chunk's start, and the rows of it already applied before a resume
+    if recorder.resumed is not None:
+        state = recorder.resumed.state
+        chunk, first = int(state["chunk"]), int(state["chunk_start"])
+        skip = recorder.resumed.step - first
+        stepper.load_state(state)
+        gen.set_state(state["rng"])
+    start = run_start = first
+    chunk_rng = None
+
+    def snapshot() -> dict[str, Any]:  # called only when saving, so events is a _LastEvent
+        return {"chunk": chunk, "chunk_start": start, "rng": chunk_rng, **stepper.state(events.step - run_start)}
+
+    recorder.snapshot = snapshot
+    for start in range(first, p.steps, chunk):
         m = min(chunk, p.steps - start)
+        if saving:
+            chunk_rng = gen.get_state()
         # E[L_t] in numpy (the same expression as predict's; torch.sin goes multi-threaded on a
         # chunk and then costs ~100× more on a loaded machine)
         mean_l = torch.from_numpy(_drive_mean(g, np.arange(start, start + m, dtype=np.float64))).to(device)
@@ -110,7 +134,12 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
         if g.noise == "uniform":
             u = torch.rand(m, p.trials, generator=gen, dtype=torch.float64, device=device)
             drive = drive + g.noise_half_width * (2.0 * u - 1.0)
-        stepper.run(start, (drive * stepper.scale).to(dtype), mean_l.to(dtype).unbind(0), p.record_every, recorder)
+        rows, means = (drive * stepper.scale).to(dtype), mean_l.to(dtype)
+        if skip:
+            rows, means = rows[skip:], means[skip:]
+        run_start = start + skip
+        stepper.run(run_start, rows, means.unbind(0), p.record_every, recorder)
+        skip = 0
     recorder.flush(p.steps)
 
     prediction = predict(spec)
@@ -120,6 +149,23 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
     return RunResult(series=recorder.series, theory=prediction, summary=summary)
 
 
+class _LastEvent:
+    """Forwards progress events and keeps the step of the last one."""
+
+    def __init__(self, forward: Optional[ProgressCallback]):
+        self.forward, self.step = forward, 0
+
+    def __call__(self, progress: Progress) -> None:
+        self.step = progress.step
+        if self.forward is not None:
+            self.forward(progress)
+
+
+# The steppers' run(start, drive, ...) applies the drive rows to steps start, start + 1, …; their
+# state(done) is the map's state (CPU copies) after ``done`` rows of the run in progress, and
+# load_state sets it before the first run.
+
+
 class _SGD:
     """x ← (1 − 2λη)x + L_tη²/x, evaluated as c·(x + (L_tη²/c)/x) with c = 1 − 2λη: two in-place ops."""
 
@@ -127,6 +173,12 @@ class _SGD:
         self.shrink = 1.0 - 2.0 * p.weight_decay * p.lr
         self.scale = p.lr * p.lr / self.shrink  # the drive rows hold L_tη²/c
         self.x = torch.full((p.trials,), p.init_norm_sq, dtype=dtype, device=device)
+
+    def state(self, done: int) -> dict[str, torch.Tensor]:
+        return {"x": saved(self.x)}
+
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.x.copy_(state["x"])
 
     def run(self, start: int, drive: torch.Tensor, means, every: int, recorder: Recorder) -> None:
         x, shrink = self.x, self.shrink
@@ -169,6 +221,13 @@ class _SGDMMatmul:
         self.buffers = [y, torch.empty_like(y)]
         self.force = torch.empty((p.trials, 1), dtype=dtype, device=device)
 
+    def state(self, done: int) -> dict[str, torch.Tensor]:
+        # run swaps the two buffers after every row and stores their order only at its end
+        return {"y": saved(self.buffers[done % 2])}
+
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.buffers[0].copy_(state["y"])
+
     def run(self, start: int, drive: torch.Tensor, means, every: int, recorder: Recorder) -> None:
         (src, src_a), (dst, dst_a) = [(y, y[:, :1]) for y in self.buffers]  # a as a (trials, 1) view
         bt, force = self.bt, self.force
@@ -195,6 +254,16 @@ class _SGDMColumns:
         self.cols = [torch.full((p.trials,), p.init_norm_sq, **full)] + [torch.zeros((p.trials,), **full)
                                                                         for _ in range(2)]
         self.work = [torch.empty((p.trials,), **full) for _ in range(4)]
+
+    def state(self, done: int) -> dict[str, torch.Tensor]:
+        # run updates a and p in place, swaps q with the spare work column after every row and
+        # stores the columns only at its end
+        q = self.cols[2] if done % 2 == 0 else self.work[3]
+        return {"a": saved(self.cols[0]), "p": saved(self.cols[1]), "q": saved(q)}
+
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        for column, key in zip(self.cols, "apq"):
+            column.copy_(state[key])
 
     def run(self, start: int, drive: torch.Tensor, means, every: int, recorder: Recorder) -> None:
         a, pp, q = self.cols

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import ProgressCallback, RunResult, StopCheck, resolve_device, resolve_dtype
+from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device,
+                               resolve_dtype, saved)
 from smdengine.sde.spec import SDESpec
 
 METRICS = ("theta", "circular_variance", "norm", "loss")
@@ -35,7 +36,10 @@ DISTRIBUTIONS = ()
 
 
 def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
-             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5) -> RunResult:
+             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
+             checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
+    """Run the model; series ``step`` + :data:`METRICS`, theory from :func:`predict`, summary = tail
+    means + ``circular_variance_final``. Resumable after any whole step (state: x and the RNG)."""
     p = spec.params
     k = p.substeps()
     dt = 1.0 / k
@@ -46,9 +50,16 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
     eps = torch.empty_like(x)
     drift, noise = p.lr * dt, p.lr * math.sqrt(dt) * p.noise_std
     shown = min(p.record_trials, p.trials)
-    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval)
+    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval, checkpoint)
 
-    for n in range(p.steps):
+    first = 0
+    if recorder.resumed is not None:
+        state = recorder.resumed.state
+        first = recorder.resumed.step
+        x.copy_(state["x"])
+        gen.set_state(state["rng"])
+    recorder.snapshot = lambda: {"x": saved(x), "rng": gen.get_state()}
+    for n in range(first, p.steps):
         if n % p.record_every == 0:
             theta, loss = problem.angle(x), problem.loss(x)
             recorder.record(n, {

@@ -22,7 +22,8 @@ from smdengine.nrq.predict import predict_physics
 from smdengine.nrq.schedule import phase_at, phases, record_steps, tail_start
 from smdengine.nrq.stepper import Stepper
 from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import ProgressCallback, RunResult, StopCheck, resolve_device, resolve_dtype
+from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device,
+                               resolve_dtype, saved)
 from smdengine.sde.spec import SDESpec, substeps
 
 METRICS = ("risk", "norm_sq", "au_rms", "eff_lr", "gamma")
@@ -31,9 +32,11 @@ DISTRIBUTIONS = ("f_histogram",)
 
 
 def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
-             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5) -> RunResult:
+             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
+             checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
     """Run the nrq model; series ``step`` + :data:`METRICS` (means over trials), theory from
-    :func:`predict`, summary = tail means, distribution ``f_histogram``."""
+    :func:`predict`, summary = tail means, distribution ``f_histogram``. Resumable after any whole
+    step (state: X, the RNG, the phase's lr/wd and the histogram counts)."""
     p = spec.params
     k = substeps(p.dt)
     dt = 1.0 / k
@@ -44,12 +47,21 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
     init_norms_sq = x.square().sum(dim=1).cpu().numpy()
     stepper = Stepper(x, a, p.noise_std, 0.0, gen)
     phase_by_start = {ph.start: ph for ph in phases(p)}
-    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval)
+    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval, checkpoint)
     tail = tail_start(p)
     counts = torch.zeros(p.f_bins, dtype=torch.float64, device=device)
 
     lr = wd = 0.0
-    for n in range(p.steps):
+    first = 0
+    if recorder.resumed is not None:
+        state = recorder.resumed.state
+        first, lr, wd = recorder.resumed.step, state["lr"], state["wd"]
+        stepper.load_state(state)
+        counts.copy_(state["f_counts"])
+        gen.set_state(state["rng"])
+    recorder.snapshot = lambda: {"lr": lr, "wd": wd, "rng": gen.get_state(), "f_counts": saved(counts),
+                                 **stepper.state()}
+    for n in range(first, p.steps):
         phase = phase_by_start.get(n)
         if phase is not None:
             lr, wd = stepper.enter(phase)

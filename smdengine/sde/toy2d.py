@@ -50,7 +50,8 @@ import numpy as np
 import torch
 
 from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import ProgressCallback, RunResult, StopCheck, resolve_device, resolve_dtype
+from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device,
+                               resolve_dtype, saved)
 from smdengine.sde.spec import SDESpec, Toy2DParams
 
 METRICS = ("spread", "loss", "norm_sq")
@@ -59,9 +60,11 @@ DISTRIBUTIONS = ()
 
 
 def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
-             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5) -> RunResult:
+             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
+             checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
     """Run the cloud; series ``step`` + :data:`METRICS`, theory from :func:`predict`, summary =
-    tail means + ``spread_final``, ``spread_max``."""
+    tail means + ``spread_final``, ``spread_max``. Resumable after any whole step (state: the cloud
+    w; the generator only draws the starts)."""
     p: Toy2DParams = spec.params
     device, dtype = resolve_device(spec.device), resolve_dtype(p.dtype)
     gen = torch.Generator(device=device).manual_seed(spec.seed)
@@ -75,9 +78,14 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
     # (elementwise ops only: a CPU BLAS matmul per step is far slower on a busy machine)
     shrink = 1.0 - p.lr * p.weight_decay * h
     kick = torch.tensor([-2.0 * p.lr * h, 2.0 * p.lr * h], dtype=dtype, device=device)
-    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval)
+    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval, checkpoint)
+    first = 0
+    if recorder.resumed is not None:
+        first = recorder.resumed.step
+        w = recorder.resumed.state["w"].to(device=device, dtype=dtype)
+    recorder.snapshot = lambda: {"w": saved(w)}  # w is rebound by every update: the lambda reads the current one
     every = p.record_every
-    for n in range(p.steps):
+    for n in range(first, p.steps):
         if n % every == 0:
             recorder.record(n, _metrics(w))
         for _ in range(k):
