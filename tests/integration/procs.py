@@ -70,3 +70,47 @@ def wait_status(base: str, experiment_id: str, statuses: set[str], timeout: floa
             return body
         time.sleep(0.3)
     raise AssertionError(f"experiment {experiment_id} still {body['status']} after {timeout}s: {body}")
+
+
+class RestartableRedis:
+    """A private redis-server with append-only persistence that can be stopped and started again on
+    the same port and data directory (a broker restart, as in production)."""
+
+    def __init__(self, tmp: Path):
+        import shutil
+
+        from tests.servers import free_port
+
+        self.binary = shutil.which("redis-server")
+        assert self.binary, "redis-server is not on PATH: run scripts/ensure-redis.sh"
+        self.dir = tmp / "redis"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout: float = 10) -> None:
+        import socket
+
+        self.proc = spawn([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+                           "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+                          {"PATH": os.environ.get("PATH", "")}, self.dir / "redis.log")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(64).startswith(b"+PONG"):
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"redis did not start: {(self.dir / 'redis.log').read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop(self.proc)
+            self.proc = None

@@ -9,6 +9,8 @@ import time
 import httpx
 import pytest
 
+from store import jobs
+from store.db import session_scope
 from tests.conftest import REPO, small_spec
 from tests.integration.procs import group_members, spawn, stop, wait_http, wait_status
 from tests.servers import free_port
@@ -20,7 +22,8 @@ pytestmark = pytest.mark.integration
 def embedded(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMD_")}
-    env.update(SMD_PORT=str(port), SMD_STATE_DIR=str(tmp_path / "state"), SMD_FLUSH_SECONDS="0.3")
+    env.update(SMD_PORT=str(port), SMD_STATE_DIR=str(tmp_path / "state"), SMD_FLUSH_SECONDS="0.3",
+               SMD_CHECKPOINT_SECONDS="0.5", SMD_SWEEP_SECONDS="0.5")
     log = tmp_path / "serve.log"
     proc = spawn(["make", "--no-print-directory", "run"], env, log, cwd=REPO)
     base = f"http://127.0.0.1:{port}"
@@ -46,13 +49,21 @@ def test_make_run_end_to_end(embedded):
 
 
 def test_sigkilled_worker_does_not_lose_the_job(embedded):
+    """The supervisor restarts the worker and expires its lease at once; attempt 2 resumes from the
+    checkpoint and ends with the results of an uninterrupted run."""
     base, proc, tmp = embedded
-    exp_id = httpx.post(f"{base}/v1/experiments", json=small_spec(trials=256, steps=20_000, record_every=100)).json()["id"]
+    spec = small_spec(trials=256, steps=20_000, record_every=100)
+    exp_id = httpx.post(f"{base}/v1/experiments", json=spec).json()["id"]
     wait_status(base, exp_id, {"running"}, timeout=60)
-    deadline = time.monotonic() + 30
-    while httpx.get(f"{base}/v1/experiments/{exp_id}").json()["step"] == 0:
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    db = f"sqlite:///{tmp / 'state' / 'smd.sqlite3'}"
+    deadline = time.monotonic() + 60
+    while True:
+        with session_scope(db) as s:
+            stored = jobs.load_checkpoint(s, exp_id)
+            if stored is not None and stored.step > 0:
+                break
+        assert time.monotonic() < deadline, (tmp / "serve.log").read_text()[-3000:]
+        time.sleep(0.1)
     workers = group_members(os.getpgid(proc.pid), "smdcli.main worker")
     assert workers, "no worker process found"
     for pid in workers:
@@ -60,5 +71,12 @@ def test_sigkilled_worker_does_not_lose_the_job(embedded):
     done = wait_status(base, exp_id, {"succeeded", "failed", "cancelled"}, timeout=180)
     assert done["status"] == "succeeded", (tmp / "serve.log").read_text()[-3000:]
     assert done["attempts"] == 2
-    doc = httpx.get(f"{base}/v1/experiments/{exp_id}/results").json()
-    assert doc["series"]["step"] == list(range(0, 20_000, 100))  # complete, no duplicated points
+    with session_scope(db) as s:
+        history = jobs.attempts(s, exp_id)
+    assert [a.outcome for a in history] == ["lost", "succeeded"] and history[1].resumed_from_step > 0
+    reference = httpx.post(f"{base}/v1/experiments", json=spec).json()["id"]
+    assert wait_status(base, reference, {"succeeded", "failed", "cancelled"}, timeout=180)["status"] == "succeeded"
+    docs = [httpx.get(f"{base}/v1/experiments/{i}/results").json() for i in (exp_id, reference)]
+    assert docs[0]["series"]["step"] == list(range(0, 20_000, 100))  # complete, no duplicated points
+    assert [{k: d[k] for k in ("series", "theory", "summary")} for d in docs][0] == \
+        {k: docs[1][k] for k in ("series", "theory", "summary")}

@@ -1,0 +1,201 @@
+"""A job system that loses nothing, on the production topology: a real (append-only) Redis, real
+`smd worker` processes and a real `smd api` process (with its sweeper), on SQLite and PostgreSQL.
+
+Short leases and sweeps make recovery take seconds: SMD_LEASE_SECONDS=3, SMD_SWEEP_SECONDS=0.5,
+SMD_CHECKPOINT_SECONDS=0.5.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import httpx
+import pytest
+
+from store import jobs
+from store.db import session_scope
+from tests.conftest import small_spec
+from tests.integration.procs import RestartableRedis, spawn, stop, wait_http, wait_status
+from tests.servers import free_port
+
+pytestmark = pytest.mark.integration
+TERMINAL = {"succeeded", "failed", "cancelled"}
+# ~5-10 s of work on one CPU core, with 200 recorded points
+LONG = small_spec(trials=256, steps=20_000, record_every=100)
+ENDLESS = small_spec(trials=256, steps=5_000_000, record_every=1000)
+
+
+class Stack:
+    def __init__(self, tmp, database_url):
+        self.tmp, self.database_url = tmp, database_url
+        self.redis = RestartableRedis(tmp)
+        self.redis.start()
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "SMD_BROKER_URL": self.redis.url, "SMD_DATABASE_URL": database_url,
+                    "SMD_STATE_DIR": str(tmp / "state"), "SMD_PORT": str(self.port), "SMD_FLUSH_SECONDS": "0.3",
+                    "SMD_LEASE_SECONDS": "3", "SMD_SWEEP_SECONDS": "0.5", "SMD_CHECKPOINT_SECONDS": "0.5",
+                    "SMD_MAX_ATTEMPTS": "3", "SMD_SOFT_SHUTDOWN_SECONDS": "2"}
+        self.api = None
+        self.workers: dict[str, object] = {}
+
+    def start_api(self):
+        self.api = spawn([sys.executable, "-m", "smdcli.main", "api"], self.env, self.tmp / "api.log")
+        wait_http(f"{self.base}/healthz", self.api, self.tmp / "api.log")
+
+    def start_worker(self, name: str):
+        env = {**self.env, "SMD_WORKER_NAME": name}
+        self.workers[name] = spawn([sys.executable, "-m", "smdcli.main", "worker"], env, self.tmp / f"{name}.log")
+
+    def kill_worker(self, name: str):
+        """SIGKILL the worker's whole process tree (main process and pool), as a crashed host."""
+        proc = self.workers.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-2500:]}" for p in sorted(self.tmp.glob("*.log")))
+
+    def close(self):
+        for proc in [self.api, *self.workers.values()]:
+            if proc is not None:
+                stop(proc)
+        self.redis.stop()
+
+
+@pytest.fixture
+def stack(tmp_path, database_url):
+    s = Stack(tmp_path, database_url)
+    try:
+        s.start_api()
+        yield s
+    finally:
+        s.close()
+
+
+def submit(stack, spec) -> str:
+    r = httpx.post(f"{stack.base}/v1/experiments", json=spec, timeout=10)
+    assert r.status_code == 202, r.text
+    return r.json()["id"]
+
+
+def attempts(stack, exp_id) -> list[tuple]:
+    with session_scope(stack.database_url) as s:
+        return [(a.number, a.worker.split("/")[0], a.outcome, a.resumed_from_step) for a in jobs.attempts(s, exp_id)]
+
+
+def wait_checkpoint(stack, exp_id, timeout=60) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with session_scope(stack.database_url) as s:
+            stored = jobs.load_checkpoint(s, exp_id)
+            if stored is not None and stored.step > 0:
+                return stored.step
+        time.sleep(0.1)
+    raise AssertionError(f"no checkpoint of {exp_id} in {timeout}s\n{stack.logs()}")
+
+
+def results(stack, exp_id) -> dict:
+    doc = httpx.get(f"{stack.base}/v1/experiments/{exp_id}/results", timeout=30).json()
+    return {k: doc[k] for k in ("series", "theory", "summary")}
+
+
+def test_sigkilled_worker_job_resumes_from_checkpoint_with_equal_results(stack):
+    stack.start_worker("w1")
+    exp_id = submit(stack, LONG)
+    checkpoint_step = wait_checkpoint(stack, exp_id)
+    stack.kill_worker("w1")
+    stack.start_worker("w2")
+    done = wait_status(stack.base, exp_id, TERMINAL, timeout=180)
+    assert done["status"] == "succeeded", stack.logs()
+    assert done["attempts"] == 2
+    history = attempts(stack, exp_id)
+    assert [(n, w, o) for n, w, o, _ in history] == [(1, "w1", "lost"), (2, "w2", "succeeded")]
+    assert history[1][3] >= checkpoint_step > 0          # attempt 2 resumed, did not start over
+    reference = submit(stack, LONG)                       # the same spec, never interrupted
+    assert wait_status(stack.base, reference, TERMINAL, timeout=180)["status"] == "succeeded"
+    resumed, uninterrupted = results(stack, exp_id), results(stack, reference)
+    assert resumed["series"]["step"] == list(range(0, 20_000, 100))
+    assert resumed == uninterrupted
+
+
+def test_job_that_kills_its_worker_every_time_fails_after_max_attempts(stack):
+    exp_id = submit(stack, ENDLESS)
+    for attempt in (1, 2, 3):
+        stack.start_worker(f"w{attempt}")
+        deadline = time.monotonic() + 60
+        while True:
+            body = httpx.get(f"{stack.base}/v1/experiments/{exp_id}").json()
+            if body["status"] == "running" and body["attempts"] == attempt:
+                break
+            assert time.monotonic() < deadline, (body, stack.logs())
+            time.sleep(0.1)
+        stack.kill_worker(f"w{attempt}")
+    stack.start_worker("w4")
+    done = wait_status(stack.base, exp_id, TERMINAL, timeout=60)
+    assert done["status"] == "failed" and done["attempts"] == 3, done
+    assert "lost during each of its 3 attempts" in done["error"]
+    assert [o for _, _, o, _ in attempts(stack, exp_id)] == ["lost", "lost", "lost"]
+    time.sleep(2)   # no fourth start: the worker that is still up never runs it
+    assert httpx.get(f"{stack.base}/v1/experiments/{exp_id}").json()["attempts"] == 3
+
+
+def test_redis_restart_mid_job_runs_it_once(stack):
+    stack.start_worker("w1")
+    stack.start_worker("w2")
+    exp_id = submit(stack, LONG)
+    wait_status(stack.base, exp_id, {"running"}, timeout=60)
+    stack.redis.stop()
+    time.sleep(1.0)
+    stack.redis.start()
+    done = wait_status(stack.base, exp_id, TERMINAL, timeout=180)
+    assert done["status"] == "succeeded", stack.logs()
+    assert done["attempts"] == 1
+    assert [o for _, _, o, _ in attempts(stack, exp_id)] == ["succeeded"]
+    after = submit(stack, small_spec())                  # the queue works after the restart
+    assert wait_status(stack.base, after, TERMINAL, timeout=60)["status"] == "succeeded", stack.logs()
+    time.sleep(2)   # a redelivered message must not start the finished job again
+    assert attempts(stack, exp_id)[-1][0] == 1
+
+
+def test_cancel_queued_and_running(stack):
+    stack.start_worker("w1")
+    running = submit(stack, ENDLESS)
+    wait_status(stack.base, running, {"running"}, timeout=60)
+    queued = submit(stack, small_spec())                 # behind the running one (one worker)
+    assert httpx.post(f"{stack.base}/v1/experiments/{queued}/cancel").status_code == 202
+    time.sleep(1.5)   # let the second job's message reach the worker's queue
+    deadline = time.monotonic() + 30
+    while httpx.get(f"{stack.base}/v1/experiments/{running}").json()["step"] == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    t0 = time.monotonic()
+    assert httpx.post(f"{stack.base}/v1/experiments/{running}/cancel").status_code == 202
+    done = wait_status(stack.base, running, TERMINAL, timeout=10)
+    assert done["status"] == "cancelled" and time.monotonic() - t0 < 5 and 0 < done["progress"] < 1
+    assert len(results(stack, running)["series"]["step"]) > 0          # partial results kept
+    never = httpx.get(f"{stack.base}/v1/experiments/{queued}").json()
+    assert never["status"] == "cancelled" and never["attempts"] == 0 and never["started_at"] is None
+    assert attempts(stack, queued) == []
+
+
+def test_api_restart_while_jobs_run_loses_nothing(stack):
+    stack.start_worker("w1")
+    ids = [submit(stack, LONG), submit(stack, small_spec())]
+    wait_status(stack.base, ids[0], {"running"}, timeout=60)
+    os.killpg(stack.api.pid, signal.SIGKILL)
+    stack.api.wait(10)
+    late = None
+    try:
+        httpx.post(f"{stack.base}/v1/experiments", json=small_spec(), timeout=2)
+    except httpx.HTTPError:
+        late = "refused"
+    assert late == "refused"
+    stack.start_api()
+    ids.append(submit(stack, small_spec()))
+    for exp_id in ids:
+        done = wait_status(stack.base, exp_id, TERMINAL, timeout=180)
+        assert done["status"] == "succeeded" and done["attempts"] == 1, (done, stack.logs())
+    assert results(stack, ids[0])["series"]["step"] == list(range(0, 20_000, 100))
