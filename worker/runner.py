@@ -81,6 +81,7 @@ def _run(settings: Settings, claim: jobs.Claim, writer: "_SeriesWriter") -> str:
                             .values(theory=json_safe(smdengine.predict(spec))))
         hooks = smdengine.CheckpointHooks(save=writer.save_checkpoint, interval=settings.checkpoint_seconds,
                                           resume=resume)
+        writer.hooks = hooks
         result = smdengine.run(spec, on_progress=writer.on_progress, should_stop=writer.should_stop,
                                progress_interval=min(0.5, settings.flush_seconds), checkpoint=hooks,
                                data_dir=str(settings.data_dir) if settings.data_dir else None)
@@ -174,6 +175,10 @@ class _SeriesWriter:
         self.total = 0
         self.cancel = False
         self.last_flush = time.monotonic()
+        self.hooks: Optional[smdengine.CheckpointHooks] = None
+        self.checkpoints = 0
+        self.release_polls = 0
+        self.checkpoints_before_release = 0
 
     def start(self, session, resume: Optional[smdengine.Checkpoint]) -> None:
         """Stored points beyond the checkpoint (or all, without one) are rewritten by this attempt."""
@@ -194,7 +199,13 @@ class _SeriesWriter:
         if self.lease.lost:
             raise jobs.LeaseLost(self.claim.experiment_id)
         if shutting_down.is_set():
-            raise _Released()
+            # checkpoint at the next progress event, then give the job back (at most a few events later)
+            self.release_polls += 1
+            if self.hooks is not None and self.release_polls == 1:
+                self.hooks.interval = 0.0
+                self.checkpoints_before_release = self.checkpoints
+            elif self.checkpoints > self.checkpoints_before_release or self.release_polls > 4:
+                raise _Released()
         return self.cancel
 
     def save_checkpoint(self, checkpoint: smdengine.Checkpoint) -> None:
@@ -202,6 +213,7 @@ class _SeriesWriter:
         data = checkpoint.to_bytes()
         with session_scope(self.url) as session:
             jobs.save_checkpoint(session, self.claim, checkpoint.step, checkpoint.n_points, data)
+        self.checkpoints += 1
 
     def flush(self) -> None:
         n = len(self.buffer.get("step", []))

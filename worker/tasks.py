@@ -30,14 +30,31 @@ def gpu_for_process(index: int, gpus: str, concurrency: int) -> str:
     return choices[index % len(choices)]
 
 
+HAND_BACK = signal.SIGUSR2
+
+
 @signals.worker_process_init.connect
 def _init_process(**_) -> None:
-    """In each pool process, after the fork: pin a GPU before anything touches CUDA, and turn the
-    pool's SIGTERM (cold shutdown) into a clean hand-back of the running job."""
+    """In each pool process, after the fork: pin a GPU before anything touches CUDA, and make
+    HAND_BACK give the running job back (after a last checkpoint) instead of finishing it."""
     settings = get_settings()
     if "gpu" in settings.queues:
         from billiard.process import current_process
 
         index = getattr(current_process(), "index", 0) or 0
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for_process(index, settings.worker_gpus, settings.worker_concurrency)
-    signal.signal(signal.SIGTERM, lambda *_: shutting_down.set())
+    signal.signal(HAND_BACK, lambda *_: shutting_down.set())
+
+
+@signals.worker_shutting_down.connect
+def _hand_back_jobs(**_) -> None:
+    """Warm shutdown (SIGTERM) of the main process: a job may run for hours, so rather than wait for
+    it, ask every pool process to checkpoint and give its job back to the queue; the shutdown then
+    completes within seconds and another worker resumes the job."""
+    from billiard.process import active_children
+
+    for child in active_children():
+        try:
+            os.kill(child.pid, HAND_BACK)
+        except ProcessLookupError:
+            pass

@@ -22,8 +22,8 @@ from tests.servers import free_port
 
 pytestmark = pytest.mark.integration
 TERMINAL = {"succeeded", "failed", "cancelled"}
-# ~5-10 s of work on one CPU core, with 200 recorded points
-LONG = small_spec(trials=256, steps=20_000, record_every=100)
+# ~5 s of work on one idle CPU core, with 200 recorded points
+LONG = small_spec(trials=256, steps=40_000, record_every=200)
 ENDLESS = small_spec(trials=256, steps=5_000_000, record_every=1000)
 
 
@@ -117,7 +117,7 @@ def test_sigkilled_worker_job_resumes_from_checkpoint_with_equal_results(stack):
     reference = submit(stack, LONG)                       # the same spec, never interrupted
     assert wait_status(stack.base, reference, TERMINAL, timeout=180)["status"] == "succeeded"
     resumed, uninterrupted = results(stack, exp_id), results(stack, reference)
-    assert resumed["series"]["step"] == list(range(0, 20_000, 100))
+    assert resumed["series"]["step"] == list(range(0, 40_000, 200))
     assert resumed == uninterrupted
 
 
@@ -198,4 +198,26 @@ def test_api_restart_while_jobs_run_loses_nothing(stack):
     for exp_id in ids:
         done = wait_status(stack.base, exp_id, TERMINAL, timeout=180)
         assert done["status"] == "succeeded" and done["attempts"] == 1, (done, stack.logs())
-    assert results(stack, ids[0])["series"]["step"] == list(range(0, 20_000, 100))
+    assert results(stack, ids[0])["series"]["step"] == list(range(0, 40_000, 200))
+
+
+def test_stopped_worker_gives_its_job_back(stack):
+    """SIGTERM (a deploy, a scale-down): soft shutdown, then the pool process hands the job back;
+    another worker resumes it from its checkpoint without waiting for the lease to expire."""
+    stack.start_worker("w1")
+    exp_id = submit(stack, ENDLESS)
+    wait_checkpoint(stack, exp_id)
+    proc = stack.workers.pop("w1")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)
+    history = attempts(stack, exp_id)
+    assert [(w, o) for _, w, o, _ in history] == [("w1", "released")], stack.logs()
+    assert httpx.get(f"{stack.base}/v1/experiments/{exp_id}").json()["status"] == "queued"
+    stack.start_worker("w2")
+    deadline = time.monotonic() + 60
+    while len(attempts(stack, exp_id)) < 2 or attempts(stack, exp_id)[1][3] is None:
+        assert time.monotonic() < deadline, stack.logs()
+        time.sleep(0.1)
+    assert attempts(stack, exp_id)[1][:2] == (2, "w2") and attempts(stack, exp_id)[1][3] > 0   # resumed
+    httpx.post(f"{stack.base}/v1/experiments/{exp_id}/cancel")
+    assert wait_status(stack.base, exp_id, TERMINAL, timeout=30)["status"] == "cancelled"
