@@ -96,3 +96,10 @@ class HealthOut(BaseModel):
     database: str
     broker: str
     version: str
+
+
+class ReadyOut(BaseModel):
+    status: Literal["ready", "unavailable"] = Field(..., description="ready when both the database and the "
+                                                                     "broker answer.")
+    database: str = Field(..., description="ok, or error: <class>: <text>.")
+    broker: str = Field(..., description="ok, or error: <class>: <text>.")

@@ -1,4 +1,5 @@
-"""docker-compose.yml is valid Compose and wires the SMD Lab stack as the design says.
+"""docker-compose.yml is valid Compose and wires the SMD Lab stack as the design says (it is
+validated here, never run: no Docker engine in CI).
 
 The Compose Specification's JSON schema is read from ``../shared/compose-spec.json`` beside the
 checkout (it is not copied into the project); where it is absent the schema check is skipped.
@@ -6,11 +7,14 @@ checkout (it is not copied into the project); where it is absent the schema chec
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
+
+from store.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -51,8 +55,11 @@ def test_compose_matches_compose_spec_schema(compose):
         f"{'/'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors)
 
 
+APP_SERVICES = ("migrate", "api", "worker")
+
+
 def test_services_present(compose):
-    assert {"api", "worker", "redis", "postgres"} <= set(compose["services"])
+    assert {"migrate", "api", "worker", "redis", "postgres"} <= set(compose["services"])
 
 
 def _env(service: dict) -> dict:
@@ -62,7 +69,30 @@ def _env(service: dict) -> dict:
     return env
 
 
-@pytest.mark.parametrize("name,command", [("api", ["smd", "api"]), ("worker", ["smd", "worker"])])
+def _settings(service: dict) -> Settings:
+    """The Settings a service's environment makes (the SMD_ prefix stripped, as pydantic-settings does)."""
+    return Settings(**{k.removeprefix("SMD_").lower(): v for k, v in _env(service).items()})
+
+
+def _seconds(duration) -> float:
+    """A Compose duration ("90s", "1m30s", "1h") or a number of seconds."""
+    if isinstance(duration, (int, float)):
+        return float(duration)
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, duration
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def test_every_smd_variable_is_a_setting():
+    named = set(re.findall(r"\bSMD_[A-Z0-9_]*[A-Z0-9]", COMPOSE_FILE.read_text()))
+    assert {"SMD_DATABASE_URL", "SMD_BROKER_URL", "SMD_LEASE_SECONDS"} <= named
+    fields = {f"SMD_{name.upper()}" for name in Settings.model_fields}
+    assert not named - fields, f"not settings of store.settings.Settings: {sorted(named - fields)}"
+
+
+@pytest.mark.parametrize("name,command", [("migrate", ["smd", "migrate"]), ("api", ["smd", "api"]),
+                                          ("worker", ["smd", "worker"])])
 def test_app_services(compose, name, command):
     svc = compose["services"][name]
     assert "build" in svc
@@ -75,29 +105,98 @@ def test_app_services(compose, name, command):
     assert env["SMD_DATABASE_URL"].startswith("postgresql+psycopg://")
     assert "@postgres:5432/" in env["SMD_DATABASE_URL"]
     assert env["SMD_BROKER_URL"].startswith("redis://redis:6379")
-    deps = svc["depends_on"]
+    _settings(svc)  # every value is valid for its field
+
+
+def test_services_share_one_environment(compose):
+    """The job-system settings (leases, limits) must agree between the API's sweeper and the worker."""
+    envs = [_env(compose["services"][name]) for name in APP_SERVICES]
+    shared = set.intersection(*(set(env) for env in envs))
+    assert {"SMD_DATABASE_URL", "SMD_BROKER_URL", "SMD_LEASE_SECONDS", "SMD_TASK_TIME_LIMIT",
+            "SMD_VISIBILITY_TIMEOUT", "SMD_SOFT_SHUTDOWN_SECONDS"} <= shared
+    for key in shared:
+        assert len({str(env[key]) for env in envs}) == 1, key
+
+
+def test_image_names(compose):
+    services = compose["services"]
+    assert {services[name].get("image") for name in APP_SERVICES} == {"smdlab:latest"}
+    assert services["redis"]["image"].startswith("redis:")
+    assert services["postgres"]["image"].startswith("postgres:")
+
+
+@pytest.mark.parametrize("name", ["api", "worker"])
+def test_app_dependencies(compose, name):
+    deps = compose["services"][name]["depends_on"]
+    assert deps["migrate"]["condition"] == "service_completed_successfully"
     for dep in ("postgres", "redis"):
         assert deps[dep]["condition"] == "service_healthy"
+
+
+def test_migrate_is_one_shot(compose):
+    migrate = compose["services"]["migrate"]
+    assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert str(migrate.get("restart", "no")) in ("no", "False")
 
 
 def test_api_port(compose):
     ports = [str(p) for p in compose["services"]["api"]["ports"]]
     assert any(p.endswith(":8000") or p == "8000" for p in ports)
     assert str(_env(compose["services"]["api"])["SMD_PORT"]) == "8000"
+    assert _env(compose["services"]["api"])["SMD_HOST"] == "0.0.0.0"
 
 
 def test_worker_gpu_reservation(compose):
-    devices = compose["services"]["worker"]["deploy"]["resources"]["reservations"]["devices"]
+    worker = compose["services"]["worker"]
+    devices = worker["deploy"]["resources"]["reservations"]["devices"]
     assert any(
         d.get("driver") == "nvidia" and "gpu" in d.get("capabilities", []) and d.get("count") == "all"
         for d in devices
     )
+    settings = _settings(worker)
+    assert settings.queues == ["gpu", "cpu"]
+    assert settings.worker_concurrency >= 1
+
+
+def test_worker_stops_gracefully(compose):
+    worker = compose["services"]["worker"]
+    settings = _settings(worker)
+    # SIGTERM (Docker's default) is the warm shutdown that checkpoints running jobs and hands them back
+    assert worker.get("stop_signal", "SIGTERM") == "SIGTERM"
+    assert _seconds(worker["stop_grace_period"]) > settings.soft_shutdown_seconds + 10
+
+
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_visibility_timeout_covers_the_task_time_limit(compose, name):
+    settings = _settings(compose["services"][name])
+    assert settings.visibility_timeout > settings.task_time_limit + 60
+    # the sweeper looks several times per lease, so an expired lease is noticed soon after it expires
+    assert settings.lease_seconds > 3 * settings.sweep_seconds
+
+
+@pytest.mark.parametrize("name", ["api", "worker", "redis", "postgres"])
+def test_healthchecks(compose, name):
+    test = compose["services"][name]["healthcheck"]["test"]
+    assert test and test[0] in ("CMD", "CMD-SHELL")
+
+
+def test_api_healthcheck_uses_readyz(compose):
+    assert any("/readyz" in part for part in compose["services"]["api"]["healthcheck"]["test"])
+
+
+def test_redis_persists(compose):
+    redis = compose["services"]["redis"]
+    cmd = redis["command"]
+    cmd = cmd.split() if isinstance(cmd, str) else cmd
+    assert cmd[0] == "redis-server"
+    assert cmd[cmd.index("--appendonly") + 1] == "yes"
+    assert cmd[cmd.index("--appendfsync") + 1] == "everysec"
+    assert any(str(v).endswith(":/data") for v in redis["volumes"])
 
 
 @pytest.mark.parametrize("name", ["redis", "postgres"])
-def test_backing_services_have_healthchecks(compose, name):
-    assert compose["services"][name]["healthcheck"]["test"]
-
-
-def test_postgres_has_volume(compose):
-    assert compose["services"]["postgres"]["volumes"]
+def test_named_volumes_declared(compose, name):
+    declared = set(compose.get("volumes") or {})
+    for volume in compose["services"][name]["volumes"]:
+        source = str(volume).split(":", 1)[0]
+        assert source in declared, f"{name}: volume {source} is not declared"
