@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.encoders import jsonable_encoder as jsonable
 from fastapi.responses import JSONResponse
 
-from api.routes import experiments, health, plots
+from api.routes import experiments, health, ops, plots
 from smdengine.runtime import json_safe
 from store.migrate import upgrade_head
 from store.settings import Settings, get_settings
@@ -54,4 +54,5 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
     app.include_router(experiments.router)
     app.include_router(plots.router)
     app.include_router(health.router)
+    app.include_router(ops.router)
     return app

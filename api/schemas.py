@@ -25,7 +25,9 @@ class ExperimentOut(BaseModel):
     total_steps: int
     error: Optional[str] = Field(None, description="Why the job failed, when it did.")
     cancel_requested: bool
-    attempts: int
+    attempts: int = Field(..., description="Times a worker started it (a resumed job counts again).")
+    queue: str = Field(..., description="cpu or gpu (from the spec's device).")
+    worker: Optional[str] = Field(None, description="The worker that ran it last.")
     created_at: datetime
     started_at: Optional[datetime]
     finished_at: Optional[datetime]
@@ -36,6 +38,26 @@ class ExperimentOut(BaseModel):
     @classmethod
     def _utc(cls, value: Optional[datetime]) -> Optional[datetime]:
         # SQLite returns naive datetimes; every stored time is UTC.
+        return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+
+
+class AttemptOut(BaseModel):
+    """One start of a job by a worker."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    number: int
+    worker: str = Field(..., description="<worker name>/<lease token>.")
+    started_at: datetime
+    ended_at: Optional[datetime]
+    outcome: Optional[Literal["succeeded", "failed", "cancelled", "lost", "released"]] = Field(
+        None, description="Null while running; lost: its worker vanished (lease expired); released: its "
+                          "worker shut down and gave it back.")
+    resumed_from_step: Optional[int] = Field(None, description="The checkpoint step it resumed from, if any.")
+
+    @field_validator("started_at", "ended_at")
+    @classmethod
+    def _utc(cls, value: Optional[datetime]) -> Optional[datetime]:
         return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
 
 

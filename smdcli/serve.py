@@ -102,8 +102,9 @@ class _WorkerSupervisor:
             self.stopping.set()
         if self.proc is None or self.proc.poll() is not None:
             return
-        # SIGTERM: Celery's soft shutdown, then its pool hands the running job back to the queue
-        # (worker.tasks); a job cut short otherwise keeps its lease until the next start expires it.
+        # SIGTERM: Celery's warm shutdown; the pool hands the running job back to the queue after a
+        # last checkpoint (worker.tasks). A job cut short otherwise keeps its lease until the next
+        # start of `smd serve` expires it.
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=5)

@@ -31,7 +31,8 @@ def _create(url: str) -> Engine:
             cur.close()
 
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    connect_args = {"connect_timeout": 5} if url.startswith("postgresql") else {}
+    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
 
 
 def session_factory(url: str) -> sessionmaker[Session]:

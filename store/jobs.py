@@ -210,7 +210,7 @@ def drop_checkpoint(session: Session, experiment_id: str) -> None:
     session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == experiment_id))
 
 
-def note_resume(session: Session, claim: Claim, step: int) -> None:
+def note_resume(session: Session, claim: Claim, step: Optional[int]) -> None:
     session.execute(update(Attempt).where(Attempt.experiment_id == claim.experiment_id,
                                           Attempt.number == claim.attempt).values(resumed_from_step=step))
 

@@ -36,8 +36,10 @@ class Settings(BaseSettings):
     visibility_timeout: int = Field(8 * 86400, ge=60, description="Redis broker: seconds before an unacknowledged "
                                                                  "message is redelivered; must exceed "
                                                                  "task_time_limit + 60 (checked at worker start).")
-    soft_shutdown_seconds: float = Field(30.0, ge=0, description="On shutdown a worker lets a running job go on "
-                                                                "this long (it checkpoints), then stops.")
+    soft_shutdown_seconds: float = Field(30.0, ge=0, description="Cold shutdown (SIGQUIT) of a worker: how long "
+                                                                "running jobs may go on before they are cut off "
+                                                                "(SIGTERM instead hands them back at once, "
+                                                                "after a last checkpoint).")
     worker_queues: str = Field("cpu", pattern=r"^(cpu|gpu)(,(cpu|gpu))?$",
                                description="Queues `smd worker` consumes: cpu, gpu or gpu,cpu.")
     worker_concurrency: int = Field(1, ge=1, description="Worker processes started by `smd worker` "

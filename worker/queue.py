@@ -40,7 +40,9 @@ def queue_depths(settings: Settings) -> dict[str, int]:
     is unreachable."""
     app = _app(settings)
     depths = {}
-    with app.connection_for_write() as conn:
+    # socket timeouts: a Redis that accepts connections but never answers must not hang the caller
+    options = {} if settings.broker.startswith("filesystem") else {"socket_timeout": 2, "socket_connect_timeout": 2}
+    with app.connection_for_write(transport_options=options) as conn:
         conn.ensure_connection(max_retries=1, timeout=2)
         channel = conn.default_channel
         for queue in QUEUES:

@@ -95,6 +95,7 @@ def _run(settings: Settings, claim: jobs.Claim, writer: "_SeriesWriter") -> str:
         log.warning("experiment %s: %s; starting from scratch", claim.experiment_id, exc)
         with session_scope(url) as session:
             jobs.drop_checkpoint(session, claim.experiment_id)
+            jobs.note_resume(session, claim, None)
         return _run(settings, claim, writer)
     except Exception as exc:  # the job failed: record why, never retry a deterministic error
         log.exception("experiment %s failed", claim.experiment_id)
@@ -181,12 +182,15 @@ class _SeriesWriter:
         self.checkpoints_before_release = 0
 
     def start(self, session, resume: Optional[smdengine.Checkpoint]) -> None:
-        """Stored points beyond the checkpoint (or all, without one) are rewritten by this attempt."""
+        """The stored series becomes the checkpoint's points (none without one); this attempt writes
+        the rest."""
         self.index = resume.n_points if resume is not None else 0
         self.step = resume.step if resume is not None else 0
-        truncate_points(session, self.claim.experiment_id, self.index)
         if resume is not None:
+            write_points(session, self.claim.experiment_id, 0, resume.series)
             jobs.note_resume(session, self.claim, resume.step)
+        else:
+            truncate_points(session, self.claim.experiment_id, 0)
 
     def on_progress(self, progress: smdengine.Progress) -> None:
         for key, values in progress.points.items():

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 
 from api.deps import ExperimentDep, SessionDep, SettingsDep
 from api.results import result_document
-from api.schemas import ErrorOut, ExperimentOut, ExperimentPage, ResultDocument, Status
+from api.schemas import AttemptOut, ErrorOut, ExperimentOut, ExperimentPage, ResultDocument, Status
 from smdengine import ExperimentSpec
 from store import jobs
 from store.models import Experiment
@@ -63,6 +63,12 @@ def list_experiments(session: SessionDep,
 def get_experiment(experiment: ExperimentDep):
     """Status, progress, timestamps and error of one experiment."""
     return experiment
+
+
+@router.get("/{experiment_id}/attempts", response_model=list[AttemptOut], responses=NOT_FOUND)
+def list_attempts(experiment: ExperimentDep, session: SessionDep):
+    """Every start of the experiment by a worker, and how each ended."""
+    return jobs.attempts(session, experiment.id)
 
 
 @router.get("/{experiment_id}/results", response_model=ResultDocument, responses=NOT_FOUND)

@@ -218,3 +218,15 @@ def test_openapi_documents_every_endpoint(client):
     for name in ("ExperimentOut", "ExperimentPage", "ResultDocument", "NRQSpec", "NRQParams", "ErrorOut", "HealthOut"):
         assert name in schema["components"]["schemas"], name
     assert "404" in paths["/v1/experiments/{experiment_id}"]["get"]["responses"]
+
+
+def test_attempts_endpoint(client, settings):
+    exp = submit(client, small_spec())
+    assert client.get(f"/v1/experiments/{exp['id']}/attempts").json() == []
+    assert execute(settings, exp["id"], worker="w9") == "succeeded"
+    body = client.get(f"/v1/experiments/{exp['id']}").json()
+    assert body["attempts"] == 1 and body["queue"] == "cpu" and body["worker"] == "w9"
+    [attempt] = client.get(f"/v1/experiments/{exp['id']}/attempts").json()
+    assert attempt["number"] == 1 and attempt["worker"].startswith("w9/") and attempt["outcome"] == "succeeded"
+    assert attempt["ended_at"] >= attempt["started_at"] and attempt["resumed_from_step"] is None
+    assert client.get("/v1/experiments/nope/attempts").status_code == 404
