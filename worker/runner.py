@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 # Set when this worker process is asked to stop: the running job is given back to the queue at its
 # next progress event (it resumes elsewhere from its last checkpoint) instead of being cut off.
 shutting_down = threading.Event()
+running = threading.Event()   # a job is being run in this process
 
 
 class _Released(Exception):
@@ -52,6 +53,7 @@ def run_claimed(settings: Settings, claim: jobs.Claim) -> str:
     lease = _LeaseKeeper(url, claim, settings.lease_seconds)
     lease.start()
     writer = _SeriesWriter(url, claim, settings.flush_seconds, lease)
+    running.set()
     try:
         return _run(settings, claim, writer)
     except jobs.LeaseLost:
@@ -63,6 +65,7 @@ def run_claimed(settings: Settings, claim: jobs.Claim) -> str:
         log.warning("experiment %s: given back to the queue (worker shutting down)", experiment_id)
         return "released"
     finally:
+        running.clear()
         lease.stop()
 
 

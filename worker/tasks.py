@@ -4,12 +4,13 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 
 from celery import signals
 
 from store.settings import get_settings
 from worker.celery_app import RUN_NEXT_TASK, celery_app
-from worker.runner import execute_next, shutting_down
+from worker.runner import execute_next, running, shutting_down
 
 
 @celery_app.task(name=RUN_NEXT_TASK)
@@ -17,7 +18,11 @@ def run_next(queue: str) -> str:
     """A job is waiting on ``queue``: claim the oldest one there and run it (its outcome is written
     to the database); a doorbell that finds nothing to claim does nothing."""
     settings = get_settings()
-    return execute_next(settings, [queue], worker=worker_name(settings))
+    _catch_sigterm()
+    status = execute_next(settings, [queue], worker=worker_name(settings))
+    if _terminated.is_set():  # SIGTERM arrived during the job, now given back: exit as asked
+        os._exit(0)
+    return status
 
 
 def worker_name(settings) -> str:
@@ -31,6 +36,7 @@ def gpu_for_process(index: int, gpus: str, concurrency: int) -> str:
 
 
 HAND_BACK = signal.SIGUSR2
+HAND_BACK_SECONDS = 10.0
 
 
 @signals.worker_process_init.connect
@@ -44,6 +50,36 @@ def _init_process(**_) -> None:
         index = getattr(current_process(), "index", 0) or 0
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for_process(index, settings.worker_gpus, settings.worker_concurrency)
     signal.signal(HAND_BACK, lambda *_: shutting_down.set())
+
+
+_pool_sigterm = None
+_terminated = threading.Event()
+
+
+def _catch_sigterm() -> None:
+    """Install :func:`_on_sigterm` in this pool process (from the task: billiard installs its own
+    SIGTERM handler after worker_process_init); billiard's stays in charge while idle."""
+    global _pool_sigterm
+    current = signal.getsignal(signal.SIGTERM)
+    if current is not _on_sigterm:
+        _pool_sigterm = current
+        signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM straight to a pool process (the pool's own terminate, or a signal to the whole process
+    group as a terminal or a supervisor sends): idle, do what billiard does; running a job, hand it
+    back first (a last checkpoint takes about a second) and exit at the latest after
+    HAND_BACK_SECONDS."""
+    if not running.is_set():
+        if callable(_pool_sigterm):
+            _pool_sigterm(signum, frame)
+        os._exit(0)
+    _terminated.set()
+    shutting_down.set()
+    timer = threading.Timer(HAND_BACK_SECONDS, os._exit, args=(1,))
+    timer.daemon = True
+    timer.start()
 
 
 @signals.worker_shutting_down.connect

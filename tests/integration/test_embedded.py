@@ -80,3 +80,41 @@ def test_sigkilled_worker_does_not_lose_the_job(embedded):
     assert docs[0]["series"]["step"] == list(range(0, 20_000, 100))  # complete, no duplicated points
     assert [{k: d[k] for k in ("series", "theory", "summary")} for d in docs][0] == \
         {k: docs[1][k] for k in ("series", "theory", "summary")}
+
+
+def test_restarted_service_loses_nothing(embedded):
+    """`make run` stopped (SIGTERM to its whole process group, as a terminal or a supervisor sends)
+    and started again on the same state directory while a job runs and another waits: both
+    complete, the first resumed from its checkpoint by attempt 2."""
+    base, proc, tmp = embedded
+    spec = small_spec(trials=256, steps=40_000, record_every=200)
+    running = httpx.post(f"{base}/v1/experiments", json=spec).json()["id"]
+    waiting = httpx.post(f"{base}/v1/experiments", json=small_spec()).json()["id"]
+    wait_status(base, running, {"running"}, timeout=60)
+    db = f"sqlite:///{tmp / 'state' / 'smd.sqlite3'}"
+    deadline = time.monotonic() + 60
+    while True:
+        with session_scope(db) as s:
+            if jobs.load_checkpoint(s, running) is not None:
+                break
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(30)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMD_")}
+    env.update(SMD_PORT=base.rsplit(":", 1)[1], SMD_STATE_DIR=str(tmp / "state"), SMD_FLUSH_SECONDS="0.3",
+               SMD_CHECKPOINT_SECONDS="0.5", SMD_SWEEP_SECONDS="0.5")
+    again = spawn(["make", "--no-print-directory", "run"], env, tmp / "serve2.log", cwd=REPO)
+    try:
+        wait_http(f"{base}/healthz", again, tmp / "serve2.log", timeout=120)
+        for exp_id in (running, waiting):
+            done = wait_status(base, exp_id, {"succeeded", "failed", "cancelled"}, timeout=180)
+            assert done["status"] == "succeeded", (tmp / "serve2.log").read_text()[-3000:]
+        attempts = httpx.get(f"{base}/v1/experiments/{running}/attempts").json()
+        # handed back or, when the pool process is killed with its parents, expired at the restart
+        assert attempts[0]["outcome"] in ("released", "lost") and attempts[1]["outcome"] == "succeeded"
+        assert attempts[1]["resumed_from_step"] and attempts[1]["resumed_from_step"] > 0
+        doc = httpx.get(f"{base}/v1/experiments/{running}/results").json()
+        assert doc["series"]["step"] == list(range(0, 40_000, 200))
+    finally:
+        stop(again)
