@@ -9,20 +9,33 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Callable, Optional
 
 from store.settings import Settings
 
 log = logging.getLogger("smd.serve")
 
 
-def run_api(settings: Settings) -> int:
+def run_api(settings: Settings, on_shutdown: Optional[Callable[[], None]] = None) -> int:
+    """Serve the API; ``on_shutdown`` runs after the server stopped, before uvicorn re-raises the
+    signal that stopped it (after which nothing else in this process would run)."""
+    import asyncio
+
     import uvicorn
 
     from api.main import create_app
     from store.migrate import upgrade_head
 
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            await super().shutdown(sockets)
+            if on_shutdown is not None:
+                await asyncio.to_thread(on_shutdown)
+
     upgrade_head(settings.db_url)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level.lower())
+    config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port,
+                            log_level=settings.log_level.lower())
+    Server(config).run()
     return 0
 
 
@@ -55,7 +68,7 @@ def serve(settings: Settings) -> int:
     supervisor = _WorkerSupervisor(settings)
     supervisor.start()
     try:
-        return run_api(settings)
+        return run_api(settings, on_shutdown=supervisor.stop)
     finally:
         supervisor.stop()
 
