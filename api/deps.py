@@ -1,7 +1,7 @@
 """Dependency aliases: settings, database session, the experiment named in the path."""
 from __future__ import annotations
 
-from typing import Annotated, Iterator
+from typing import Annotated, AsyncIterator
 
 from fastapi import Depends, HTTPException, Path, Request
 from sqlalchemy.orm import Session
@@ -18,7 +18,11 @@ def _settings(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(_settings)]
 
 
-def _session(settings: SettingsDep) -> Iterator[Session]:
+async def _session(settings: SettingsDep) -> AsyncIterator[Session]:
+    """A session per request. Sync routes and dependencies each run in their own thread-pool call,
+    so each one ends its transaction (``session.commit()``) before it returns: a request must never
+    hold a pooled connection while it waits for a thread, or ~50 concurrent requests deadlock the
+    pool against the thread pool. Opened and closed here in the event loop (no DB work then)."""
     with session_factory(settings.db_url)() as session:
         yield session
 
@@ -26,8 +30,17 @@ def _session(settings: SettingsDep) -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(_session)]
 
 
+def release(session: Session) -> None:
+    """End a read-only step's transaction, returning its connection to the pool (probes: never raises)."""
+    try:
+        session.rollback()
+    except Exception:  # the database is down: there is nothing to give back
+        pass
+
+
 def _experiment(session: SessionDep, experiment_id: Annotated[str, Path()]) -> Experiment:
     experiment = session.get(Experiment, experiment_id)
+    session.commit()  # release the connection before the route's own thread-pool call
     if experiment is None:
         raise HTTPException(status_code=404, detail=f"experiment {experiment_id} not found")
     return experiment

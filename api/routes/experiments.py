@@ -56,6 +56,7 @@ def list_experiments(session: SessionDep,
     total = session.scalar(select(func.count()).select_from(query.subquery()))
     items = session.scalars(query.order_by(Experiment.created_at.desc(), Experiment.id.desc())
                             .limit(limit).offset(offset)).all()
+    session.commit()  # release the connection (api.deps._session)
     return ExperimentPage(items=items, total=total, limit=limit, offset=offset)
 
 
@@ -68,7 +69,9 @@ def get_experiment(experiment: ExperimentDep):
 @router.get("/{experiment_id}/attempts", response_model=list[AttemptOut], responses=NOT_FOUND)
 def list_attempts(experiment: ExperimentDep, session: SessionDep):
     """Every start of the experiment by a worker, and how each ended."""
-    return jobs.attempts(session, experiment.id)
+    attempts = jobs.attempts(session, experiment.id)
+    session.commit()  # release the connection (api.deps._session)
+    return attempts
 
 
 @router.get("/{experiment_id}/results", response_model=ResultDocument, responses=NOT_FOUND)
@@ -80,7 +83,9 @@ def get_results(experiment: ExperimentDep, session: SessionDep,
                     ge=2, le=1_000_000, description="Downsample to at most this many points, keeping first and last.")] = None):
     """The result document: series, theory and summary (partial while running)."""
     selected = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
-    return result_document(session, experiment, selected, max_points)
+    doc = result_document(session, experiment, selected, max_points)
+    session.commit()  # release the connection (api.deps._session)
+    return doc
 
 
 @router.post("/{experiment_id}/cancel", status_code=202, response_model=ExperimentOut,
@@ -92,4 +97,5 @@ def cancel_experiment(experiment: ExperimentDep, session: SessionDep):
     jobs.request_cancel(session, experiment.id)
     session.commit()
     session.refresh(experiment)
+    session.commit()  # release the connection (api.deps._session)
     return experiment

@@ -6,7 +6,7 @@ from importlib.metadata import version
 from fastapi import APIRouter, Response
 from sqlalchemy import text
 
-from api.deps import SessionDep, SettingsDep
+from api.deps import SessionDep, SettingsDep, release
 from api.schemas import HealthOut
 
 router = APIRouter(tags=["health"])
@@ -21,5 +21,6 @@ def healthz(session: SessionDep, settings: SettingsDep, response: Response):
     except Exception as exc:  # report, don't crash: a health check must answer
         database = f"error: {exc.__class__.__name__}"
         response.status_code = 503
+    release(session)
     return HealthOut(status="ok" if database == "ok" else "degraded", database=database,
                      broker=settings.broker.split("://")[0], version=version("smdlab"))

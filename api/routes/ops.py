@@ -19,7 +19,7 @@ from sqlalchemy import case, func, literal, select, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from api.deps import SessionDep, SettingsDep
+from api.deps import SessionDep, SettingsDep, release
 from api.schemas import ReadyOut
 from smdengine.spec import KINDS
 from store.models import TERMINAL, Experiment
@@ -97,6 +97,7 @@ def readyz(session: SessionDep, settings: SettingsDep):
         database = "ok"
     except Exception as exc:  # report, don't crash: a probe must answer
         database = _error(exc)
+    release(session)
     try:
         _in_thread(ping_broker, settings)
         broker = "ok"
@@ -190,6 +191,8 @@ def metrics(session: SessionDep, settings: SettingsDep) -> Response:
         families = collect(session, settings)
     except SQLAlchemyError as exc:
         return Response(_error(exc) + "\n", status_code=503, media_type="text/plain")
+    finally:
+        release(session)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(families))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE)

@@ -29,5 +29,6 @@ def get_plot(experiment: ExperimentDep, session: SessionDep, name: str, fmt: Plo
         raise HTTPException(status_code=404, detail=f"no plot {name!r} for {key}; "
                                                     f"available: {', '.join(plots.available(key))}")
     doc = result_document(session, experiment, max_points=plots.document_max_points(key))
+    session.commit()  # release the connection before rendering (api.deps._session)
     image = plots.render(key, name, doc, fmt.value)
     return Response(content=image, media_type=plots.MEDIA_TYPES[fmt.value])
