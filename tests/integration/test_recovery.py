@@ -221,3 +221,24 @@ def test_stopped_worker_gives_its_job_back(stack):
     assert attempts(stack, exp_id)[1][:2] == (2, "w2") and attempts(stack, exp_id)[1][3] > 0   # resumed
     httpx.post(f"{stack.base}/v1/experiments/{exp_id}/cancel")
     assert wait_status(stack.base, exp_id, TERMINAL, timeout=30)["status"] == "cancelled"
+
+
+def test_many_concurrent_requests_do_not_jam_the_api(stack):
+    """120 requests at once against one API process: each route releases its pooled connection
+    before the next thread-pool hop (15 connections, 40 threads used to deadlock at ~55)."""
+    import asyncio
+
+    exp_id = submit(stack, small_spec())
+
+    async def burst():
+        limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+        async with httpx.AsyncClient(base_url=stack.base, timeout=20, limits=limits) as client:
+            paths = [f"/v1/experiments/{exp_id}", f"/v1/experiments/{exp_id}/results?max_points=10",
+                     "/v1/experiments?limit=5"] * 40
+            return await asyncio.gather(*(client.get(p) for p in paths), return_exceptions=True)
+
+    t0 = time.monotonic()
+    answers = asyncio.run(burst())
+    errors = [a for a in answers if isinstance(a, Exception) or a.status_code != 200]
+    assert not errors, errors[:3]
+    assert time.monotonic() - t0 < 20
