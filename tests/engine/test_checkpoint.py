@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import math
 
 import pytest
 
@@ -16,10 +15,8 @@ from smdengine import Checkpoint, CheckpointHooks, IncompatibleCheckpoint
 from smdengine.sde import norm_map
 from smdengine.sde.spec import MODELS
 from tests.conftest import small_spec
-
-
-class _Interrupt(Exception):
-    pass
+from tests.engine.checkpointing import assert_same_result, interrupted, resumed
+from tests.engine.checkpointing import check_resume as shared_check_resume
 
 
 # ----------------------------------------------------------------------------- specs
@@ -68,60 +65,6 @@ def toy2d(**params) -> dict:
 # ----------------------------------------------------------------------------- helpers
 
 
-def same(a, b) -> bool:
-    """Exact equality, NaN equal to NaN (at the same positions)."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
-
-
-def assert_same_result(got, want) -> None:
-    assert same(got.series, want.series)
-    assert same(got.theory, want.theory)
-    assert same(got.summary, want.summary)
-    assert same(got.distributions, want.distributions)
-
-
-def merged(events) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for e in events:
-        for k, v in e.points.items():
-            out.setdefault(k, []).extend(v)
-    return out
-
-
-def interrupted(s: dict, k: int, resume: Checkpoint | None = None) -> tuple[bytes, list]:
-    """Run with a checkpoint after every step (from ``resume`` when given); stop after the k-th and
-    return it as bytes (only that one is serialised: the others would only cost time)."""
-    steps: list[int] = []
-    saved: list[bytes] = []
-    events: list = []
-
-    def save(cp: Checkpoint) -> None:
-        steps.append(cp.step)
-        if len(steps) == k:
-            saved.append(cp.to_bytes())
-            raise _Interrupt
-
-    with pytest.raises(_Interrupt):
-        smdengine.run(s, on_progress=events.append, progress_interval=0.0,
-                      checkpoint=CheckpointHooks(save=save, interval=0.0, resume=resume))
-    first = resume.step if resume is not None else 0
-    assert steps == list(range(first + 1, first + k + 1))   # one checkpoint after every step
-    return saved[-1], events
-
-
-def resumed(s: dict, data: bytes):
-    cp = Checkpoint.from_bytes(data)
-    events: list = []
-    result = smdengine.run(s, on_progress=events.append, checkpoint=CheckpointHooks(resume=cp))
-    return cp, result, events
-
-
 @functools.lru_cache(maxsize=None)
 def _uninterrupted(spec_json: str):
     return smdengine.run(json.loads(spec_json))
@@ -133,17 +76,7 @@ def uninterrupted(s: dict):
 
 
 def check_resume(s: dict, k: int) -> None:
-    want = uninterrupted(s)
-    data, before = interrupted(s, k)
-    cp, got, after = resumed(s, data)
-    assert cp.step == k
-    assert_same_result(got, want)
-    # the interrupted run delivered exactly the checkpoint's points; the resumed one exactly the rest
-    assert same(merged(before), cp.series)
-    rest = merged(after)
-    assert cp.n_points + len(rest["step"]) == len(want.series["step"])
-    assert same(rest, {key: values[cp.n_points:] for key, values in want.series.items()})
-    assert all(step >= k for step in rest["step"])
+    shared_check_resume(s, k, want=uninterrupted(s))
 
 
 # ----------------------------------------------------------------------------- the nrq kind

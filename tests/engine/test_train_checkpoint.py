@@ -2,17 +2,13 @@
 uninterrupted one, and its progress events carry exactly the points after the checkpoint."""
 from __future__ import annotations
 
-import math
-
 import pytest
 
 import smdengine
 from smdengine.runtime import Checkpoint, CheckpointHooks
+from tests.engine.checkpointing import assert_same_result, interrupted, merged, resumed
+from tests.engine.checkpointing import check_resume as shared_check_resume
 from smdengine.train import simulate as train_sim
-
-
-class _Interrupt(Exception):
-    pass
 
 
 def spec(**params) -> dict:
@@ -24,67 +20,8 @@ def spec(**params) -> dict:
     return {"kind": "train", "seed": 3, "device": "cpu", "params": base}
 
 
-def same(a, b) -> bool:
-    """Exact equality, NaN equal to NaN (at the same positions)."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
-
-
-def assert_same_result(got, want) -> None:
-    assert same(got.series, want.series)
-    assert same(got.summary, want.summary)
-    assert same(got.theory, want.theory)
-
-
-def merged(events) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for e in events:
-        for k, v in e.points.items():
-            out.setdefault(k, []).extend(v)
-    return out
-
-
-def interrupted(s, k: int, resume: Checkpoint | None = None, run=smdengine.run) -> tuple[bytes, list]:
-    """Run with a checkpoint after every update (from ``resume`` when given); stop after the k-th."""
-    saved: list[bytes] = []
-    events: list = []
-
-    def save(cp: Checkpoint) -> None:
-        saved.append(cp.to_bytes())
-        if len(saved) == k:
-            raise _Interrupt
-
-    with pytest.raises(_Interrupt):
-        run(s, on_progress=events.append, progress_interval=0.0,
-            checkpoint=CheckpointHooks(save=save, interval=0.0, resume=resume))
-    return saved[-1], events
-
-
-def resumed(s, data: bytes, run=smdengine.run):
-    cp = Checkpoint.from_bytes(data)
-    events: list = []
-    result = run(s, on_progress=events.append, checkpoint=CheckpointHooks(resume=cp))
-    return cp, result, events
-
-
-def check_resume(s, k: int, run=smdengine.run):
-    want = run(s)
-    data, before = interrupted(s, k, run=run)
-    cp, got, after = resumed(s, data, run=run)
-    assert cp.step == k
-    assert_same_result(got, want)
-    # the interrupted run delivered exactly the checkpoint's points; the resumed one exactly the rest
-    assert same(merged(before), cp.series)
-    n = cp.n_points
-    rest = merged(after)
-    assert same(rest, {key: values[n:] for key, values in want.series.items()})
-    assert all(step >= cp.step - s["params"]["record_every"] + 1 for step in rest["step"])
-    return want
+def check_resume(s: dict, k: int, run=smdengine.run):
+    return shared_check_resume(s, k, run=run, label_lag=s["params"]["record_every"] - 1)
 
 
 # steps: mid-window before the schedule change, at the window/phase start 30 (its rescale must be

@@ -1,0 +1,88 @@
+"""Shared helpers of the checkpoint tests: interrupt a run at its k-th checkpoint, resume it, and
+compare with an uninterrupted run exactly (NaN equal to NaN)."""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import pytest
+
+import smdengine
+from smdengine import Checkpoint, CheckpointHooks
+
+
+class Interrupt(Exception):
+    pass
+
+
+def same(a, b) -> bool:
+    """Exact equality, NaN equal to NaN (at the same positions)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def assert_same_result(got, want) -> None:
+    assert same(got.series, want.series)
+    assert same(got.theory, want.theory)
+    assert same(got.summary, want.summary)
+    assert same(got.distributions, want.distributions)
+
+
+def merged(events) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for e in events:
+        for k, v in e.points.items():
+            out.setdefault(k, []).extend(v)
+    return out
+
+
+def interrupted(s: dict, k: int, resume: Optional[Checkpoint] = None,
+                run: Callable = smdengine.run) -> tuple[bytes, list]:
+    """Run with a checkpoint due at every progress event (from ``resume`` when given); stop after the
+    k-th and return it as bytes (only that one is serialised: the others would only cost time)."""
+    steps: list[int] = []
+    saved: list[bytes] = []
+    events: list = []
+
+    def save(cp: Checkpoint) -> None:
+        steps.append(cp.step)
+        if len(steps) == k:
+            saved.append(cp.to_bytes())
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        run(s, on_progress=events.append, progress_interval=0.0,
+            checkpoint=CheckpointHooks(save=save, interval=0.0, resume=resume))
+    first = resume.step if resume is not None else 0
+    assert steps == list(range(first + 1, first + k + 1))   # resumable after every update
+    return saved[-1], events
+
+
+def resumed(s: dict, data: bytes, run: Callable = smdengine.run):
+    cp = Checkpoint.from_bytes(data)
+    events: list = []
+    result = run(s, on_progress=events.append, checkpoint=CheckpointHooks(resume=cp))
+    return cp, result, events
+
+
+def check_resume(s: dict, k: int, want=None, run: Callable = smdengine.run, label_lag: int = 0):
+    """Interrupt at update k, resume, and compare with ``want`` (default: an uninterrupted run).
+    label_lag: how far before the checkpoint a point recorded after it may be labelled (windows
+    labelled by their first step)."""
+    want = run(s) if want is None else want
+    data, before = interrupted(s, k, run=run)
+    cp, got, after = resumed(s, data, run=run)
+    assert cp.step == k
+    assert_same_result(got, want)
+    # the interrupted run delivered exactly the checkpoint's points; the resumed one exactly the rest
+    assert same(merged(before), cp.series)
+    rest = merged(after)
+    assert cp.n_points + len(rest["step"]) == len(want.series["step"])
+    assert same(rest, {key: values[cp.n_points:] for key, values in want.series.items()})
+    assert all(step >= k - label_lag for step in rest["step"])
+    return want
