@@ -12,7 +12,7 @@ from smdengine.nrq.spec import NRQSpec
 from smdengine.nrq.stepper import Stepper, angle
 from smdengine.recorder import Recorder, tail_means
 from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device,
-                               resolve_dtype, saved)
+                               resolve_dtype)
 
 METRICS = ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr")
 THEORY = ("au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa")
@@ -37,11 +37,9 @@ def simulate_nrq(spec: NRQSpec, *, on_progress: Optional[ProgressCallback] = Non
     lr = wd = 0.0
     start = 0
     if recorder.resumed is not None:
-        state = recorder.resumed.state
-        start, lr, wd = recorder.resumed.step, state["lr"], state["wd"]
-        stepper.load_state(state)
-        gen.set_state(state["rng"])
-    recorder.snapshot = lambda: {"lr": lr, "wd": wd, "rng": gen.get_state(), **stepper.state()}
+        start = recorder.resumed.step
+        lr, wd = stepper.load_state(recorder.resumed.state)
+    recorder.snapshot = stepper.state
     for n in range(start, p.steps):
         phase = phase_by_start.get(n)
         if phase is not None:

@@ -26,25 +26,32 @@ class Stepper:
         self.buf = torch.empty_like(x)
         self.v = torch.zeros_like(x) if momentum else None
         self.reduce = torch.stack([torch.ones_like(a), a], dim=1)  # (p, 2): |X|², XᵀAX in one matmul
+        self.rates = (0.0, 0.0)  # (lr, weight_decay) of the phase entered last
 
-    def state(self) -> dict[str, torch.Tensor]:
-        """The tensors a checkpoint needs (CPU copies)."""
-        out = {"x": saved(self.x)}
+    def state(self) -> dict:
+        """What a checkpoint needs: X (and v), the generator state and the rates of the phase in
+        force (CPU copies)."""
+        out = {"x": saved(self.x), "rng": self.gen.get_state(), "rates": self.rates}
         if self.v is not None:
             out["v"] = saved(self.v)
         return out
 
-    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+    def load_state(self, state: dict) -> tuple[float, float]:
+        """Restore :meth:`state`; returns the (lr, weight_decay) in force."""
         self.x.copy_(state["x"])
         if self.v is not None:
             self.v.copy_(state["v"])
+        self.gen.set_state(state["rng"])
+        self.rates = tuple(state["rates"])
+        return self.rates
 
     def enter(self, phase) -> tuple[float, float]:
         """Start a schedule phase (:class:`smdengine.nrq.schedule.Phase`): apply its rescale of X
         and return its (lr, weight_decay)."""
         if phase.rescale != 1.0:
             self.rescale(phase.rescale)
-        return phase.lr, phase.weight_decay
+        self.rates = (phase.lr, phase.weight_decay)
+        return self.rates
 
     def rescale(self, factor: float) -> None:
         """X ← factor·X. The momentum buffer, dominated by g ∝ 1/|X|, scales by 1/factor."""

@@ -54,13 +54,10 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
     lr = wd = 0.0
     first = 0
     if recorder.resumed is not None:
-        state = recorder.resumed.state
-        first, lr, wd = recorder.resumed.step, state["lr"], state["wd"]
-        stepper.load_state(state)
-        counts.copy_(state["f_counts"])
-        gen.set_state(state["rng"])
-    recorder.snapshot = lambda: {"lr": lr, "wd": wd, "rng": gen.get_state(), "f_counts": saved(counts),
-                                 **stepper.state()}
+        first = recorder.resumed.step
+        lr, wd = stepper.load_state(recorder.resumed.state)
+        counts.copy_(recorder.resumed.state["f_counts"])
+    recorder.snapshot = lambda: {"f_counts": saved(counts), **stepper.state()}
     for n in range(first, p.steps):
         phase = phase_by_start.get(n)
         if phase is not None:
