@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from typing import Callable, Optional
 
 from store.settings import Settings

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import Any, Optional
 
 from sqlalchemy import and_, delete, func, or_, select, update
@@ -68,11 +68,6 @@ def claim_next(session: Session, queues: list[str], worker: str, lease_seconds: 
             session.flush()
             return Claim(candidate, attempt, owner)
     return None
-
-
-def claim(session: Session, experiment_id: str, worker: str, lease_seconds: float = 60.0) -> bool:
-    """Claim one given job (see :func:`claim_next`); False when it is not queued."""
-    return claim_next(session, ["cpu", "gpu"], worker, lease_seconds, experiment_id) is not None
 
 
 def _held(claim: Claim):
@@ -218,8 +213,3 @@ def note_resume(session: Session, claim: Claim, step: Optional[int]) -> None:
 def attempts(session: Session, experiment_id: str) -> list[Attempt]:
     return list(session.scalars(select(Attempt).where(Attempt.experiment_id == experiment_id)
                                 .order_by(Attempt.number)))
-
-
-def as_utc(value: Optional[datetime]) -> Optional[datetime]:
-    """SQLite returns naive datetimes; every stored time is UTC."""
-    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value

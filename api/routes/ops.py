@@ -1,14 +1,12 @@
 """Operations: readiness (database and broker) and Prometheus metrics computed from the database.
 
 The database is the record of truth, so every API replica serves the same numbers: nothing here is
-counted in process memory. A broker that hangs (accepts connections, never answers) must not hold
-a probe or a scrape: a Redis broker is first pinged with socket timeouts, and every broker call runs
-in its own daemon thread that the request stops waiting for after BROKER_TIMEOUT.
+counted in process memory. A broker that hangs (accepts connections, never answers) does not hold
+a probe or a scrape: worker.queue talks to it with socket timeouts.
 """
 from __future__ import annotations
 
-import threading
-from typing import Callable, Iterable, TypeVar
+from typing import Iterable
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
@@ -32,60 +30,12 @@ router = APIRouter(tags=["operations"])
 STATUSES = ("queued", "running", *TERMINAL)
 # Upper bounds of the job-duration histogram, in seconds: 1 s … 1 day (+Inf is added).
 DURATION_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 28800, 43200, 86400)
-BROKER_TIMEOUT = 4.0        # seconds a probe or scrape waits for the broker
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-T = TypeVar("T")
 
 
 def _error(exc: BaseException) -> str:
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return f"error: {exc.__class__.__name__}" + (f": {detail}" if detail else "")
-
-
-def _in_thread(fn: Callable[..., T], *args, seconds: float = BROKER_TIMEOUT) -> T:
-    """``fn(*args)`` in a daemon thread: its result, its exception, or TimeoutError after ``seconds``
-    (the thread is left to finish on its own; a thread pool could be filled up by stuck calls)."""
-    box: dict = {}
-
-    def target() -> None:
-        try:
-            box["result"] = fn(*args)
-        except BaseException as exc:  # handed to the caller
-            box["error"] = exc
-
-    thread = threading.Thread(target=target, name="smd-ops-broker", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise TimeoutError(f"no answer within {seconds:g} s")
-    if "error" in box:
-        raise box["error"]
-    return box["result"]
-
-
-def _redis_ping(settings: Settings) -> None:
-    """Redis only: PING with socket timeouts. Celery's connection has none, so without this a Redis
-    that hangs would leave a thread blocked for good at every probe."""
-    if settings.broker.split("://")[0] in ("redis", "rediss"):
-        import redis
-
-        half = BROKER_TIMEOUT / 2
-        client = redis.Redis.from_url(settings.broker, socket_timeout=half, socket_connect_timeout=half)
-        try:
-            client.ping()
-        finally:
-            client.close()
-
-
-def ping_broker(settings: Settings) -> None:
-    _redis_ping(settings)
-    broker_queue.broker_ping(settings)
-
-
-def broker_depths(settings: Settings) -> dict[str, int]:
-    _redis_ping(settings)
-    return broker_queue.queue_depths(settings)
 
 
 @router.get("/readyz", response_model=ReadyOut,
@@ -99,7 +49,7 @@ def readyz(session: SessionDep, settings: SettingsDep):
         database = _error(exc)
     release(session)
     try:
-        _in_thread(ping_broker, settings)
+        broker_queue.broker_ping(settings)
         broker = "ok"
     except Exception as exc:
         broker = _error(exc)
@@ -157,7 +107,7 @@ def collect(session: Session, settings: Settings) -> list[Metric]:
     families: list[Metric] = [jobs, depth, duration, attempts]
     up = GaugeMetricFamily("smd_broker_up", "1 when the broker answered this scrape, else 0.")
     try:
-        messages = _in_thread(broker_depths, settings)
+        messages = broker_queue.queue_depths(settings)
     except Exception:
         up.add_metric([], 0)
     else:

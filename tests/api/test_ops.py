@@ -119,9 +119,7 @@ def test_readyz_and_metrics_with_a_hung_broker(sqlite_settings, hung_broker_url)
         elapsed = time.monotonic() - start
     assert elapsed < 15, elapsed
     assert ready.status_code == 503 and ready.json()["broker"].startswith("error: "), ready.text
-    assert value(parse(metrics.text), "smd_broker_up") == 0
-    time.sleep(0.5)  # no broker call is left blocked for good (the Redis ping has socket timeouts)
-    assert not [t for t in threading.enumerate() if t.name == "smd-ops-broker"]
+    assert value(parse(metrics.text), "smd_broker_up") == 0   # both answered: worker.queue has socket timeouts
 
 
 def test_ready_and_counted_on_a_real_redis(sqlite_settings):
