@@ -180,9 +180,7 @@ class _SeriesWriter:
         self.cancel = False
         self.last_flush = time.monotonic()
         self.hooks: Optional[smdengine.CheckpointHooks] = None
-        self.checkpoints = 0
-        self.release_polls = 0
-        self.checkpoints_before_release = 0
+        self.release_requested = False
 
     def start(self, session, resume: Optional[smdengine.Checkpoint]) -> None:
         """The stored series becomes the checkpoint's points (none without one); this attempt writes
@@ -206,13 +204,11 @@ class _SeriesWriter:
         if self.lease.lost:
             raise jobs.LeaseLost(self.claim.experiment_id)
         if shutting_down.is_set():
-            # checkpoint at the next progress event, then give the job back (at most a few events later)
-            self.release_polls += 1
-            if self.hooks is not None and self.release_polls == 1:
-                self.hooks.interval = 0.0
-                self.checkpoints_before_release = self.checkpoints
-            elif self.checkpoints > self.checkpoints_before_release or self.release_polls > 4:
+            if self.release_requested:  # the recorder took the last checkpoint after the previous poll
                 raise _Released()
+            self.release_requested = True
+            if self.hooks is not None:
+                self.hooks.interval = 0.0
         return self.cancel
 
     def save_checkpoint(self, checkpoint: smdengine.Checkpoint) -> None:
@@ -220,7 +216,6 @@ class _SeriesWriter:
         data = checkpoint.to_bytes()
         with session_scope(self.url) as session:
             jobs.save_checkpoint(session, self.claim, checkpoint.step, checkpoint.n_points, data)
-        self.checkpoints += 1
 
     def flush(self) -> None:
         n = len(self.buffer.get("step", []))
