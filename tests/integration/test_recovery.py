@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -242,3 +243,23 @@ def test_many_concurrent_requests_do_not_jam_the_api(stack):
     errors = [a for a in answers if isinstance(a, Exception) or a.status_code != 200]
     assert not errors, errors[:3]
     assert time.monotonic() - t0 < 20
+
+
+def test_sigterm_to_the_pool_process_hands_its_job_back(stack):
+    """SIGTERM straight to the pool process running a job (a cold shutdown's terminate, an OOM
+    killer's polite first step): it checkpoints and gives the job back, then exits; the worker's
+    new pool process resumes the job."""
+    stack.start_worker("w1")
+    exp_id = submit(stack, ENDLESS)
+    wait_checkpoint(stack, exp_id)
+    main = stack.workers["w1"].pid
+    [pool] = [int(p) for p in (Path(f"/proc/{main}/task/{main}/children").read_text().split())]
+    os.kill(pool, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while len(attempts(stack, exp_id)) < 2 or attempts(stack, exp_id)[1][3] is None:
+        assert time.monotonic() < deadline, stack.logs()
+        time.sleep(0.1)
+    first, second = attempts(stack, exp_id)
+    assert first[2] == "released" and second[:2] == (2, "w1") and second[3] > 0, stack.logs()
+    httpx.post(f"{stack.base}/v1/experiments/{exp_id}/cancel")
+    assert wait_status(stack.base, exp_id, TERMINAL, timeout=30)["status"] == "cancelled"
