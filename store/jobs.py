@@ -96,20 +96,13 @@ def record_progress(session: Session, claim: Claim, step: int, total: int) -> bo
 def finish_claimed(session: Session, claim: Claim, status: str, *, error: Optional[str] = None,
                    summary: Optional[dict] = None, theory: Optional[dict] = None,
                    distributions: Optional[dict] = None) -> None:
-    """End a claimed job (see :func:`finish`) if the lease is still held; raises :class:`LeaseLost`."""
+    """End a claimed job if the lease is still held (the attempt too, and its checkpoint is dropped);
+    raises :class:`LeaseLost`."""
     if not _finish(session, _held(claim), status, error=error, summary=summary, theory=theory,
                    distributions=distributions):
         raise LeaseLost(claim.experiment_id)
     _end_attempt(session, claim.experiment_id, claim.attempt, status)
     session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == claim.experiment_id))
-
-
-def finish(session: Session, experiment_id: str, status: str, *, error: Optional[str] = None,
-           summary: Optional[dict] = None, theory: Optional[dict] = None,
-           distributions: Optional[dict] = None) -> None:
-    """Record the end of a job that no worker holds (e.g. it could not be queued)."""
-    _finish(session, Experiment.id == experiment_id, status, error=error, summary=summary, theory=theory,
-            distributions=distributions)
 
 
 def _finish(session: Session, where, status: str, **results: Any) -> bool:
