@@ -4,7 +4,8 @@ checkpoints there when due.
 
 Checkpointing protocol for a simulator: build the Recorder with the run's hooks; if
 :attr:`Recorder.resumed` is set, load its ``state`` into the run and start the loop at
-``resumed.step``; set :attr:`Recorder.snapshot` to a function returning the state dict (CPU copies:
+``resumed.step``; set :attr:`Recorder.snapshot` to a function of the step reached (updates done)
+returning the state dict (CPU copies:
 :func:`smdengine.runtime.saved`), or None when the run is not at a point it can resume from.
 """
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Recorder:
         self._rows: dict[str, list[torch.Tensor]] = {m: [] for m in self.names}
         self._last_emit = time.monotonic()
         self.hooks = checkpoint
-        self.snapshot: Optional[Callable[[], Optional[dict[str, Any]]]] = None
+        self.snapshot: Optional[Callable[[int], Optional[dict[str, Any]]]] = None
         self._last_checkpoint = time.monotonic()
         self.resumed: Optional[Checkpoint] = checkpoint.resume if checkpoint is not None else None
         if self.resumed is not None:
@@ -66,7 +67,7 @@ class Recorder:
             return
         if time.monotonic() - self._last_checkpoint < hooks.interval:
             return
-        state = self.snapshot()
+        state = self.snapshot(int(step))
         if state is None:  # not at a resumable point: try again at the next event
             return
         hooks.save(Checkpoint(step=int(step), n_points=len(self.series["step"]), state=state,

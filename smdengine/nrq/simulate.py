@@ -39,7 +39,7 @@ def simulate_nrq(spec: NRQSpec, *, on_progress: Optional[ProgressCallback] = Non
     if recorder.resumed is not None:
         start = recorder.resumed.step
         lr, wd = stepper.load_state(recorder.resumed.state)
-    recorder.snapshot = stepper.state
+    recorder.snapshot = lambda _step: stepper.state()
     for n in range(start, p.steps):
         phase = phase_by_start.get(n)
         if phase is not None:

@@ -66,7 +66,7 @@ import numpy as np
 import torch
 
 from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import (CheckpointHooks, Progress, ProgressCallback, RunResult, StopCheck, resolve_device,
+from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device,
                                resolve_dtype, saved)
 from smdengine.sde.spec import NormMapParams, SDESpec
 
@@ -97,9 +97,7 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
     device, dtype = resolve_device(spec.device), resolve_dtype(p.dtype)
     gen = torch.Generator(device=device).manual_seed(spec.seed)
     saving = checkpoint is not None and checkpoint.save is not None
-    # a checkpoint is taken right after a progress event, at its step: remember it
-    events = _LastEvent(on_progress) if saving else on_progress
-    recorder = Recorder(METRICS, p.steps, events, should_stop, progress_interval, checkpoint)
+    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval, checkpoint)
     if p.momentum == 0:
         stepper = _SGD(p, device, dtype)
     elif device.type != "cpu" or p.trials <= MM_MAX_TRIALS:
@@ -119,8 +117,8 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
     start = run_start = first
     chunk_rng = None
 
-    def snapshot() -> dict[str, Any]:  # called only when saving, so events is a _LastEvent
-        return {"chunk": chunk, "chunk_start": start, "rng": chunk_rng, **stepper.state(events.step - run_start)}
+    def snapshot(step: int) -> dict[str, Any]:
+        return {"chunk": chunk, "chunk_start": start, "rng": chunk_rng, **stepper.state(step - run_start)}
 
     recorder.snapshot = snapshot
     for start in range(first, p.steps, chunk):
@@ -147,18 +145,6 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
     summary = tail_means(recorder.series, prediction, tail)
     summary["rel_error_max_tail"] = _rel_error_max(recorder.series, prediction["norm_sq_equilibrium"], tail)
     return RunResult(series=recorder.series, theory=prediction, summary=summary)
-
-
-class _LastEvent:
-    """Forwards progress events and keeps the step of the last one."""
-
-    def __init__(self, forward: Optional[ProgressCallback]):
-        self.forward, self.step = forward, 0
-
-    def __call__(self, progress: Progress) -> None:
-        self.step = progress.step
-        if self.forward is not None:
-            self.forward(progress)
 
 
 # The steppers' run(start, drive, ...) applies the drive rows to steps start, start + 1, …; their

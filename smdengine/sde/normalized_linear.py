@@ -58,7 +58,7 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
         first = recorder.resumed.step
         x.copy_(state["x"])
         gen.set_state(state["rng"])
-    recorder.snapshot = lambda: {"x": saved(x), "rng": gen.get_state()}
+    recorder.snapshot = lambda _step: {"x": saved(x), "rng": gen.get_state()}
     for n in range(first, p.steps):
         if n % p.record_every == 0:
             theta, loss = problem.angle(x), problem.loss(x)

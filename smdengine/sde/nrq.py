@@ -57,7 +57,7 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
         first = recorder.resumed.step
         lr, wd = stepper.load_state(recorder.resumed.state)
         counts.copy_(recorder.resumed.state["f_counts"])
-    recorder.snapshot = lambda: {"f_counts": saved(counts), **stepper.state()}
+    recorder.snapshot = lambda _step: {"f_counts": saved(counts), **stepper.state()}
     for n in range(first, p.steps):
         phase = phase_by_start.get(n)
         if phase is not None:

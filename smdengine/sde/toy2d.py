@@ -83,7 +83,7 @@ def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
     if recorder.resumed is not None:
         first = recorder.resumed.step
         w = recorder.resumed.state["w"].to(device=device, dtype=dtype)
-    recorder.snapshot = lambda: {"w": saved(w)}  # w is rebound by every update: the lambda reads the current one
+    recorder.snapshot = lambda _step: {"w": saved(w)}  # w is rebound by every update: the lambda reads the current one
     every = p.record_every
     for n in range(first, p.steps):
         if n % every == 0:

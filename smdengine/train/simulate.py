@@ -113,7 +113,7 @@ def simulate(spec: TrainSpec, *, on_progress: Optional[ProgressCallback] = None,
         if tracker is not None:
             tracker.load_state(state["tracker"])
 
-    def snapshot() -> dict[str, Any]:
+    def snapshot(_step: int) -> dict[str, Any]:
         return {"optimizer": optimizer.state(), "buffers": {k: saved(b) for k, b in net.buffers.items()},
                 "rng": gen.get_state(), "batches": batches.state(), "loss_sum": saved(loss_sum),
                 "hits": saved(hits), "pending": {k: saved(v) for k, v in pending.items()},
