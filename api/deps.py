@@ -1,13 +1,15 @@
-"""Dependency aliases: settings, database session, the experiment named in the path."""
+"""Dependency aliases: settings, database session, the current user, the experiment named in the path."""
 from __future__ import annotations
 
-from typing import Annotated, AsyncIterator
+from typing import Annotated, AsyncIterator, Optional
 
 from fastapi import Depends, HTTPException, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from store import users
 from store.db import session_factory
-from store.models import Experiment
+from store.models import Experiment, User
 from store.settings import Settings
 
 
@@ -38,12 +40,63 @@ def release(session: Session) -> None:
         pass
 
 
-def _experiment(session: SessionDep, experiment_id: Annotated[str, Path()]) -> Experiment:
+_bearer = HTTPBearer(auto_error=False, description="An API key from `smd keys create`: `Authorization: Bearer smd_...`.")
+_QUERY_KEY_NAMES = {"key", "api_key", "apikey", "api-key", "token", "access_token", "auth", "authorization"}
+
+
+def unauthorized(detail: str) -> HTTPException:
+    return HTTPException(status_code=401, detail=detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _current_user(request: Request, session: SessionDep, settings: SettingsDep,
+                  credentials: Annotated[Optional[HTTPAuthorizationCredentials], Depends(_bearer)]) -> User:
+    """The key's owner (``auth=off``: the admin user ``local``). A key in the query string is
+    refused even when it is valid: URLs end up in logs and browser histories."""
+    if any(name.lower() in _QUERY_KEY_NAMES or value.startswith(users.KEY_PREFIX)
+           for name, value in request.query_params.multi_items()):
+        raise unauthorized("API keys are accepted only in the Authorization header "
+                           "(Authorization: Bearer <key>), never in the query string")
+    if settings.auth == "off":
+        user = users.local_user(session)
+    elif credentials is None:
+        raise unauthorized("missing API key: send Authorization: Bearer <key>")
+    else:
+        user = users.authenticate(session, credentials.credentials)
+    session.commit()  # release the connection before the route's own thread-pool call
+    if user is None:
+        raise unauthorized("invalid or revoked API key")
+    return user
+
+
+CurrentUserDep = Annotated[User, Depends(_current_user)]
+
+
+def can_read(user: User, experiment: Experiment) -> bool:
+    return user.is_admin or experiment.owner_id == user.id or experiment.visibility == "lab"
+
+
+def can_manage(user: User, experiment: Experiment) -> bool:
+    return user.is_admin or experiment.owner_id == user.id
+
+
+def _experiment(session: SessionDep, user: CurrentUserDep, experiment_id: Annotated[str, Path()]) -> Experiment:
+    """An experiment the user may read; another user's private one is a 404, as if it did not exist."""
     experiment = session.get(Experiment, experiment_id)
     session.commit()  # release the connection before the route's own thread-pool call
-    if experiment is None:
+    if experiment is None or not can_read(user, experiment):
         raise HTTPException(status_code=404, detail=f"experiment {experiment_id} not found")
     return experiment
 
 
 ExperimentDep = Annotated[Experiment, Depends(_experiment)]
+
+
+def _managed_experiment(experiment: ExperimentDep, user: CurrentUserDep) -> Experiment:
+    """An experiment the user may cancel or delete: theirs, or any for an admin."""
+    if not can_manage(user, experiment):
+        raise HTTPException(status_code=403, detail=f"experiment {experiment.id} belongs to "
+                                                    f"{experiment.owner_name}: only its owner or an admin may change it")
+    return experiment
+
+
+ManagedExperimentDep = Annotated[Experiment, Depends(_managed_experiment)]

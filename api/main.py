@@ -11,7 +11,9 @@ from fastapi.responses import JSONResponse
 
 from api.routes import experiments, health, ops, plots
 from smdengine.runtime import json_safe
+from store.db import session_scope
 from store.migrate import upgrade_head
+from store.users import local_user
 from store.settings import Settings, get_settings
 from worker.sweeper import Sweeper
 
@@ -28,12 +30,27 @@ def _name_tags(errors) -> list:
     return out
 
 
+class UnsafeAuth(RuntimeError):
+    """Auth is off on an address other machines can reach."""
+
+
+def check_auth(settings: Settings) -> None:
+    if settings.auth == "off" and not settings.loopback:
+        raise UnsafeAuth(f"SMD_AUTH=off is allowed only on a loopback address (127.0.0.1, ::1, localhost), "
+                         f"not on SMD_HOST={settings.host}: create users and keys (smd users create NAME; "
+                         f"smd keys create NAME) and keep auth on")
+
+
 def create_app(settings: Optional[Settings] = None) -> FastAPI:
     settings = settings or get_settings()
+    check_auth(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         upgrade_head(settings.db_url)  # every schema change is a migration, applied on start
+        if settings.auth == "off":  # create the local user now, not racing in concurrent first requests
+            with session_scope(settings.db_url) as session:
+                local_user(session)
         sweeper = Sweeper(settings).start() if settings.sweeper else None
         try:
             yield

@@ -2,6 +2,7 @@
 selection, downsampling."""
 from __future__ import annotations
 
+import bisect
 import logging
 from typing import Any, Optional
 
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 
 
 def result_document(session: Session, experiment: Experiment, fields: Optional[list[str]] = None,
-                    max_points: Optional[int] = None) -> dict[str, Any]:
+                    max_points: Optional[int] = None, since_step: Optional[int] = None) -> dict[str, Any]:
     """The design §3 document. Flat stored series named ``"<layer>/<metric>"`` (per-layer metrics
     of the ``train`` kind) go to ``layers: {layer: {metric: [...]}}``, the others to ``series``;
     ``layers`` is ``{}`` for kinds without layers. While running, series and layer series hold the
@@ -26,10 +27,19 @@ def result_document(session: Session, experiment: Experiment, fields: Optional[l
 
     ``fields`` selects by name: a series, theory or distribution name; a per-layer metric name
     (``au_rms``: that metric in every layer); a full key ``"<layer>/<metric>"`` (that one series);
-    or a layer name (all of that layer's metrics). ``step`` is always kept."""
+    or a layer name (all of that layer's metrics). ``step`` is always kept.
+
+    ``since_step`` keeps only the points recorded after that step (series, layers and theory
+    series alike), before any downsampling."""
     series, layers = split_layers(read_series(session, experiment.id))
     n = len(series.get("step", []))
     theory = {k: (v[:n] if isinstance(v, list) else v) for k, v in (experiment.theory or {}).items()}
+    if since_step is not None and n:
+        first = bisect.bisect_right(series["step"], since_step)  # steps are recorded in increasing order
+        series = {k: v[first:] for k, v in series.items()}
+        layers = {layer: {m: v[first:] for m, v in metrics.items()} for layer, metrics in layers.items()}
+        theory = {k: (v[first:] if isinstance(v, list) else v) for k, v in theory.items()}
+        n -= first
     distributions = experiment.distributions or {}
     if fields:
         _check_fields(experiment, fields, series, layers, theory, distributions, recorded=n > 0)

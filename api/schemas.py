@@ -1,12 +1,35 @@
-"""Response models (request bodies are smdengine's spec models)."""
+"""Request and response models. A submission is an smdengine spec plus the service's own options
+(visibility, priority), which the engine never sees."""
 from __future__ import annotations
 
 from datetime import datetime, timezone
 from typing import Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator
+
+from smdengine.nrq.spec import NRQSpec
+from smdengine.sde.spec import SDESpec
+from smdengine.spec_base import tagged_union
+from smdengine.train.spec import TrainSpec
 
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+Visibility = Literal["private", "lab"]
+Priority = Literal["low", "normal", "high"]
+
+
+class SubmitOptions(BaseModel):
+    visibility: Visibility = Field("private", description="private: only you (and admins) see it; lab: every "
+                                                          "user can read it (only you and admins can cancel or "
+                                                          "delete it).")
+    priority: Priority = Field("normal", description="Orders your own queued jobs (high: admins only). Between "
+                                                     "users, workers take jobs round-robin.")
+
+
+SERVICE_FIELDS = set(SubmitOptions.model_fields)
+Submission = tagged_union("kind", {
+    kind: create_model(f"{spec.__name__.removesuffix('Spec')}Submission", __base__=(spec, SubmitOptions),
+                       __doc__=spec.__doc__)
+    for kind, spec in (("nrq", NRQSpec), ("sde", SDESpec), ("train", TrainSpec))})
 
 
 class ErrorOut(BaseModel):
@@ -28,6 +51,10 @@ class ExperimentOut(BaseModel):
     attempts: int = Field(..., description="Times a worker started it (a resumed job counts again).")
     queue: str = Field(..., description="cpu or gpu (from the spec's device).")
     worker: Optional[str] = Field(None, description="The worker that ran it last.")
+    owner: Optional[str] = Field(None, validation_alias=AliasChoices("owner_name", "owner"),
+                                 description="Name of the user who submitted it.")
+    visibility: Visibility
+    priority: Priority = Field(..., validation_alias=AliasChoices("priority_name", "priority"))
     created_at: datetime
     started_at: Optional[datetime]
     finished_at: Optional[datetime]
@@ -63,9 +90,10 @@ class AttemptOut(BaseModel):
 
 class ExperimentPage(BaseModel):
     items: list[ExperimentOut]
-    total: int
+    total: int = Field(..., description="Experiments matching the filters, over all pages.")
     limit: int
-    offset: int
+    next_cursor: Optional[str] = Field(None, description="Pass as ?cursor= for the next page (also in the Link "
+                                                         "header, rel=next); null on the last page.")
 
 
 Number = Union[int, float, None]

@@ -5,6 +5,8 @@
     smd worker                a Celery worker only
     smd run SPEC.json -o RESULT.json   run a spec with the engine here, no service
     smd migrate               apply database migrations
+    smd users create NAME [--admin] | list | quota NAME --max-active-jobs N --max-work N
+    smd keys create NAME [--label L] | list [NAME] | revoke KEY_ID
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("spec", type=Path, help="experiment spec (JSON file, or - for stdin)")
     run.add_argument("-o", "--output", type=Path, help="result document path (default: stdout)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    from smdcli import admin
+
+    admin.add_parsers(sub)
     args = parser.parse_args(argv)
 
     from store.settings import get_settings
@@ -35,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         from smdcli.local import run_local
 
         return run_local(args.spec, args.output, quiet=args.quiet)
+    if args.command in ("users", "keys"):
+        return admin.run(args, settings)
     if args.command == "migrate":
         from store.migrate import upgrade_head
 

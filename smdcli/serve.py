@@ -22,8 +22,14 @@ def run_api(settings: Settings, on_shutdown: Optional[Callable[[], None]] = None
 
     import uvicorn
 
-    from api.main import create_app
+    from api.main import UnsafeAuth, check_auth, create_app
     from store.migrate import upgrade_head
+
+    try:
+        check_auth(settings)
+    except UnsafeAuth as exc:
+        log.error("refusing to start the API: %s", exc)
+        return 2
 
     class Server(uvicorn.Server):
         async def shutdown(self, sockets=None) -> None:
@@ -61,8 +67,14 @@ def serve(settings: Settings) -> int:
     """API (with its sweeper) in this process and one worker child that is restarted if it dies.
     The child is named ``embedded@<host>``: when it dies its leases are expired at once, so its job
     resumes from its checkpoint without waiting for the lease to run out."""
+    from api.main import UnsafeAuth, check_auth
     from store.migrate import upgrade_head
 
+    try:
+        check_auth(settings)
+    except UnsafeAuth as exc:
+        log.error("refusing to start: %s", exc)
+        return 2
     upgrade_head(settings.db_url)
     supervisor = _WorkerSupervisor(settings)
     supervisor.start()

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, Optional
 
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from store.models import TERMINAL, Attempt, Checkpoint, Experiment, utcnow
+from store.models import ACTIVE, PRIORITIES, TERMINAL, Attempt, Checkpoint, Experiment, SeriesChunk, utcnow
 
 
 class LeaseLost(Exception):
@@ -35,39 +35,125 @@ class Claim:
 
 
 def create(session: Session, *, kind: str, name: Optional[str], spec: dict[str, Any], total_steps: int,
-           queue: str = "cpu") -> Experiment:
+           queue: str = "cpu", owner_id: Optional[str] = None, visibility: str = "private",
+           priority: int = PRIORITIES["normal"]) -> Experiment:
     experiment = Experiment(kind=kind, name=name, spec=spec, status="queued", progress=0.0, step=0,
-                            total_steps=total_steps, cancel_requested=False, attempts=0, queue=queue)
+                            total_steps=total_steps, cancel_requested=False, attempts=0, queue=queue,
+                            owner_id=owner_id, visibility=visibility, priority=priority, revision=0)
     session.add(experiment)
     session.flush()
     return experiment
 
 
+# Every change a client can see bumps the row's revision (ETags, events); lease renewals do not.
+_BUMP = {"revision": Experiment.revision + 1}
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _aware(value: Optional[datetime]) -> Optional[datetime]:
+    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+
+
+def _claimable(queues: list[str]):
+    return and_(Experiment.status == "queued", Experiment.queue.in_(queues), Experiment.cancel_requested.is_(False))
+
+
+@dataclass
+class _Owner:
+    """Fair-share state of one owner's queued jobs: fewest running first, then least recently
+    served (never served first), then whoever has waited longest."""
+
+    running: int
+    last_started: Optional[datetime]
+    first_created: datetime
+
+    def key(self) -> tuple:
+        return self.running, self.last_started or _EPOCH, self.first_created
+
+
+def _owners(session: Session, queues: list[str]) -> dict[Optional[str], _Owner]:
+    waiting = session.execute(select(Experiment.owner_id, func.min(Experiment.created_at))
+                              .where(_claimable(queues)).group_by(Experiment.owner_id)).all()
+    if not waiting:
+        return {}
+    running = dict(session.execute(select(Experiment.owner_id, func.count())
+                                   .where(Experiment.status == "running", Experiment.queue.in_(queues))
+                                   .group_by(Experiment.owner_id)).all())
+    served = dict(session.execute(select(Experiment.owner_id, func.max(Experiment.started_at))
+                                  .group_by(Experiment.owner_id)).all())
+    return {owner: _Owner(int(running.get(owner, 0)), _aware(served.get(owner)), _aware(first))
+            for owner, first in waiting}
+
+
+def _by_owner(owner_id: Optional[str]):
+    return Experiment.owner_id.is_(None) if owner_id is None else Experiment.owner_id == owner_id
+
+
+_OWN_ORDER = (Experiment.priority.desc(), Experiment.created_at, Experiment.id)  # within one owner
+
+
 def claim_next(session: Session, queues: list[str], worker: str, lease_seconds: float,
                experiment_id: Optional[str] = None) -> Optional[Claim]:
-    """Take the oldest queued job of ``queues`` (or that one job): queued → running with a fresh
+    """Take the next queued job of ``queues`` (or that one job): queued → running with a fresh
     lease and attempt number, atomically. None when there is nothing to take. Concurrent claimers
-    never take the same job: the update is conditional on the row still being queued."""
-    query = select(Experiment.id).where(Experiment.status == "queued", Experiment.queue.in_(queues),
-                                        Experiment.cancel_requested.is_(False))
+    never take the same job: the update is conditional on the row still being queued.
+
+    Fair share: the owner is chosen by :class:`_Owner` (round-robin by user, so one user's 100
+    queued jobs do not hold back another's single job); among that owner's jobs, highest priority
+    first, then oldest."""
     if experiment_id is not None:
-        query = query.where(Experiment.id == experiment_id)
-    for candidate in session.scalars(query.order_by(Experiment.created_at, Experiment.id).limit(20)).all():
-        owner = f"{worker}/{uuid.uuid4().hex[:12]}"
-        now = utcnow()
-        result = session.execute(
-            update(Experiment)
-            .where(Experiment.id == candidate, Experiment.status == "queued", Experiment.cancel_requested.is_(False))
-            .values(status="running", started_at=now, attempts=Experiment.attempts + 1, worker=worker,
-                    lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds),
-                    error=None, updated_at=now)
-        )
-        if result.rowcount == 1:
-            attempt = session.scalar(select(Experiment.attempts).where(Experiment.id == candidate))
-            session.add(Attempt(experiment_id=candidate, number=attempt, worker=owner, started_at=now))
-            session.flush()
-            return Claim(candidate, attempt, owner)
+        groups = [[experiment_id]]
+    else:
+        owners = _owners(session, queues)
+        groups = [session.scalars(select(Experiment.id).where(_claimable(queues), _by_owner(owner))
+                                  .order_by(*_OWN_ORDER).limit(5)).all()
+                  for owner in sorted(owners, key=lambda o: owners[o].key())]
+    for candidates in groups:
+        for candidate in candidates:
+            claim = _try_claim(session, candidate, worker, lease_seconds)
+            if claim is not None:
+                return claim
     return None
+
+
+def _try_claim(session: Session, candidate: str, worker: str, lease_seconds: float) -> Optional[Claim]:
+    owner = f"{worker}/{uuid.uuid4().hex[:12]}"
+    now = utcnow()
+    result = session.execute(
+        update(Experiment)
+        .where(Experiment.id == candidate, Experiment.status == "queued", Experiment.cancel_requested.is_(False))
+        .values(status="running", started_at=now, attempts=Experiment.attempts + 1, worker=worker,
+                lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds),
+                error=None, updated_at=now, **_BUMP)
+    )
+    if result.rowcount != 1:
+        return None
+    attempt = session.scalar(select(Experiment.attempts).where(Experiment.id == candidate))
+    session.add(Attempt(experiment_id=candidate, number=attempt, worker=owner, started_at=now))
+    session.flush()
+    return Claim(candidate, attempt, owner)
+
+
+def queue_order(session: Session, queue: str) -> list[str]:
+    """Ids of the claimable jobs of ``queue`` in the order workers would start them if nothing else
+    were submitted: :func:`claim_next`'s rule replayed, each start counting as one more running
+    job of its owner (an estimate: it does not know when running jobs end)."""
+    rows = session.execute(select(Experiment.id, Experiment.owner_id).where(_claimable([queue]))
+                           .order_by(*_OWN_ORDER)).all()
+    owners = _owners(session, [queue])
+    pending: dict[Optional[str], list[str]] = {}
+    for experiment_id, owner in rows:
+        pending.setdefault(owner, []).append(experiment_id)
+    order: list[str] = []
+    clock = max([o.last_started for o in owners.values() if o.last_started] + [utcnow()])
+    while pending:
+        owner = min(pending, key=lambda o: owners[o].key())
+        order.append(pending[owner].pop(0))
+        if not pending[owner]:
+            del pending[owner]
+        clock += timedelta(microseconds=1)
+        owners[owner] = _Owner(owners[owner].running + 1, clock, owners[owner].first_created)
+    return order
 
 
 def _held(claim: Claim):
@@ -85,7 +171,7 @@ def renew(session: Session, claim: Claim, lease_seconds: float) -> None:
 
 def record_progress(session: Session, claim: Claim, step: int, total: int) -> bool:
     """Write progress under the lease; returns the cancel flag. Raises :class:`LeaseLost`."""
-    values: dict[str, Any] = {"step": step, "updated_at": utcnow()}
+    values: dict[str, Any] = {"step": step, "updated_at": utcnow(), **_BUMP}
     if total:
         values["progress"] = step / total
     if session.execute(update(Experiment).where(_held(claim)).values(**values)).rowcount != 1:
@@ -111,7 +197,7 @@ def _finish(session: Session, where, status: str, **results: Any) -> bool:
     assert status in TERMINAL
     now = utcnow()
     values: dict[str, Any] = {"status": status, "finished_at": now, "updated_at": now, "error": results.pop("error"),
-                              "lease_owner": None, "lease_expires_at": None}
+                              "lease_owner": None, "lease_expires_at": None, **_BUMP}
     values.update({key: value for key, value in results.items() if value is not None})
     if status == "succeeded":
         values["progress"] = 1.0
@@ -122,7 +208,8 @@ def release(session: Session, claim: Claim) -> None:
     """Give a claimed job back to the queue (its worker is shutting down); no-op if not held."""
     now = utcnow()
     result = session.execute(update(Experiment).where(_held(claim))
-                             .values(status="queued", lease_owner=None, lease_expires_at=None, updated_at=now))
+                             .values(status="queued", lease_owner=None, lease_expires_at=None, updated_at=now,
+                                     **_BUMP))
     if result.rowcount == 1:
         _end_attempt(session, claim.experiment_id, claim.attempt, "released")
 
@@ -138,9 +225,9 @@ def request_cancel(session: Session, experiment_id: str) -> None:
     stops at its next progress write, keeping the partial results. Conditional updates, so a
     worker's concurrent claim or finish is never overwritten."""
     session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status == "queued")
-                    .values(status="cancelled", finished_at=utcnow(), updated_at=utcnow()))
+                    .values(status="cancelled", finished_at=utcnow(), updated_at=utcnow(), **_BUMP))
     session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status.not_in(TERMINAL))
-                    .values(cancel_requested=True, updated_at=utcnow()))
+                    .values(cancel_requested=True, updated_at=utcnow(), **_BUMP))
 
 
 def expire_leases(session: Session, max_attempts: int, *, owner_prefix: Optional[str] = None) -> list[str]:
@@ -166,7 +253,7 @@ def expire_leases(session: Session, max_attempts: int, *, owner_prefix: Optional
                 f"SMD_MAX_ATTEMPTS is {max_attempts}"))
         else:
             done = session.execute(update(Experiment).where(held).values(
-                status="queued", lease_owner=None, lease_expires_at=None, updated_at=now)).rowcount == 1
+                status="queued", lease_owner=None, lease_expires_at=None, updated_at=now, **_BUMP)).rowcount == 1
             if done:
                 requeued.append(experiment_id)
         if done:
@@ -206,3 +293,17 @@ def note_resume(session: Session, claim: Claim, step: Optional[int]) -> None:
 def attempts(session: Session, experiment_id: str) -> list[Attempt]:
     return list(session.scalars(select(Attempt).where(Attempt.experiment_id == experiment_id)
                                 .order_by(Attempt.number)))
+
+
+def remove(session: Session, experiment_id: str) -> None:
+    """Remove an ended job and everything stored for it (children first: SQLite may run without
+    foreign-key cascades on an old connection)."""
+    for table in (SeriesChunk, Attempt, Checkpoint):
+        session.execute(delete(table).where(table.experiment_id == experiment_id))
+    session.execute(delete(Experiment).where(Experiment.id == experiment_id, Experiment.status.in_(TERMINAL)))
+
+
+def active_count(session: Session, owner_id: Optional[str]) -> int:
+    """Queued and running jobs of one owner (the active-jobs quota)."""
+    return int(session.scalar(select(func.count()).select_from(Experiment).where(
+        _by_owner(owner_id), Experiment.status.in_(ACTIVE))) or 0)

@@ -5,8 +5,8 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any, Optional
 
-from sqlalchemy import JSON, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
 def utcnow() -> datetime:
@@ -22,6 +22,42 @@ class Base(DeclarativeBase):
 
 
 TERMINAL = ("succeeded", "failed", "cancelled")
+ACTIVE = ("queued", "running")
+PRIORITIES = {"low": 0, "normal": 1, "high": 2}
+PRIORITY_NAMES = {value: name for name, value in PRIORITIES.items()}
+ROLES = ("user", "admin")
+
+
+class User(Base):
+    """A researcher. Quota columns override the server's defaults when set."""
+
+    __tablename__ = "users"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    role: Mapped[str] = mapped_column(String(16), default="user")
+    max_active_jobs: Mapped[Optional[int]] = mapped_column(Integer)
+    max_work: Mapped[Optional[int]] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+class ApiKey(Base):
+    """An API key ``smd_<id>_<secret>``: only the SHA-256 of the secret is stored."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(32), ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    label: Mapped[Optional[str]] = mapped_column(String(200))
+    secret_hash: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_used_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    user: Mapped[User] = relationship(lazy="joined")
 
 
 class Experiment(Base):
@@ -49,6 +85,20 @@ class Experiment(Base):
     started_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+    owner_id: Mapped[Optional[str]] = mapped_column(String(32), ForeignKey("users.id"), index=True)
+    visibility: Mapped[str] = mapped_column(String(8), default="private")   # private | lab
+    priority: Mapped[int] = mapped_column(Integer, default=PRIORITIES["normal"])
+    # bumped by every change a client can see (status, progress, points, cancel flag): ETags and events
+    revision: Mapped[int] = mapped_column(Integer, default=0)
+    owner: Mapped[Optional[User]] = relationship(lazy="joined")
+
+    @property
+    def owner_name(self) -> Optional[str]:
+        return self.owner.name if self.owner is not None else None
+
+    @property
+    def priority_name(self) -> str:
+        return PRIORITY_NAMES.get(self.priority, "normal")
 
 
 class SeriesChunk(Base):

@@ -1,9 +1,10 @@
 """One Settings object, read from ``SMD_*`` environment variables by the API, worker and Alembic."""
 from __future__ import annotations
 
+import ipaddress
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -17,7 +18,21 @@ class Settings(BaseSettings):
     state_dir: Path = Field(Path(".smd"), description="Where the embedded default keeps its database and broker.")
     database_url: Optional[str] = Field(None, description="SQLAlchemy URL; default: SQLite file in state_dir.")
     broker_url: Optional[str] = Field(None, description="Celery broker URL; default: filesystem broker in state_dir.")
-    max_work: int = Field(20_000_000_000, ge=1, description="Largest accepted job, in trials·steps·dim.")
+    auth: Literal["on", "off"] = Field("on", description="API keys required (Authorization: Bearer). off: every "
+                                                         "request acts as the admin user 'local'; allowed only "
+                                                         "when host is a loopback address.")
+    max_work: int = Field(20_000_000_000, ge=1, description="Per-user quota: largest job, in trials·steps·dim "
+                                                            "(train: its equivalent); `smd users quota` overrides "
+                                                            "it per user.")
+    max_active_jobs: int = Field(200, ge=1, description="Per-user quota: queued + running jobs; `smd users quota` "
+                                                       "overrides it per user.")
+    quota_retry_seconds: int = Field(60, ge=1, le=86400, description="Retry-After of a 429 when no better "
+                                                                    "estimate exists (e.g. none of the user's "
+                                                                    "jobs has progressed yet).")
+    events_poll_seconds: float = Field(0.5, gt=0, le=60, description="How often an event stream "
+                                                                     "(/v1/experiments/{id}/events) looks for changes.")
+    events_keepalive_seconds: float = Field(15.0, gt=0, le=300, description="Idle event streams send a comment "
+                                                                            "line this often (keeps proxies open).")
     data_dir: Optional[Path] = Field(None, description="Datasets that are not bundled (train kind): "
                                                        "cifar10 is read from data_dir/cifar-10-batches-py.")
     flush_seconds: float = Field(2.0, gt=0, description="How often a worker writes progress and partial series "
@@ -49,6 +64,16 @@ class Settings(BaseSettings):
                                          "default 0..worker_concurrency-1.")
     worker_name: Optional[str] = Field(None, description="Name of this worker in leases (default: host name).")
     log_level: str = Field("INFO")
+
+    @property
+    def loopback(self) -> bool:
+        """Whether the API binds only to this machine."""
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
 
     @property
     def db_url(self) -> str:

@@ -41,13 +41,13 @@ def database_url(request, tmp_path) -> str:
 @pytest.fixture
 def settings(tmp_path, database_url) -> Settings:
     """Embedded-style settings: the given database, a filesystem broker in tmp_path."""
-    return Settings(state_dir=tmp_path / "state", database_url=database_url, flush_seconds=0.2)
+    return Settings(state_dir=tmp_path / "state", database_url=database_url, flush_seconds=0.2, auth="off")
 
 
 @pytest.fixture
 def sqlite_settings(tmp_path) -> Settings:
     return Settings(state_dir=tmp_path / "state", database_url=f"sqlite:///{tmp_path / 'smd.sqlite3'}",
-                    flush_seconds=0.2)
+                    flush_seconds=0.2, auth="off")
 
 
 @pytest.fixture

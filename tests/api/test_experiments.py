@@ -48,18 +48,17 @@ def test_invalid_spec_is_422_naming_field(client, params, field, reason):
     assert client.get("/v1/experiments").json()["total"] == 0
 
 
-def test_work_limit_is_422_and_creates_nothing(tmp_path, database_url):
+def test_work_quota_is_429_and_creates_nothing(tmp_path, database_url):
     from fastapi.testclient import TestClient
 
     from api.main import create_app
     from store.settings import Settings
 
-    settings = Settings(state_dir=tmp_path / "s", database_url=database_url, max_work=1000)
+    settings = Settings(state_dir=tmp_path / "s", database_url=database_url, max_work=1000, auth="off")
     with TestClient(create_app(settings)) as c:
         r = c.post("/v1/experiments", json=small_spec(trials=10, steps=100, dim=2))  # work 2000
-        assert r.status_code == 422
-        (err,) = r.json()["detail"]
-        assert err["loc"] == ["body", "params"] and "at most 1000, got 2000" in err["msg"]
+        assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+        assert "work per job is limited to 1000" in r.json()["detail"] and "needs 2000" in r.json()["detail"]
         assert c.get("/v1/experiments").json()["total"] == 0
         assert c.post("/v1/experiments", json=small_spec(trials=5, steps=100, dim=2)).status_code == 202
 
@@ -99,7 +98,7 @@ def test_list_newest_first_filters_and_pages(client, settings):
     ids = [submit(client, small_spec(trials=i + 1))["id"] for i in range(5)]
     page = client.get("/v1/experiments", params={"limit": 2}).json()
     assert page["total"] == 5 and [e["id"] for e in page["items"]] == ids[::-1][:2]
-    page2 = client.get("/v1/experiments", params={"limit": 2, "offset": 2}).json()
+    page2 = client.get("/v1/experiments", params={"limit": 2, "cursor": page["next_cursor"]}).json()
     assert [e["id"] for e in page2["items"]] == ids[::-1][2:4]
     execute(settings, ids[0])
     done = client.get("/v1/experiments", params={"status": "succeeded"}).json()
@@ -215,7 +214,7 @@ def test_openapi_documents_every_endpoint(client):
         assert op.get("summary") and op.get("description"), (path, method)
         ok = next(c for c in op["responses"] if c.startswith("2"))
         assert op["responses"][ok].get("content"), (path, method)
-    for name in ("ExperimentOut", "ExperimentPage", "ResultDocument", "NRQSpec", "NRQParams", "ErrorOut", "HealthOut"):
+    for name in ("ExperimentOut", "ExperimentPage", "ResultDocument", "NRQSubmission", "NRQParams", "ErrorOut", "HealthOut"):
         assert name in schema["components"]["schemas"], name
     assert "404" in paths["/v1/experiments/{experiment_id}"]["get"]["responses"]
 

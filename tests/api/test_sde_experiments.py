@@ -55,13 +55,13 @@ def test_work_limit_counts_substeps(tmp_path, database_url):
     from api.main import create_app
     from store.settings import Settings
 
-    settings = Settings(state_dir=tmp_path / "s", database_url=database_url, max_work=40_000)
+    settings = Settings(state_dir=tmp_path / "s", database_url=database_url, max_work=40_000, auth="off")
     with TestClient(create_app(settings)) as c:
         ok = {"kind": "sde", "params": {"model": "nrq", "dim": 10, "trials": 10, "steps": 400, "record_every": 10}}
         assert c.post("/v1/experiments", json=ok).status_code == 202           # 10·400·10 = 40 000
         ok["params"]["dt"] = 0.5
         r = c.post("/v1/experiments", json=ok)                                  # twice the substeps
-        assert r.status_code == 422 and "80000" in r.text
+        assert r.status_code == 429 and "needs 80000" in r.text
 
 
 @pytest.mark.parametrize("model", sorted(SMALL))
@@ -118,6 +118,6 @@ def test_normalized_linear_serves_per_trial_angles(client, settings):
 
 def test_openapi_has_the_sde_models(client):
     schemas = client.get("/openapi.json").json()["components"]["schemas"]
-    for name in ("SDESpec", "NRQSDEParams", "NormalizedLinearParams", "NormMapParams", "Toy2DParams",
+    for name in ("SDESubmission", "NRQSDEParams", "NormalizedLinearParams", "NormMapParams", "Toy2DParams",
                  "UnitGradSq", "Histogram"):
         assert name in schemas, name

@@ -1,0 +1,40 @@
+"""Entity tags for polled resources: computed from the row's revision (and the stored point count)
+before any series is read, so an unchanged resource costs one small query and a 304."""
+from __future__ import annotations
+
+import hashlib
+from typing import Optional
+
+from fastapi import Request, Response
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from store.models import Experiment, SeriesChunk
+
+NOT_MODIFIED = {304: {"description": "Not modified: the If-None-Match tag is still current (no body)."}}
+
+
+def stored_points(session: Session, experiment_id: str) -> int:
+    return int(session.scalar(select(func.coalesce(func.max(SeriesChunk.start_index + SeriesChunk.n_points), 0))
+                              .where(SeriesChunk.experiment_id == experiment_id)) or 0)
+
+
+def tag(experiment: Experiment, *parts: object) -> str:
+    """A strong tag: the same revision, points and representation options give the same bytes."""
+    digest = hashlib.sha256(repr((experiment.id, experiment.revision, experiment.status, experiment.step,
+                                  experiment.cancel_requested, experiment.visibility, experiment.name,
+                                  *parts)).encode()).hexdigest()[:32]
+    return f'"{digest}"'
+
+
+def matches(request: Request, current: str) -> bool:
+    """If-None-Match holds ``current`` (weak comparison, as RFC 9110 asks for this header) or ``*``."""
+    header: Optional[str] = request.headers.get("if-none-match")
+    if not header:
+        return False
+    candidates = {value.strip().removeprefix("W/") for value in header.split(",")}
+    return "*" in candidates or current in candidates
+
+
+def not_modified(current: str) -> Response:
+    return Response(status_code=304, headers={"ETag": current})

@@ -1,0 +1,115 @@
+"""`smd users …` and `smd keys …`: manage who may use the server (run on the server, against its
+database: SMD_DATABASE_URL)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Optional
+
+from store import users
+from store.db import session_scope
+from store.migrate import upgrade_head
+from store.settings import Settings
+
+
+def add_parsers(sub) -> None:
+    user_cmd = sub.add_parser("users", help="create and list users, set their quotas")
+    user_sub = user_cmd.add_subparsers(dest="action", required=True)
+    create = user_sub.add_parser("create", help="add a user (then give them a key: smd keys create NAME)")
+    create.add_argument("name")
+    create.add_argument("--admin", action="store_true", help="role admin: sees, cancels and deletes every job")
+    user_sub.add_parser("list", help="users with their role and quota overrides")
+    quota = user_sub.add_parser("quota", help="override a user's quotas ('default' restores the server's)")
+    quota.add_argument("name")
+    quota.add_argument("--max-active-jobs", type=_limit, default=-1, metavar="N|default")
+    quota.add_argument("--max-work", type=_limit, default=-1, metavar="N|default")
+
+    key_cmd = sub.add_parser("keys", help="create, list and revoke API keys")
+    key_sub = key_cmd.add_subparsers(dest="action", required=True)
+    create = key_sub.add_parser("create", help="a new key for a user, printed once")
+    create.add_argument("name", help="the user")
+    create.add_argument("--label", help="what the key is for (e.g. 'laptop', 'dashboard')")
+    listing = key_sub.add_parser("list", help="keys (never the secrets) with their state")
+    listing.add_argument("name", nargs="?", help="only this user's keys")
+    revoke = key_sub.add_parser("revoke", help="revoke a key at once (by its id or the key itself)")
+    revoke.add_argument("key_id")
+
+
+def _limit(text: str) -> Optional[int]:
+    if text == "default":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'default', got {text!r}")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'default', got {value}")
+    return value
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # the command's own output is what matters
+    upgrade_head(settings.db_url)
+    try:
+        with session_scope(settings.db_url) as session:
+            return _ACTIONS[(args.command, args.action)](session, args, settings)
+    except users.UserError as exc:
+        print(f"smd {args.command} {args.action}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _users_create(session, args, settings) -> int:
+    user = users.create_user(session, args.name, "admin" if args.admin else "user")
+    print(f"created user {user.name} ({user.role}); give them a key: smd keys create {user.name}")
+    return 0
+
+
+def _users_list(session, args, settings) -> int:
+    print(f"{'name':24} {'role':6} {'max_active_jobs':>16} {'max_work':>16}")
+    for user in users.list_users(session):
+        print(f"{user.name:24} {user.role:6} {_show(user.max_active_jobs, settings.max_active_jobs):>16} "
+              f"{_show(user.max_work, settings.max_work):>16}")
+    return 0
+
+
+def _show(value: Optional[int], default: int) -> str:
+    return str(value) if value is not None else f"{default} (default)"
+
+
+def _users_quota(session, args, settings) -> int:
+    user = users.require_user(session, args.name)
+    users.set_quota(session, user, max_active_jobs=args.max_active_jobs, max_work=args.max_work)
+    print(f"{user.name}: max_active_jobs {_show(user.max_active_jobs, settings.max_active_jobs)}, "
+          f"max_work {_show(user.max_work, settings.max_work)}")
+    return 0
+
+
+def _keys_create(session, args, settings) -> int:
+    key, secret = users.create_key(session, users.require_user(session, args.name), args.label)
+    print(secret)
+    print(f"key {key.id} for {args.name}: shown once, store it now (Authorization: Bearer <key>)", file=sys.stderr)
+    return 0
+
+
+def _keys_list(session, args, settings) -> int:
+    owner = users.require_user(session, args.name) if args.name else None
+    print(f"{'id':12} {'user':20} {'label':20} {'created':20} {'last used':20} state")
+    for key in users.list_keys(session, owner):
+        print(f"{key.id:12} {key.user.name:20} {(key.label or '-'):20} {_when(key.created_at):20} "
+              f"{_when(key.last_used_at):20} {'revoked ' + _when(key.revoked_at) if key.revoked_at else 'active'}")
+    return 0
+
+
+def _when(value) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+
+
+def _keys_revoke(session, args, settings) -> int:
+    key = users.revoke_key(session, args.key_id)
+    print(f"key {key.id} of {key.user.name} revoked")
+    return 0
+
+
+_ACTIONS = {("users", "create"): _users_create, ("users", "list"): _users_list, ("users", "quota"): _users_quota,
+            ("keys", "create"): _keys_create, ("keys", "list"): _keys_list, ("keys", "revoke"): _keys_revoke}

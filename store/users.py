@@ -1,0 +1,127 @@
+"""Users and API keys.
+
+A key is ``smd_<id>_<secret>``: ``id`` (12 hex) finds the row, ``secret`` (32 random bytes,
+url-safe) is checked against its stored SHA-256 with a constant-time compare. A plain hash is
+enough (no slow KDF): the secret is random with 256 bits of entropy, not a password. The key is
+shown once, at creation; the server cannot show it again.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from datetime import timedelta
+from typing import Optional
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from store.models import ROLES, ApiKey, User, utcnow
+
+KEY_PREFIX = "smd_"
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+LOCAL_USER = "local"   # who submits when auth is off (SMD_AUTH=off, loopback only)
+_KEY_PATTERN = re.compile(r"^smd_([0-9a-f]{12})_([A-Za-z0-9_-]{20,100})$")
+_DUMMY_HASH = hashlib.sha256(b"no such key").hexdigest()
+_TOUCH_EVERY = timedelta(seconds=60)  # last_used_at is written at most this often (polling is frequent)
+
+
+class UserError(ValueError):
+    """A user or key operation that cannot be done, with the reason."""
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def create_user(session: Session, name: str, role: str = "user") -> User:
+    if not NAME_PATTERN.match(name):
+        raise UserError(f"user name: expected 1-64 letters, digits or _.@- (starting with a letter or digit), "
+                        f"got {name!r}")
+    if role not in ROLES:
+        raise UserError(f"role: expected one of {', '.join(ROLES)}, got {role!r}")
+    if get_user(session, name) is not None:
+        raise UserError(f"user {name!r} already exists")
+    user = User(name=name, role=role, created_at=utcnow())
+    session.add(user)
+    session.flush()
+    return user
+
+
+def get_user(session: Session, name: str) -> Optional[User]:
+    return session.scalar(select(User).where(User.name == name))
+
+
+def require_user(session: Session, name: str) -> User:
+    user = get_user(session, name)
+    if user is None:
+        raise UserError(f"no user {name!r}")
+    return user
+
+
+def list_users(session: Session) -> list[User]:
+    return list(session.scalars(select(User).order_by(User.name)))
+
+
+def local_user(session: Session) -> User:
+    """The user of an auth-off server (an admin: it is the only user)."""
+    user = get_user(session, LOCAL_USER)
+    if user is None:
+        user = User(name=LOCAL_USER, role="admin", created_at=utcnow())
+        session.add(user)
+        session.flush()
+    return user
+
+
+def set_quota(session: Session, user: User, *, max_active_jobs: Optional[int] = -1,
+              max_work: Optional[int] = -1) -> None:
+    """Override a user's quotas; None restores the server default, -1 leaves a value unchanged."""
+    for field, value in (("max_active_jobs", max_active_jobs), ("max_work", max_work)):
+        if value is None or value >= 1:
+            setattr(user, field, value)
+        elif value != -1:
+            raise UserError(f"{field}: expected a positive integer or 'default', got {value}")
+    session.flush()
+
+
+def create_key(session: Session, user: User, label: Optional[str] = None) -> tuple[ApiKey, str]:
+    """A new key for ``user``: the row and the key itself (shown once, never stored)."""
+    key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+    key = ApiKey(id=key_id, user_id=user.id, label=label, secret_hash=_hash(secret), created_at=utcnow())
+    session.add(key)
+    session.flush()
+    return key, f"{KEY_PREFIX}{key_id}_{secret}"
+
+
+def list_keys(session: Session, user: Optional[User] = None) -> list[ApiKey]:
+    query = select(ApiKey).order_by(ApiKey.created_at)
+    if user is not None:
+        query = query.where(ApiKey.user_id == user.id)
+    return list(session.scalars(query))
+
+
+def revoke_key(session: Session, key_id: str) -> ApiKey:
+    key = session.get(ApiKey, key_id.removeprefix(KEY_PREFIX).split("_")[0])
+    if key is None:
+        raise UserError(f"no key {key_id!r}")
+    if key.revoked_at is None:
+        key.revoked_at = utcnow()
+        session.flush()
+    return key
+
+
+def authenticate(session: Session, token: str) -> Optional[User]:
+    """The user a key belongs to, or None for a malformed, unknown or revoked key. Every path does
+    one constant-time compare, so timing tells nothing about which ids exist."""
+    match = _KEY_PATTERN.match(token)
+    key = session.get(ApiKey, match.group(1)) if match else None
+    secret = match.group(2) if match else ""
+    expected = key.secret_hash if key is not None else _DUMMY_HASH
+    if not hmac.compare_digest(_hash(secret), expected) or key is None or key.revoked_at is not None:
+        return None
+    now = utcnow()
+    last = key.last_used_at
+    if last is None or now - (last if last.tzinfo else last.replace(tzinfo=now.tzinfo)) > _TOUCH_EVERY:
+        session.execute(update(ApiKey).where(ApiKey.id == key.id).values(last_used_at=now))
+    return key.user
