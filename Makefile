@@ -24,7 +24,7 @@ STAMP := $(VENV)/.installed
 .PHONY: help venv run test redis postgres bench clean
 
 help:
-	@echo "make run    - start the service (API + embedded worker, SQLite) on 127.0.0.1:\$${SMD_PORT:-8000}"
+	@echo "make run    - start the service (API + embedded worker, SQLite, auth off) on 127.0.0.1:\$${SMD_PORT:-8000}"
 	@echo "make test   - run the test suite (PYTEST_ARGS='...' to pass options to pytest)"
 	@echo "make bench  - run the benchmarks in bench/"
 	@echo "make clean  - remove .venv and build/test caches (keeps .smd/ data)"
@@ -47,7 +47,7 @@ $(STAMP): pyproject.toml
 	@touch "$@"
 
 run: venv
-	$(VENV)/bin/smd serve
+	SMD_AUTH=$${SMD_AUTH:-off} $(VENV)/bin/smd serve
 
 redis:
 	@./scripts/ensure-redis.sh

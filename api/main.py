@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.encoders import jsonable_encoder as jsonable
 from fastapi.responses import JSONResponse
 
-from api.routes import experiments, health, ops, plots
+from api.routes import events, experiments, exports, health, ops, plots, queue
 from smdengine.runtime import json_safe
 from store.db import session_scope
 from store.migrate import upgrade_head
@@ -69,6 +69,9 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
         return JSONResponse(status_code=422, content={"detail": json_safe(jsonable(_name_tags(exc.errors())))})
 
     app.include_router(experiments.router)
+    app.include_router(exports.router)
+    app.include_router(events.router)
+    app.include_router(queue.router)
     app.include_router(plots.router)
     app.include_router(health.router)
     app.include_router(ops.router)

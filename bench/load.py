@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             db_url = fresh_database(pg_admin_url, "smd_load")
             port = free_port()
             env = {**os.environ, "SMD_BROKER_URL": redis_url, "SMD_DATABASE_URL": db_url,
-                   "SMD_STATE_DIR": state, "SMD_PORT": str(port), "SMD_HOST": "127.0.0.1",
+                   "SMD_STATE_DIR": state, "SMD_PORT": str(port), "SMD_HOST": "127.0.0.1", "SMD_AUTH": "off",
                    "SMD_LOG_LEVEL": args.log_level, "PYTHONUNBUFFERED": "1"}
             env.pop("SMD_WORKER_NAME", None)
             log = Path(state) / "serve.log"

@@ -38,7 +38,8 @@ class Stack:
         self.env = {**os.environ, "SMD_BROKER_URL": self.redis.url, "SMD_DATABASE_URL": database_url,
                     "SMD_STATE_DIR": str(tmp / "state"), "SMD_PORT": str(self.port), "SMD_FLUSH_SECONDS": "0.3",
                     "SMD_LEASE_SECONDS": "3", "SMD_SWEEP_SECONDS": "0.5", "SMD_CHECKPOINT_SECONDS": "0.5",
-                    "SMD_MAX_ATTEMPTS": "3", "SMD_SOFT_SHUTDOWN_SECONDS": "2"}
+                    "SMD_MAX_ATTEMPTS": "3", "SMD_SOFT_SHUTDOWN_SECONDS": "2",
+                    "SMD_AUTH": "off"}
         self.api = None
         self.workers: dict[str, object] = {}
 

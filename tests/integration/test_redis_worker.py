@@ -29,7 +29,7 @@ def service(tmp_path, redis_url, database_url):
     port = free_port()
     env = {**os.environ, "SMD_BROKER_URL": redis_url.rsplit("/", 1)[0] + f"/{next(_redis_db) % 16}",
            "SMD_DATABASE_URL": database_url, "SMD_STATE_DIR": str(tmp_path / "state"),
-           "SMD_PORT": str(port), "SMD_FLUSH_SECONDS": "0.3"}
+           "SMD_PORT": str(port), "SMD_FLUSH_SECONDS": "0.3", "SMD_AUTH": "off"}
     worker = spawn([sys.executable, "-m", "smdcli.main", "worker"], env, tmp_path / "worker.log")
     api = spawn([sys.executable, "-m", "smdcli.main", "api"], env, tmp_path / "api.log")
     base = f"http://127.0.0.1:{port}"

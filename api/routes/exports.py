@@ -1,0 +1,6 @@
+"""(being written)"""
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+router = APIRouter()
