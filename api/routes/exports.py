@@ -1,6 +1,73 @@
-"""(being written)"""
+"""Exports: the result series as a table (CSV, Parquet), one row per recorded step (api/exports.py)."""
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated, Callable, Optional
 
-router = APIRouter()
+from fastapi import APIRouter, Query, Request, Response
+
+from api import etag, exports
+from api.deps import ExperimentDep, SessionDep
+from api.results import result_document
+from api.routes.experiments import NOT_FOUND, SINCE_STEP
+from store.models import Experiment
+
+router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
+
+FIELDS = Query(description="Comma-separated series/theory names to export (step is always included); "
+                           "same names as /results.", max_length=2000)
+_COLUMNS = ("Columns: step, the global series, per-layer series as <layer>/<metric>, and theory series "
+            "aligned on step (theory:<name> where the name is taken); null is ")
+
+
+def _responses(media_type: str, what: str) -> dict:
+    """200 in the export's media type; errors stay JSON (401, 404 as ErrorOut; 422, an unknown field
+    or a bad parameter, as FastAPI's HTTPValidationError, which it documents by itself)."""
+    json_errors = {code: {"description": response["description"],
+                          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
+                   for code, response in NOT_FOUND.items()}
+    return {200: {"description": what, "content": {media_type: {"schema": {"type": "string", "format": "binary"}}}},
+            **json_errors, **etag.NOT_MODIFIED}
+
+
+class CsvResponse(Response):
+    media_type = "text/csv"           # Starlette adds "; charset=utf-8"
+
+
+class ParquetResponse(Response):
+    media_type = exports.PARQUET_MEDIA_TYPE
+
+
+def _export(experiment: Experiment, session, request: Request, fmt: str, fields: Optional[str],
+            since_step: Optional[int], render: Callable[[dict], bytes], response_class: type[Response]) -> Response:
+    current = etag.tag(experiment, fmt, etag.stored_points(session, experiment.id), fields, since_step)
+    if etag.matches(request, current):
+        session.commit()  # release the connection (api.deps._session)
+        return etag.not_modified(current)
+    selected = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
+    try:
+        doc = result_document(session, experiment, selected, since_step=since_step)
+    finally:
+        session.commit()  # release the connection before rendering (api.deps._session)
+    return response_class(content=render(doc), headers={
+        "ETag": current, "Content-Disposition": f'attachment; filename="{experiment.id}.{fmt}"'})
+
+
+@router.get("/{experiment_id}/results.csv", response_class=CsvResponse, operation_id="exportResultsCsv",
+            responses=_responses("text/csv", _COLUMNS + "an empty cell; per-trial series as name[0], name[1], …; "
+                                                        "floats written to read back exactly."))
+def export_results_csv(experiment: ExperimentDep, session: SessionDep, request: Request,
+                       fields: Annotated[Optional[str], FIELDS] = None,
+                       since_step: Annotated[Optional[int], SINCE_STEP] = None):
+    """The result series as CSV, one row per recorded step (ETag: send If-None-Match to poll)."""
+    return _export(experiment, session, request, "csv", fields, since_step, exports.to_csv, CsvResponse)
+
+
+@router.get("/{experiment_id}/results.parquet", response_class=ParquetResponse, operation_id="exportResultsParquet",
+            responses=_responses(exports.PARQUET_MEDIA_TYPE,
+                                 _COLUMNS + "a Parquet null; per-trial series as list<double> columns."))
+def export_results_parquet(experiment: ExperimentDep, session: SessionDep, request: Request,
+                           fields: Annotated[Optional[str], FIELDS] = None,
+                           since_step: Annotated[Optional[int], SINCE_STEP] = None):
+    """The result series as a Parquet file, one row per recorded step (ETag: send If-None-Match to poll)."""
+    return _export(experiment, session, request, "parquet", fields, since_step, exports.to_parquet,
+                   ParquetResponse)
