@@ -41,13 +41,13 @@ def test_alembic_round_trip(database_url):
     cfg = alembic_config(database_url)
     command.upgrade(cfg, "head")
     command.downgrade(cfg, "base")
-    assert not {"experiments", "attempts", "checkpoints"} & set(inspect(get_engine(database_url)).get_table_names())
+    assert not {"experiments", "attempts", "checkpoints", "users", "api_keys"} & set(inspect(get_engine(database_url)).get_table_names())
     command.upgrade(cfg, "head")
     get_engine(database_url).dispose()
     tables = set(inspect(get_engine(database_url)).get_table_names())
-    assert {"experiments", "series_chunks", "attempts", "checkpoints"} <= tables
+    assert {"experiments", "series_chunks", "attempts", "checkpoints", "users", "api_keys"} <= tables
     cols = {c["name"] for c in inspect(get_engine(database_url)).get_columns("experiments")}
-    assert {"queue", "lease_owner", "lease_expires_at"} <= cols
+    assert {"queue", "lease_owner", "lease_expires_at", "owner_id", "visibility", "priority", "revision"} <= cols
     make(database_url)  # and the schema works
 
 
