@@ -1,6 +1,166 @@
-"""(being written)"""
+"""Server-Sent Events: an experiment's status and progress, pushed as they change.
+
+``GET /v1/experiments/{id}/events`` answers ``text/event-stream``. Every event is a snapshot of
+the experiment (its revision is the event id); the stream polls the database, each poll a short
+session in a worker thread (the event loop never waits on the database and no connection is held
+between polls), and ends after the event that reports a terminal status.
+"""
 from __future__ import annotations
 
-from fastapi import APIRouter
+import json
+import logging
+import re
+from datetime import datetime, timezone
+from typing import Annotated, Any, AsyncIterator, Mapping, Optional
 
-router = APIRouter()
+import anyio
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from sqlalchemy import select
+from sqlalchemy.exc import DBAPIError
+
+from api.deps import ExperimentDep, SettingsDep
+from api.schemas import ErrorOut
+from store.db import session_factory
+from store.models import TERMINAL, Experiment
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
+
+RETRY_MS = 2000  # how long an EventSource waits before it reconnects (sent as `retry:`)
+KEEPALIVE = b": keep-alive\n\n"
+_FIELDS = ("id", "status", "progress", "step", "total_steps", "revision", "error", "cancel_requested",
+           "attempts", "started_at", "finished_at", "updated_at")
+_COLUMNS = tuple(getattr(Experiment, name) for name in _FIELDS)
+_LAST_EVENT_ID = re.compile(r"\s*(-?\d{1,18})\s*")
+
+
+class EventStream(StreamingResponse):
+    """``text/event-stream``. Not fastapi.sse.EventSourceResponse: as a route's response_class that one
+    makes FastAPI expect a generator endpoint (and send its own keep-alives)."""
+
+    media_type = "text/event-stream"
+
+
+EVENT_FORMAT = (
+    "A stream of Server-Sent Events, each a snapshot of the experiment:\n\n"
+    "    id: <revision>\n"
+    "    event: status | progress\n"
+    "    data: {\"id\": ..., \"status\": ..., \"progress\": ..., \"step\": ..., \"total_steps\": ..., "
+    "\"revision\": ..., \"error\": ..., \"cancel_requested\": ..., \"attempts\": ..., \"started_at\": ..., "
+    "\"finished_at\": ..., \"updated_at\": ...}\n\n"
+    f"The stream starts with `retry: {RETRY_MS}`, then the current state (unless Last-Event-ID shows the client "
+    "already has it), then an event whenever the revision changes: `status` for the first event and "
+    "whenever the status changed, `progress` otherwise. Idle streams get `: keep-alive` comment lines. "
+    "The stream ends after the event reporting succeeded, failed or cancelled (at once when Last-Event-ID "
+    "is already that event's id), after `event: deleted` (the experiment was deleted), or when `timeout` "
+    "runs out.")
+
+
+def _utc(value: Optional[datetime]) -> Optional[str]:
+    """ISO 8601 in UTC, as ExperimentOut writes it (SQLite returns naive datetimes; every stored time is UTC)."""
+    if value is None:
+        return None
+    value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def _state(source: Any) -> dict[str, Any]:
+    """The event payload from an Experiment or a row mapping of _COLUMNS."""
+    get = source.__getitem__ if isinstance(source, Mapping) else lambda name: getattr(source, name)
+    state = {name: get(name) for name in _FIELDS}
+    for name in ("started_at", "finished_at", "updated_at"):
+        state[name] = _utc(state[name])
+    state["cancel_requested"] = bool(state["cancel_requested"])
+    return state
+
+
+def _read(url: str, experiment_id: str) -> Optional[dict[str, Any]]:
+    """One poll (in a worker thread): the current state, None once the experiment is deleted."""
+    with session_factory(url)() as session:
+        row = session.execute(select(*_COLUMNS).where(Experiment.id == experiment_id)).one_or_none()
+        session.commit()  # end the transaction: the connection goes back to the pool at once
+    return None if row is None else _state(row._mapping)
+
+
+def _event(state: dict[str, Any], kind: str) -> bytes:
+    data = json.dumps(state, separators=(",", ":"))  # one line: JSON escapes newlines in strings
+    return f"id: {state['revision']}\nevent: {kind}\ndata: {data}\n\n".encode()
+
+
+def _known_revision(last_event_id: Optional[str]) -> Optional[int]:
+    """The client's Last-Event-ID as an integer; None when absent or malformed (then ignored)."""
+    match = _LAST_EVENT_ID.fullmatch(last_event_id) if last_event_id is not None else None
+    return int(match.group(1)) if match else None
+
+
+async def _stream(request: Request, url: str, first: dict[str, Any], known: Optional[int],
+                  poll_seconds: float, keepalive_seconds: float,
+                  timeout: Optional[float]) -> AsyncIterator[bytes]:
+    clock = anyio.current_time
+    deadline = None if timeout is None else clock() + timeout
+    yield f"retry: {RETRY_MS}\n\n".encode()
+    status, revision = first["status"], first["revision"]
+    if known is None or known < revision:
+        yield _event(first, "status")
+    if status in TERMINAL:  # sent now, or the client already has it
+        return
+    quiet_since = next_poll = clock()
+    next_poll += poll_seconds
+    failing = False
+    while True:
+        now = clock()
+        wake = min(next_poll, quiet_since + keepalive_seconds, deadline if deadline is not None else next_poll)
+        if wake > now:
+            await anyio.sleep(wake - now)
+        if await request.is_disconnected():
+            return
+        now = clock()
+        if deadline is not None and now >= deadline:
+            return
+        if now >= next_poll:
+            next_poll = now + poll_seconds
+            try:
+                state = await anyio.to_thread.run_sync(_read, url, first["id"])
+            except DBAPIError as exc:  # the database is away: keep the stream, try again next poll
+                if not failing:
+                    log.warning("events for experiment %s: cannot read it (%s); retrying", first["id"], exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("events for experiment %s: database back", first["id"])
+                failing = False
+                if state is None:
+                    yield f"event: deleted\ndata: {json.dumps({'id': first['id']})}\n\n".encode()
+                    return
+                if state["revision"] != revision:
+                    yield _event(state, "status" if state["status"] != status else "progress")
+                    status, revision, quiet_since = state["status"], state["revision"], clock()
+                    if status in TERMINAL:
+                        return
+                    continue
+        if clock() - quiet_since >= keepalive_seconds:
+            yield KEEPALIVE
+            quiet_since = clock()
+
+
+@router.get("/{experiment_id}/events", operation_id="streamEvents", response_class=Response,
+            # response_class without a media type: FastAPI documents the errors as application/json
+            # (with EventStream it would document them as text/event-stream); the 200 is described here
+            responses={200: {"description": EVENT_FORMAT,
+                             "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                       401: {"model": ErrorOut, "description": "Missing, invalid or revoked API key "
+                                                               "(WWW-Authenticate: Bearer)."},
+                       404: {"model": ErrorOut, "description": "No experiment with that id that you may see."}})
+async def stream_events(experiment: ExperimentDep, request: Request, settings: SettingsDep,
+                        timeout: Annotated[Optional[float], Query(
+                            gt=0, le=3600, description="Close the stream after this many seconds "
+                                                       "(default: when the experiment ends).")] = None,
+                        last_event_id: Annotated[Optional[str], Header(
+                            alias="Last-Event-ID", description="The id of the last event received (sent by "
+                                                               "EventSource on reconnect): the current state "
+                                                               "is sent only if it is newer.")] = None):
+    """Stream the experiment's status and progress changes as Server-Sent Events until it ends."""
+    body = _stream(request, settings.db_url, _state(experiment), _known_revision(last_event_id),
+                   settings.events_poll_seconds, settings.events_keepalive_seconds, timeout)
+    return EventStream(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
