@@ -225,7 +225,8 @@ def request_cancel(session: Session, experiment_id: str) -> None:
     stops at its next progress write, keeping the partial results. Conditional updates, so a
     worker's concurrent claim or finish is never overwritten."""
     session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status == "queued")
-                    .values(status="cancelled", finished_at=utcnow(), updated_at=utcnow(), **_BUMP))
+                    .values(status="cancelled", cancel_requested=True, finished_at=utcnow(), updated_at=utcnow(),
+                            **_BUMP))
     session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status.not_in(TERMINAL))
                     .values(cancel_requested=True, updated_at=utcnow(), **_BUMP))
 
