@@ -1,6 +1,79 @@
-"""(being written)"""
+"""The queue: how busy each queue is, and where your jobs stand in the fair-share order."""
 from __future__ import annotations
 
-from fastapi import APIRouter
+from datetime import datetime
+from typing import Annotated, Literal, Optional
 
-router = APIRouter()
+from fastapi import APIRouter, HTTPException, Query
+from pydantic import BaseModel, Field
+
+from api.deps import CurrentUserDep, SessionDep
+from api.schemas import ErrorOut, Priority
+from store import queue_stats
+
+router = APIRouter(prefix="/v1/queue", tags=["queue"])
+
+
+class QueueInfo(BaseModel):
+    """One queue (cpu or gpu) now."""
+
+    queued: int = Field(..., description="Jobs waiting to start on this queue, every user's.")
+    running: int = Field(..., description="Jobs running on this queue, every user's.")
+    workers: int = Field(..., description="Distinct workers holding a lease on a job of this queue now (idle "
+                                          "workers are not counted).")
+    mean_duration_seconds: Optional[float] = Field(
+        ..., description=f"Mean run time (finished_at − started_at) of the last {queue_stats.DURATION_HISTORY} "
+                         f"succeeded jobs of this queue; null when none has succeeded yet.")
+
+
+class QueuedJob(BaseModel):
+    """A queued or running job and where it stands."""
+
+    id: str
+    name: Optional[str]
+    kind: str
+    status: Literal["queued", "running"]
+    queue: Literal["cpu", "gpu"]
+    priority: Priority = Field(..., description="Orders its owner's own queued jobs.")
+    owner: Optional[str] = Field(None, description="Name of the user who submitted it.")
+    position: Optional[int] = Field(
+        ..., ge=1, description="Its 1-based place in its queue, counting every user's queued jobs, in the order "
+                               "workers would start them (round-robin between users, then priority and age within "
+                               "a user) if nothing else were submitted: an estimate, since jobs submitted later by "
+                               "users with fewer running jobs may go ahead. Null for a running job (and for a "
+                               "queued one whose cancellation is pending: it will not start).")
+    estimated_start: Optional[datetime] = Field(
+        ..., description="Running: when it started. Queued: an estimate only, now + ceil(position / max(1, workers)) "
+                         "× mean_duration_seconds of its queue, assuming every job takes the recent mean; null when "
+                         "its queue has no succeeded job yet (no duration history).")
+
+
+class QueueOut(BaseModel):
+    queues: dict[str, QueueInfo] = Field(..., description="By queue name: cpu and gpu.")
+    jobs: list[QueuedJob] = Field(..., description="Your queued and running jobs (every user's with all=true), by "
+                                                   "queue: running ones first, then queued ones by position.")
+
+
+def _job(state: queue_stats.JobState) -> QueuedJob:
+    e = state.experiment
+    return QueuedJob(id=e.id, name=e.name, kind=e.kind, status=e.status, queue=e.queue, priority=e.priority_name,
+                     owner=e.owner_name, position=state.position, estimated_start=state.estimated_start)
+
+
+@router.get("", response_model=QueueOut, operation_id="getQueue",
+            responses={401: {"model": ErrorOut, "description": "Missing, invalid or revoked API key "
+                                                               "(WWW-Authenticate: Bearer)."},
+                       403: {"model": ErrorOut, "description": "all=true is for admins only."}})
+def get_queue(session: SessionDep, user: CurrentUserDep,
+              everyone: Annotated[bool, Query(alias="all", description="Every user's queued and running jobs "
+                                                                        "(admins only).")] = False):
+    """Queue lengths, workers and recent run times, and your queued and running jobs with their estimated start."""
+    if everyone and not user.is_admin:
+        raise HTTPException(status_code=403, detail=f"all=true lists every user's jobs and is for admins only; "
+                                                    f"{user.name} is not an admin: leave it out to see your own jobs")
+    snap = queue_stats.snapshot(session, user.id, everyone=everyone)
+    session.commit()  # release the connection (api.deps._session)
+    return QueueOut(queues={name: QueueInfo(queued=q.queued, running=q.running, workers=q.workers,
+                                            mean_duration_seconds=q.mean_duration_seconds)
+                            for name, q in snap.queues.items()},
+                    jobs=[_job(j) for j in snap.jobs])
