@@ -54,7 +54,7 @@ def _aware(value: Optional[datetime]) -> Optional[datetime]:
     return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
 
 
-def _claimable(queues: list[str]):
+def claimable(queues: list[str]):
     return and_(Experiment.status == "queued", Experiment.queue.in_(queues), Experiment.cancel_requested.is_(False))
 
 
@@ -73,7 +73,7 @@ class _Owner:
 
 def _owners(session: Session, queues: list[str]) -> dict[Optional[str], _Owner]:
     waiting = session.execute(select(Experiment.owner_id, func.min(Experiment.created_at))
-                              .where(_claimable(queues)).group_by(Experiment.owner_id)).all()
+                              .where(claimable(queues)).group_by(Experiment.owner_id)).all()
     if not waiting:
         return {}
     running = dict(session.execute(select(Experiment.owner_id, func.count())
@@ -85,7 +85,7 @@ def _owners(session: Session, queues: list[str]) -> dict[Optional[str], _Owner]:
             for owner, first in waiting}
 
 
-def _by_owner(owner_id: Optional[str]):
+def by_owner(owner_id: Optional[str]):
     return Experiment.owner_id.is_(None) if owner_id is None else Experiment.owner_id == owner_id
 
 
@@ -105,7 +105,7 @@ def claim_next(session: Session, queues: list[str], worker: str, lease_seconds: 
         groups = [[experiment_id]]
     else:
         owners = _owners(session, queues)
-        groups = [session.scalars(select(Experiment.id).where(_claimable(queues), _by_owner(owner))
+        groups = [session.scalars(select(Experiment.id).where(claimable(queues), by_owner(owner))
                                   .order_by(*_OWN_ORDER).limit(5)).all()
                   for owner in sorted(owners, key=lambda o: owners[o].key())]
     for candidates in groups:
@@ -138,7 +138,7 @@ def queue_order(session: Session, queue: str) -> list[str]:
     """Ids of the claimable jobs of ``queue`` in the order workers would start them if nothing else
     were submitted: :func:`claim_next`'s rule replayed, each start counting as one more running
     job of its owner (an estimate: it does not know when running jobs end)."""
-    rows = session.execute(select(Experiment.id, Experiment.owner_id).where(_claimable([queue]))
+    rows = session.execute(select(Experiment.id, Experiment.owner_id).where(claimable([queue]))
                            .order_by(*_OWN_ORDER)).all()
     owners = _owners(session, [queue])
     pending: dict[Optional[str], list[str]] = {}
@@ -307,4 +307,4 @@ def remove(session: Session, experiment_id: str) -> None:
 def active_count(session: Session, owner_id: Optional[str]) -> int:
     """Queued and running jobs of one owner (the active-jobs quota)."""
     return int(session.scalar(select(func.count()).select_from(Experiment).where(
-        _by_owner(owner_id), Experiment.status.in_(ACTIVE))) or 0)
+        by_owner(owner_id), Experiment.status.in_(ACTIVE))) or 0)

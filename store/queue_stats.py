@@ -60,7 +60,7 @@ def mean_duration(session: Session, queue: str, last: int = DURATION_HISTORY) ->
 
 def queue_state(session: Session, queue: str, now: Optional[datetime] = None) -> QueueState:
     now = now or utcnow()
-    queued = session.scalar(select(func.count()).select_from(Experiment).where(jobs._claimable([queue])))
+    queued = session.scalar(select(func.count()).select_from(Experiment).where(jobs.claimable([queue])))
     running = session.scalar(select(func.count()).select_from(Experiment)
                              .where(Experiment.queue == queue, Experiment.status == "running"))
     workers = session.scalar(select(func.count(Experiment.worker.distinct()))
@@ -86,7 +86,7 @@ def snapshot(session: Session, owner_id: Optional[str] = None, *, everyone: bool
                  for index, experiment_id in enumerate(jobs.queue_order(session, queue))}
     query = select(Experiment).where(Experiment.status.in_(("queued", "running")))
     if not everyone:
-        query = query.where(jobs._by_owner(owner_id))
+        query = query.where(jobs.by_owner(owner_id))
     rows = session.scalars(query).unique().all()
     out = []
     for experiment in rows:
@@ -95,7 +95,9 @@ def snapshot(session: Session, owner_id: Optional[str] = None, *, everyone: bool
             out.append(JobState(experiment, None, _aware(experiment.started_at)))
             continue
         position = positions.get(experiment.id)   # None: cancel requested, it will never start
-        estimate = (estimate_start(position, state.workers, state.mean_duration_seconds, now)
+        # parallel slots: busy processes (running jobs) or live workers, whichever is larger, since one
+        # worker with concurrency N holds N leases under one name
+        estimate = (estimate_start(position, max(state.workers, state.running), state.mean_duration_seconds, now)
                     if position is not None and state is not None else None)
         out.append(JobState(experiment, position, estimate))
     out.sort(key=lambda j: (j.experiment.queue, j.position is not None, j.position or 0,
