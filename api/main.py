@@ -5,9 +5,12 @@ from contextlib import asynccontextmanager
 from typing import Optional
 
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.encoders import jsonable_encoder as jsonable
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from api.routes import events, experiments, exports, health, ops, plots, queue
 from smdengine.runtime import json_safe
@@ -28,6 +31,9 @@ def _name_tags(errors) -> list:
             err = {**err, "loc": (*err.get("loc", ()), tag.removeprefix("invalid_"))}
         out.append(err)
     return out
+
+
+ROUTERS = (experiments.router, exports.router, events.router, queue.router, plots.router, health.router, ops.router)
 
 
 class UnsafeAuth(RuntimeError):
@@ -68,11 +74,30 @@ def create_app(settings: Optional[Settings] = None) -> FastAPI:
         # a NaN/Infinity literal in the body must still get its 422 (JSON cannot echo it back)
         return JSONResponse(status_code=422, content={"detail": json_safe(jsonable(_name_tags(exc.errors())))})
 
-    app.include_router(experiments.router)
-    app.include_router(exports.router)
-    app.include_router(events.router)
-    app.include_router(queue.router)
-    app.include_router(plots.router)
-    app.include_router(health.router)
-    app.include_router(ops.router)
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 405:  # Starlette names only the first route on the path; RFC 9110 wants them all
+            routes = [*app.router.routes, *(route for router in ROUTERS for route in router.routes)]
+            allowed = {method for route in routes if getattr(route, "methods", None)
+                       and route.matches(request.scope)[0] != Match.NONE for method in route.methods}
+            if allowed:
+                exc.headers = {**(exc.headers or {}), "Allow": ", ".join(sorted(allowed))}
+        return await http_exception_handler(request, exc)
+
+    for router in ROUTERS:
+        app.include_router(router)
+    if settings.auth == "off":
+        app.openapi = lambda: _without_auth(app)
     return app
+
+
+def _without_auth(app: FastAPI) -> dict:
+    """The schema of an app with auth off: no security requirement, since no key is asked for (a key in the
+    query string is still refused: its 401 stays documented)."""
+    if app.openapi_schema is None:
+        schema = FastAPI.openapi(app)
+        for path in schema.get("paths", {}).values():
+            for operation in path.values():
+                operation.pop("security", None)
+        schema.get("components", {}).pop("securitySchemes", None)
+    return app.openapi_schema

@@ -1,15 +1,14 @@
 """The experiments resource: submit, list, read, results, cancel, delete."""
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Annotated, Optional
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
+from pydantic import TypeAdapter, ValidationError
 from sqlalchemy import and_, func, or_, select, update
 
 from api import etag
@@ -30,6 +29,14 @@ NOT_FOUND = {**UNAUTHORIZED, 404: {"model": ErrorOut, "description": "No experim
 FORBIDDEN = {403: {"model": ErrorOut, "description": "You may read it but not change it (owner or admin only)."}}
 SINCE_STEP = Query(ge=-1, le=2**62, description="Only points recorded after this step (incremental polling); "
                                                 "theory series are cut the same way.")
+
+
+def _links(status: str, *operations: str) -> dict:
+    """OpenAPI links from a response holding an experiment to operations on it (by its id)."""
+    return {"responses": {status: {"links": {
+        operation[0].upper() + operation[1:]: {"operationId": operation,
+                                               "parameters": {"experiment_id": "$response.body#/id"}}
+        for operation in operations}}}}
 
 
 def _too_many(detail: str, retry_after: int) -> HTTPException:
@@ -68,18 +75,59 @@ def _retry_after(session, user: User, settings: Settings) -> int:
     return settings.quota_retry_seconds if best is None else int(min(max(best, 1), 3600))
 
 
+_SUBMISSION = TypeAdapter(Submission)
+
+
+def _integral(err: dict) -> bool:
+    """An integer written as a float (``"seed": 3.0``): JSON Schema counts it as an integer, as lax mode does."""
+    return err["type"] == "int_type" and isinstance(err["input"], float) and err["input"].is_integer()
+
+
+def _crashed(exc: Exception) -> RequestValidationError:
+    log.warning("a spec validator crashed instead of refusing the spec", exc_info=exc)
+    return RequestValidationError([{"loc": ("body",), "type": "value_error",
+                                    "msg": f"invalid spec: {exc.__class__.__name__}: {exc}"}])
+
+
+async def _strict_body(request: Request, user: CurrentUserDep) -> None:
+    """FastAPI validates the body in pydantic's lax mode, where JSON ``true``/``false`` pass for numbers
+    (``"lr": true`` would run with lr 1.0) and ``"10"`` for integers, which the documented schema refuses. A
+    body that passes the lax validation is validated again strictly (lists still make tuples, integers
+    floats), and what only that finds is a 422 like any other. Runs after authentication (a 401 comes
+    first); other invalid bodies are left to FastAPI, whose errors are the same.
+
+    A validator that crashes on an odd input (an unhashable union tag, an overflow) refuses it: a 422, not
+    a 500."""
+    body = await request.body()
+    try:
+        data = json.loads(body)  # as FastAPI reads it (NaN and Infinity included)
+    except ValueError:
+        return
+    try:
+        _SUBMISSION.validate_python(data)
+    except ValidationError:
+        return
+    except Exception as exc:  # noqa: BLE001 - see above
+        raise _crashed(exc)
+    try:
+        _SUBMISSION.validate_json(body, strict=True)
+    except ValidationError as exc:
+        errors = [err for err in exc.errors(include_url=False) if not _integral(err)]
+        if errors:
+            raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in errors])
+    except Exception as exc:  # noqa: BLE001
+        raise _crashed(exc)
+
+
 @router.post("", status_code=202, response_model=ExperimentOut, operation_id="submitExperiment",
-             responses={**UNAUTHORIZED,
+             dependencies=[Depends(_strict_body)],
+             responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
+                        **UNAUTHORIZED,
                         403: {"model": ErrorOut, "description": "priority high is for admins only."},
                         422: {"description": "Invalid spec: each error names the field and the reason."},
                         429: {"model": ErrorOut, "description": "Over a quota (the detail says which); "
                                                                 "Retry-After says when to try again."}},
-             openapi_extra={"responses": {"202": {"links": {
-                 "GetExperiment": {"operationId": "getExperiment",
-                                   "parameters": {"experiment_id": "$response.body#/id"}},
-                 "GetResults": {"operationId": "getResults", "parameters": {"experiment_id": "$response.body#/id"}},
-                 "CancelExperiment": {"operationId": "cancelExperiment",
-                                      "parameters": {"experiment_id": "$response.body#/id"}}}}}})
+             openapi_extra=_links("202", "getExperiment", "getResults", "listAttempts", "cancelExperiment"))
 def submit_experiment(submission: Submission, session: SessionDep, settings: SettingsDep, user: CurrentUserDep,
                       response: Response):
     """Validate a spec, check your quotas, store it, and queue it (cuda jobs on the gpu queue)."""
@@ -104,23 +152,22 @@ def submit_experiment(submission: Submission, session: SessionDep, settings: Set
     return experiment
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MAX_MICROS = (datetime.max.replace(tzinfo=timezone.utc) - _EPOCH) // timedelta(microseconds=1)
+# A keyset position: "<created_at in microseconds since the epoch>.<id>" of the last item of a page. Every
+# string of this form is a position in the (created_at, id) order, so every one the pattern admits is valid.
+CURSOR_PATTERN = r"^[0-9]{1,18}\.[0-9a-f]{1,32}$"
+
+
 def _encode_cursor(experiment: Experiment) -> str:
     created = experiment.created_at
     created = created if created.tzinfo else created.replace(tzinfo=timezone.utc)
-    raw = json.dumps([created.isoformat(), experiment.id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return f"{(created - _EPOCH) // timedelta(microseconds=1)}.{experiment.id}"
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        created, experiment_id = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        when = datetime.fromisoformat(created)
-        if not isinstance(experiment_id, str) or when.tzinfo is None:
-            raise ValueError("bad cursor")
-        return when, experiment_id
-    except (ValueError, TypeError, binascii.Error, json.JSONDecodeError, UnicodeDecodeError):
-        raise RequestValidationError([{"loc": ("query", "cursor"), "type": "value_error", "input": cursor,
-                                       "msg": "cursor: expected a next_cursor value from a previous page"}])
+    micros, _, experiment_id = cursor.partition(".")
+    return _EPOCH + timedelta(microseconds=min(int(micros), _MAX_MICROS)), experiment_id
 
 
 @router.get("", response_model=ExperimentPage, operation_id="listExperiments", responses=UNAUTHORIZED)
@@ -129,8 +176,8 @@ def list_experiments(request: Request, response: Response, session: SessionDep, 
                      kind: Annotated[Optional[str], Query(max_length=32, description="Only this kind.")] = None,
                      owner: Annotated[Optional[str], Query(max_length=64, description="Only this user's.")] = None,
                      limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                     cursor: Annotated[Optional[str], Query(max_length=200, description=(
-                         "Where the previous page ended (its next_cursor)."))] = None):
+                     cursor: Annotated[Optional[str], Query(pattern=CURSOR_PATTERN, description=(
+                         "Where the previous page ended: its next_cursor."))] = None):
     """List the experiments you may see (yours and lab-visible ones; all for admins), newest first."""
     query = select(Experiment)
     if not user.is_admin:
@@ -156,7 +203,7 @@ def list_experiments(request: Request, response: Response, session: SessionDep, 
 
 
 @router.get("/{experiment_id}", response_model=ExperimentOut, operation_id="getExperiment",
-            responses={**NOT_FOUND, **etag.NOT_MODIFIED})
+            responses={**NOT_FOUND, **etag.NOT_MODIFIED}, openapi_extra=_links("200", "cancelExperiment"))
 def get_experiment(experiment: ExperimentDep, request: Request, response: Response):
     """Status, progress, timestamps and error of one experiment (ETag: send If-None-Match to poll)."""
     current = etag.tag(experiment, "status", experiment.progress, experiment.error, experiment.attempts,
@@ -213,7 +260,7 @@ def get_results(experiment: ExperimentDep, session: SessionDep, request: Request
 
 
 @router.post("/{experiment_id}/cancel", status_code=202, response_model=ExperimentOut,
-             operation_id="cancelExperiment",
+             operation_id="cancelExperiment", openapi_extra=_links("202", "getExperiment", "deleteExperiment"),
              responses={**NOT_FOUND, **FORBIDDEN,
                         409: {"model": ErrorOut, "description": "The experiment already ended."}})
 def cancel_experiment(experiment: ManagedExperimentDep, session: SessionDep):

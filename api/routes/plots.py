@@ -8,6 +8,7 @@ from fastapi import APIRouter, HTTPException, Response
 from api import plots
 from api.deps import ExperimentDep, SessionDep
 from api.results import result_document
+from api.routes.experiments import UNAUTHORIZED
 from api.schemas import ErrorOut
 
 router = APIRouter(prefix="/v1/experiments", tags=["plots"])
@@ -18,8 +19,9 @@ class PlotFormat(str, Enum):
     svg = "svg"
 
 
-@router.get("/{experiment_id}/plots/{name}.{fmt}", response_class=Response,
+@router.get("/{experiment_id}/plots/{name}.{fmt}", response_class=Response, operation_id="getPlot",
             responses={200: {"content": {"image/png": {}, "image/svg+xml": {}}, "description": "The plot."},
+                       **UNAUTHORIZED,
                        404: {"model": ErrorOut, "description": "No such experiment, or no such plot for its "
                                                                "kind/model (the detail lists those that apply)."}})
 def get_plot(experiment: ExperimentDep, session: SessionDep, name: str, fmt: PlotFormat):
