@@ -28,7 +28,7 @@ def tagged_union(field: str, members: dict[str, type]) -> Any:
     the field and the choices: "kind: expected one of 'nrq', 'sde'"."""
     def tag(value: Any) -> Optional[str]:
         found = value.get(field) if isinstance(value, dict) else getattr(value, field, None)
-        return found if found in members else None
+        return found if isinstance(found, str) and found in members else None  # a dict tag is unhashable
 
     choices = ", ".join(map(repr, members))
     return Annotated[Union[tuple(Annotated[cls, Tag(name)] for name, cls in members.items())],

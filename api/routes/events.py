@@ -148,7 +148,12 @@ async def _stream(request: Request, url: str, first: dict[str, Any], known: Opti
             # response_class without a media type: FastAPI documents the errors as application/json
             # (with EventStream it would document them as text/event-stream); the 200 is described here
             responses={200: {"description": EVENT_FORMAT,
-                             "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                             "content": {"text/event-stream": {"schema": {
+                                 # OpenAPI 3.1: the schema of one event (its fields), not of the whole stream
+                                 "type": "object", "required": ["data"],
+                                 "properties": {"event": {"type": "string", "enum": ["status", "progress", "deleted"]},
+                                                "id": {"type": "string"}, "data": {"type": "string"},
+                                                "retry": {"type": "integer"}}}}}},
                        401: {"model": ErrorOut, "description": "Missing, invalid or revoked API key "
                                                                "(WWW-Authenticate: Bearer)."},
                        404: {"model": ErrorOut, "description": "No experiment with that id that you may see."}})
