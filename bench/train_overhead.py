@@ -30,7 +30,11 @@ run per arm) before it is timed.
 Each row prints ms/step of both arms, the ratio tracked/untracked from the best-of times, the
 median over repeats of the per-repeat ratio (each repeat's long run minus the best short run), and
 whether both arms ended with the same final test loss (tracking must not change the trajectory).
-Target (issue): ratio ≤ 1.05 for mlp and cnn; the momentum row is checked against the same bound.
+Target (issue): overhead ≤ 5% for mlp and cnn; the momentum row is checked against the same bound.
+The verdict uses the MEDIAN of the per-repeat ratios: it pairs a tracked and an untracked run taken
+seconds apart, while the best-of ratio combines four independent minima (best long and best short
+of each arm) and swung from 0.85 to 1.32 between two runs on this 2-core machine (a tracked arm 15%
+faster than the untracked one is noise, not a measurement). Both are printed.
 PASS/FAIL is printed; the exit status is 0 either way (benchmarks report, tests don't assert speed).
 
     .venv/bin/python bench/train_overhead.py [--quick] [--threads 2] [--repeats 6]
@@ -122,9 +126,9 @@ def main(argv=None) -> int:
               "two) busy; busy ones stall torch's worker threads, so compare runs taken on a quiet machine")
     print(f"digits, noise 0.3, batch norm, batch 128, λ=2e-3, record_every 50, 1 trial; ms/step = "
           f"(best long − best short)/N, short = {SHORT} steps, long = {SHORT}+N, best of {repeats} interleaved "
-          f"repeats; ratio = tracked/untracked (best-of), median = median of per-repeat ratios")
+          f"repeats; ratio = tracked/untracked (best-of), median = median of per-repeat ratios (the verdict)")
     header = (f"{'config':>8} {'N':>5} | {'untracked':>9} {'tracked':>9} {'ratio':>6} {'median':>6} "
-              f"{'≤1.05':>5} | {'same loss':>9}")
+              f"{'med≤1.05':>8} | {'same loss':>9}")
     print(header)
     print("-" * len(header))
     t_start, cpu_start = time.perf_counter(), time.process_time()
@@ -133,9 +137,9 @@ def main(argv=None) -> int:
         n = n_quick if args.quick else n_default
         r = measure(overrides, n, repeats)
         ratio = r["tracked"] / r["untracked"]
-        verdict[name] = ratio <= TARGET
+        verdict[name] = r["median"] <= TARGET
         print(f"{name:>8} {n:>5} | {r['untracked'] * 1e3:>9.3f} {r['tracked'] * 1e3:>9.3f} {ratio:>6.3f} "
-              f"{r['median']:>6.3f} {'PASS' if verdict[name] else 'FAIL':>5} | {'yes' if r['same'] else 'NO':>9}",
+              f"{r['median']:>6.3f} {'PASS' if verdict[name] else 'FAIL':>8} | {'yes' if r['same'] else 'NO':>9}",
               flush=True)
     wall = time.perf_counter() - t_start
     cores = (time.process_time() - cpu_start) / wall
@@ -145,7 +149,7 @@ def main(argv=None) -> int:
         print("warning: this process got far less CPU than its torch threads ask for: another process was busy, "
               "so the step times are inflated and the ratios noisy. Compare runs taken on a quiet machine.")
     ok = all(verdict[name] for name in TARGET_ROWS)
-    print(f"target: tracked/untracked ≤ {TARGET} for {' and '.join(TARGET_ROWS)} => {'PASS' if ok else 'FAIL'}"
+    print(f"target: median tracked/untracked ≤ {TARGET} for {' and '.join(TARGET_ROWS)} => {'PASS' if ok else 'FAIL'}"
           f" (mlp+mom {'within' if verdict['mlp+mom'] else 'above'} the same bound)")
     return 0
 
