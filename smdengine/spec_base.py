@@ -3,13 +3,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 
 class StrictModel(BaseModel):
-    """Unknown fields are an error: a typo in a spec must not be silently ignored."""
+    """Unknown fields are an error: a typo in a spec must not be silently ignored. Types are strict:
+    ``true`` or ``"10"`` is not a number (lax mode would run ``"lr": true`` with lr 1.0); an integer
+    still passes where a float is expected."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_floats(cls, data: Any) -> Any:
+        """``3.0`` for an integer field is an integer (JSON Schema counts it as one), which strict mode
+        would refuse."""
+        if not isinstance(data, dict):
+            return data
+        ints = {name for name, field in cls.model_fields.items() if field.annotation in (int, Optional[int])}
+        return {key: int(value) if key in ints and isinstance(value, float) and value.is_integer() else value
+                for key, value in data.items()}
 
 
 class SpecBase(StrictModel):

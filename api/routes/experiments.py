@@ -1,14 +1,11 @@
 """The experiments resource: submit, list, read, results, cancel, delete."""
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime, timedelta, timezone
 from typing import Annotated, Optional
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
-from fastapi.exceptions import RequestValidationError
-from pydantic import TypeAdapter, ValidationError
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from sqlalchemy import and_, func, or_, select, update
 
 from api import etag
@@ -75,52 +72,7 @@ def _retry_after(session, user: User, settings: Settings) -> int:
     return settings.quota_retry_seconds if best is None else int(min(max(best, 1), 3600))
 
 
-_SUBMISSION = TypeAdapter(Submission)
-
-
-def _integral(err: dict) -> bool:
-    """An integer written as a float (``"seed": 3.0``): JSON Schema counts it as an integer, as lax mode does."""
-    return err["type"] == "int_type" and isinstance(err["input"], float) and err["input"].is_integer()
-
-
-def _crashed(exc: Exception) -> RequestValidationError:
-    log.warning("a spec validator crashed instead of refusing the spec", exc_info=exc)
-    return RequestValidationError([{"loc": ("body",), "type": "value_error",
-                                    "msg": f"invalid spec: {exc.__class__.__name__}: {exc}"}])
-
-
-async def _strict_body(request: Request, user: CurrentUserDep) -> None:
-    """FastAPI validates the body in pydantic's lax mode, where JSON ``true``/``false`` pass for numbers
-    (``"lr": true`` would run with lr 1.0) and ``"10"`` for integers, which the documented schema refuses. A
-    body that passes the lax validation is validated again strictly (lists still make tuples, integers
-    floats), and what only that finds is a 422 like any other. Runs after authentication (a 401 comes
-    first); other invalid bodies are left to FastAPI, whose errors are the same.
-
-    A validator that crashes on an odd input (an unhashable union tag, an overflow) refuses it: a 422, not
-    a 500."""
-    body = await request.body()
-    try:
-        data = json.loads(body)  # as FastAPI reads it (NaN and Infinity included)
-    except ValueError:
-        return
-    try:
-        _SUBMISSION.validate_python(data)
-    except ValidationError:
-        return
-    except Exception as exc:  # noqa: BLE001 - see above
-        raise _crashed(exc)
-    try:
-        _SUBMISSION.validate_json(body, strict=True)
-    except ValidationError as exc:
-        errors = [err for err in exc.errors(include_url=False) if not _integral(err)]
-        if errors:
-            raise RequestValidationError([{**err, "loc": ("body", *err["loc"])} for err in errors])
-    except Exception as exc:  # noqa: BLE001
-        raise _crashed(exc)
-
-
 @router.post("", status_code=202, response_model=ExperimentOut, operation_id="submitExperiment",
-             dependencies=[Depends(_strict_body)],
              responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
                         **UNAUTHORIZED,
                         403: {"model": ErrorOut, "description": "priority high is for admins only."},

@@ -134,7 +134,8 @@ class Toy2DParams(_Recording):
     model: Literal["toy2d"]
     lr: float = Field(0.1, gt=0, le=10, description="η.")
     weight_decay: float = Field(0.5, ge=0, le=100, description="λ.")
-    center: tuple[float, float] = Field((0.1, 1.0), description="Centre (x₀, y₀) of the cloud of starts.")
+    center: tuple[float, float] = Field((0.1, 1.0), strict=False,  # a JSON list makes the pair
+                                        description="Centre (x₀, y₀) of the cloud of starts.")
     cloud_radius: float = Field(1e-6, ge=0, le=1e3, description="Starts are centre + N(0, radius²I).")
     trials: int = Field(100, ge=1, le=1_000_000, description="Points in the cloud.")
     integrator: Literal["gd", "flow"] = Field("gd", description="gd: one step per unit time; flow: Euler with small dt.")

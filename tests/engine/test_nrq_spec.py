@@ -181,3 +181,18 @@ def test_json_schema_describes_the_params():
     for field in ("lr", "weight_decay", "momentum", "eig_low", "eigenvalues", "lr_schedule", "rescale", "kind"):
         assert f'"{field}"' in text
     assert NRQParams.model_fields["lr"].description
+
+
+@pytest.mark.parametrize("field, value", [("lr", True), ("dim", "10"), ("dim", 2.5), ("trials", False)])
+def test_booleans_and_strings_are_not_numbers(field, value):
+    """Lax pydantic would run "lr": true with lr 1.0 and take "10" for 10."""
+    with pytest.raises(pydantic.ValidationError) as err:
+        smdengine.parse_spec(nrq(**{field: value}))
+    assert err.value.errors()[0]["loc"][-1] == field
+
+
+def test_integral_floats_are_integers():
+    """JSON Schema counts 3.0 as an integer; so does the spec (seed and nested params alike)."""
+    spec = smdengine.parse_spec({**nrq(dim=10.0, trials=8.0, steps=100, record_every=10), "seed": 3.0})
+    assert (spec.seed, spec.params.dim, spec.params.trials) == (3, 10, 8) and isinstance(spec.params.dim, int)
+    assert smdengine.parse_spec(nrq(lr=1)).params.lr == 1.0   # an integer is still a float
