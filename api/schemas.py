@@ -2,15 +2,14 @@
 (visibility, priority), which the engine never sees."""
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Literal, Optional, Union
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator
 
-from smdengine.nrq.spec import NRQSpec
-from smdengine.sde.spec import SDESpec
+from smdengine.spec import SPECS
 from smdengine.spec_base import tagged_union
-from smdengine.train.spec import TrainSpec
+from store.models import as_utc
 
 Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Visibility = Literal["private", "lab"]
@@ -29,7 +28,7 @@ SERVICE_FIELDS = set(SubmitOptions.model_fields)
 Submission = tagged_union("kind", {
     kind: create_model(f"{spec.__name__.removesuffix('Spec')}Submission", __base__=(spec, SubmitOptions),
                        __doc__=spec.__doc__)
-    for kind, spec in (("nrq", NRQSpec), ("sde", SDESpec), ("train", TrainSpec))})
+    for kind, spec in SPECS.items()})
 
 
 class ErrorOut(BaseModel):
@@ -65,7 +64,7 @@ class ExperimentOut(BaseModel):
     @classmethod
     def _utc(cls, value: Optional[datetime]) -> Optional[datetime]:
         # SQLite returns naive datetimes; every stored time is UTC.
-        return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+        return as_utc(value)
 
 
 class AttemptOut(BaseModel):
@@ -85,7 +84,7 @@ class AttemptOut(BaseModel):
     @field_validator("started_at", "ended_at")
     @classmethod
     def _utc(cls, value: Optional[datetime]) -> Optional[datetime]:
-        return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+        return as_utc(value)
 
 
 class ExperimentPage(BaseModel):

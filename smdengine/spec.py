@@ -14,8 +14,9 @@ from smdengine.sde.spec import SDESpec
 from smdengine.spec_base import tagged_union
 from smdengine.train.spec import TrainSpec
 
-KINDS = ("nrq", "sde", "train")
-ExperimentSpec = tagged_union("kind", {"nrq": NRQSpec, "sde": SDESpec, "train": TrainSpec})
+SPECS = {"nrq": NRQSpec, "sde": SDESpec, "train": TrainSpec}   # the spec model of each kind
+KINDS = tuple(SPECS)
+ExperimentSpec = tagged_union("kind", SPECS)
 _adapter: TypeAdapter = TypeAdapter(ExperimentSpec)
 
 

@@ -18,7 +18,8 @@ from typing import Any, Optional
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from store.models import ACTIVE, PRIORITIES, TERMINAL, Attempt, Checkpoint, Experiment, SeriesChunk, utcnow
+from store.models import (ACTIVE, PRIORITIES, TERMINAL, Attempt, Checkpoint, Experiment, SeriesChunk, as_utc,
+                          utcnow)
 
 
 class LeaseLost(Exception):
@@ -50,10 +51,6 @@ _BUMP = {"revision": Experiment.revision + 1}
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-def _aware(value: Optional[datetime]) -> Optional[datetime]:
-    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
-
-
 def claimable(queues: list[str]):
     return and_(Experiment.status == "queued", Experiment.queue.in_(queues), Experiment.cancel_requested.is_(False))
 
@@ -81,7 +78,7 @@ def _owners(session: Session, queues: list[str]) -> dict[Optional[str], _Owner]:
                                    .group_by(Experiment.owner_id)).all())
     served = dict(session.execute(select(Experiment.owner_id, func.max(Experiment.started_at))
                                   .group_by(Experiment.owner_id)).all())
-    return {owner: _Owner(int(running.get(owner, 0)), _aware(served.get(owner)), _aware(first))
+    return {owner: _Owner(int(running.get(owner, 0)), as_utc(served.get(owner)), as_utc(first))
             for owner, first in waiting}
 
 

@@ -13,6 +13,11 @@ def utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def as_utc(value: Optional[datetime]) -> Optional[datetime]:
+    """A stored time as an aware UTC datetime (SQLite returns naive ones; every stored time is UTC)."""
+    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+
+
 def new_id() -> str:
     return uuid.uuid4().hex
 

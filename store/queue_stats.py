@@ -5,22 +5,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Optional
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from store import jobs
-from store.models import Experiment, utcnow
+from store.models import Experiment, as_utc, utcnow
 
 QUEUES = ("cpu", "gpu")
 DURATION_HISTORY = 50   # succeeded jobs per queue the mean duration is taken over
-
-
-def _aware(value: Optional[datetime]) -> Optional[datetime]:
-    # SQLite returns naive datetimes; every stored time is UTC
-    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
 
 
 @dataclass(frozen=True)
@@ -54,7 +49,7 @@ def mean_duration(session: Session, queue: str, last: int = DURATION_HISTORY) ->
                            .order_by(Experiment.finished_at.desc(), Experiment.id.desc()).limit(last)).all()
     if not rows:
         return None
-    seconds = [max(0.0, (_aware(done) - _aware(started)).total_seconds()) for started, done in rows]
+    seconds = [max(0.0, (as_utc(done) - as_utc(started)).total_seconds()) for started, done in rows]
     return sum(seconds) / len(seconds)
 
 
@@ -92,7 +87,7 @@ def snapshot(session: Session, owner_id: Optional[str] = None, *, everyone: bool
     for experiment in rows:
         state = states.get(experiment.queue)
         if experiment.status == "running":
-            out.append(JobState(experiment, None, _aware(experiment.started_at)))
+            out.append(JobState(experiment, None, as_utc(experiment.started_at)))
             continue
         position = positions.get(experiment.id)   # None: cancel requested, it will never start
         # parallel slots: busy processes (running jobs) or live workers, whichever is larger, since one
@@ -101,5 +96,5 @@ def snapshot(session: Session, owner_id: Optional[str] = None, *, everyone: bool
                     if position is not None and state is not None else None)
         out.append(JobState(experiment, position, estimate))
     out.sort(key=lambda j: (j.experiment.queue, j.position is not None, j.position or 0,
-                            _aware(j.experiment.started_at or j.experiment.created_at), j.experiment.id))
+                            as_utc(j.experiment.started_at or j.experiment.created_at), j.experiment.id))
     return Snapshot(states, out)

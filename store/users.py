@@ -17,7 +17,7 @@ from typing import Optional
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from store.models import ROLES, ApiKey, User, utcnow
+from store.models import ROLES, ApiKey, User, as_utc, utcnow
 
 KEY_PREFIX = "smd_"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
@@ -122,6 +122,6 @@ def authenticate(session: Session, token: str) -> Optional[User]:
         return None
     now = utcnow()
     last = key.last_used_at
-    if last is None or now - (last if last.tzinfo else last.replace(tzinfo=now.tzinfo)) > _TOUCH_EVERY:
+    if last is None or now - as_utc(last) > _TOUCH_EVERY:
         session.execute(update(ApiKey).where(ApiKey.id == key.id).values(last_used_at=now))
     return key.user

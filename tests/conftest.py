@@ -60,6 +60,43 @@ def client(settings):
         yield c
 
 
+def make_users(url: str, **alice_quota):
+    """alice and bob (users) and root (admin), each with a key: a namespace {name: key}.
+    ``alice_quota`` overrides alice's quotas (store.users.set_quota)."""
+    from types import SimpleNamespace
+
+    from store import users
+    from store.db import session_scope
+    from store.migrate import upgrade_head
+
+    upgrade_head(url)
+    keys = {}
+    with session_scope(url) as session:
+        for name, role in (("alice", "user"), ("bob", "user"), ("root", "admin")):
+            user = users.create_user(session, name, role)
+            if alice_quota and name == "alice":
+                users.set_quota(session, user, **alice_quota)
+            keys[name] = users.create_key(session, user)[1]
+    return SimpleNamespace(**keys)
+
+
+def auth(key: str) -> dict:
+    return {"Authorization": f"Bearer {key}"}
+
+
+@pytest.fixture
+def lab(tmp_path, database_url):
+    """(client, keys, settings) of an in-process server with auth on and the users of make_users."""
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+
+    settings = Settings(state_dir=tmp_path / "state", database_url=database_url, flush_seconds=0.2, auth="on")
+    keys = make_users(database_url)
+    with TestClient(create_app(settings)) as client:
+        yield client, keys, settings
+
+
 def small_spec(**params) -> dict:
     """A quick nrq spec (well under a second on a CPU)."""
     base = {"dim": 10, "eig_low": 1.0, "eig_high": 2.0, "noise_std": 1.0, "lr": 0.1, "weight_decay": 0.01,

@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError
 from api.deps import ExperimentDep, SettingsDep
 from api.schemas import ErrorOut
 from store.db import session_factory
-from store.models import TERMINAL, Experiment
+from store.models import TERMINAL, Experiment, as_utc
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
@@ -61,7 +61,7 @@ def _utc(value: Optional[datetime]) -> Optional[str]:
     """ISO 8601 in UTC, as ExperimentOut writes it (SQLite returns naive datetimes; every stored time is UTC)."""
     if value is None:
         return None
-    value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    value = as_utc(value).astimezone(timezone.utc)
     return value.isoformat().replace("+00:00", "Z")
 
 

@@ -14,7 +14,7 @@ from api.results import result_document
 from api.schemas import (SERVICE_FIELDS, AttemptOut, ErrorOut, ExperimentOut, ExperimentPage, ResultDocument,
                          Status, Submission)
 from store import jobs
-from store.models import PRIORITIES, Experiment, User
+from store.models import PRIORITIES, Experiment, User, as_utc, utcnow
 from store.settings import Settings
 from worker.queue import queue_for, ring
 
@@ -60,14 +60,13 @@ def _check_quotas(session, user: User, settings: Settings, work: int) -> None:
 def _retry_after(session, user: User, settings: Settings) -> int:
     """Seconds until the user's first running job should end (from its pace so far), within
     [1, 3600]; the server's default when none has progressed yet."""
-    now = datetime.now(timezone.utc)
+    now = utcnow()
     best = None
     for started, progress in session.execute(select(Experiment.started_at, Experiment.progress).where(
             Experiment.owner_id == user.id, Experiment.status == "running")).all():
         if started is None or not progress:
             continue
-        started = started if started.tzinfo else started.replace(tzinfo=timezone.utc)
-        remaining = (now - started).total_seconds() * (1 - progress) / progress
+        remaining = (now - as_utc(started)).total_seconds() * (1 - progress) / progress
         best = remaining if best is None else min(best, remaining)
     return settings.quota_retry_seconds if best is None else int(min(max(best, 1), 3600))
 
@@ -112,9 +111,7 @@ CURSOR_PATTERN = r"^[0-9]{1,18}\.[0-9a-f]{1,32}$"
 
 
 def _encode_cursor(experiment: Experiment) -> str:
-    created = experiment.created_at
-    created = created if created.tzinfo else created.replace(tzinfo=timezone.utc)
-    return f"{(created - _EPOCH) // timedelta(microseconds=1)}.{experiment.id}"
+    return f"{(as_utc(experiment.created_at) - _EPOCH) // timedelta(microseconds=1)}.{experiment.id}"
 
 
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:

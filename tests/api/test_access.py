@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,37 +10,10 @@ from fastapi.testclient import TestClient
 from api.main import UnsafeAuth, create_app
 from store import users
 from store.db import session_scope
-from store.migrate import upgrade_head
 from store.models import Experiment
 from store.settings import Settings
-from tests.conftest import small_spec
+from tests.conftest import auth, make_users, small_spec
 from worker.runner import execute
-
-
-def make_users(url: str, **quota) -> SimpleNamespace:
-    """alice and bob (users), root (admin): {name: key}."""
-    upgrade_head(url)
-    keys = {}
-    with session_scope(url) as session:
-        for name, role in (("alice", "user"), ("bob", "user"), ("root", "admin")):
-            user = users.create_user(session, name, role)
-            if quota and name == "alice":
-                users.set_quota(session, user, **quota)
-            keys[name] = users.create_key(session, user)[1]
-    return SimpleNamespace(**keys)
-
-
-def auth(key: str) -> dict:
-    return {"Authorization": f"Bearer {key}"}
-
-
-@pytest.fixture
-def lab(tmp_path, database_url):
-    """(client, keys, settings) of a server with auth on."""
-    settings = Settings(state_dir=tmp_path / "state", database_url=database_url, flush_seconds=0.2, auth="on")
-    keys = make_users(database_url)
-    with TestClient(create_app(settings)) as client:
-        yield client, keys, settings
 
 
 def submit(client, key, **extra) -> dict:

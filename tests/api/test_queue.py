@@ -5,49 +5,17 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timedelta, timezone
-from types import SimpleNamespace
 
 import pytest
-from fastapi.testclient import TestClient
 
-from api.main import create_app
 from store import jobs, users
 from store.db import session_scope
 from store.migrate import upgrade_head
-from store.models import Experiment
-from store.settings import Settings
-from tests.conftest import small_spec
+from store.models import Experiment, as_utc
+from tests.conftest import auth, small_spec
 from worker.runner import execute, execute_next
 
 QUICK = dict(trials=8, steps=100, record_every=20)
-
-
-def make_users(url: str) -> SimpleNamespace:
-    """alice and bob (users) and root (admin): {name: key}."""
-    upgrade_head(url)
-    keys = {}
-    with session_scope(url) as session:
-        for name, role in (("alice", "user"), ("bob", "user"), ("root", "admin")):
-            keys[name] = users.create_key(session, users.create_user(session, name, role))[1]
-    return SimpleNamespace(**keys)
-
-
-def utc(value: datetime) -> datetime:
-    """SQLite returns naive datetimes; every stored time is UTC."""
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
-def auth(key: str) -> dict:
-    return {"Authorization": f"Bearer {key}"}
-
-
-@pytest.fixture
-def lab(tmp_path, database_url):
-    """(client, keys, settings) of a server with auth on."""
-    settings = Settings(state_dir=tmp_path / "state", database_url=database_url, flush_seconds=0.2, auth="on")
-    keys = make_users(database_url)
-    with TestClient(create_app(settings)) as client:
-        yield client, keys, settings
 
 
 def submit(client, key, priority: str = "normal", **params) -> str:
@@ -113,12 +81,12 @@ def test_running_jobs_and_estimated_starts(lab):
     assert stats["queued"] == 3 and stats["running"] == 1 and stats["workers"] == 1
     with session_scope(settings.db_url) as session:
         row = session.get(Experiment, done)
-        started, finished = utc(row.started_at), utc(row.finished_at)
+        started, finished = as_utc(row.started_at), as_utc(row.finished_at)
         running = session.get(Experiment, b).started_at
     assert stats["mean_duration_seconds"] == pytest.approx((finished - started).total_seconds(), abs=1e-3)
     [job] = body["jobs"]
     assert job["status"] == "running" and job["position"] is None
-    assert datetime.fromisoformat(job["estimated_start"]) == utc(running)
+    assert datetime.fromisoformat(job["estimated_start"]) == as_utc(running)
 
     now = datetime.now(timezone.utc)
     mine = queue(client, keys.alice)["jobs"]
