@@ -20,10 +20,10 @@ def stored_points(session: Session, experiment_id: str) -> int:
 
 
 def tag(experiment: Experiment, *parts: object) -> str:
-    """A strong tag: the same revision, points and representation options give the same bytes."""
-    digest = hashlib.sha256(repr((experiment.id, experiment.revision, experiment.status, experiment.step,
-                                  experiment.cancel_requested, experiment.visibility, experiment.name,
-                                  *parts)).encode()).hexdigest()[:32]
+    """A strong tag: the same revision, points and representation options give the same bytes. The
+    revision covers every field a client sees (store.jobs bumps it on each change of status, progress,
+    error, attempt or cancel flag)."""
+    digest = hashlib.sha256(repr((experiment.id, experiment.revision, *parts)).encode()).hexdigest()[:32]
     return f'"{digest}"'
 
 

@@ -155,8 +155,7 @@ def list_experiments(request: Request, response: Response, session: SessionDep, 
             responses={**NOT_FOUND, **etag.NOT_MODIFIED}, openapi_extra=_links("200", "cancelExperiment"))
 def get_experiment(experiment: ExperimentDep, request: Request, response: Response):
     """Status, progress, timestamps and error of one experiment (ETag: send If-None-Match to poll)."""
-    current = etag.tag(experiment, "status", experiment.progress, experiment.error, experiment.attempts,
-                       experiment.worker)
+    current = etag.tag(experiment, "status")
     if etag.matches(request, current):
         return etag.not_modified(current)
     response.headers["ETag"] = current
