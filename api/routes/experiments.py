@@ -94,7 +94,7 @@ def submit_experiment(submission: Submission, session: SessionDep, settings: Set
                              owner_id=user.id, visibility=submission.visibility,
                              priority=PRIORITIES[submission.priority])
     session.commit()  # the row exists before any worker can see the message
-    experiment.owner = user
+    experiment.owner = user  # for the response, without a lazy load after the commit
     try:
         ring(settings, experiment.queue)
     except Exception as exc:  # the job is safe in the database: the sweeper rings once the broker is back
