@@ -24,6 +24,7 @@ class SGD:
         self.rows = 2 if momentum == 0 else 3
         self.tracked = list(tracked)
         self.storage: list[torch.Tensor] = []
+        self.gram_operands: list[tuple[torch.Tensor, torch.Tensor]] = []   # (T, rows, n), (T, n, rows) views
         self.params = list(params)
         for i in self.tracked:
             w = params[i].detach()
@@ -33,6 +34,8 @@ class SGD:
             view.requires_grad_(True)
             self.params[i] = view
             self.storage.append(store)
+            rows = store.transpose(0, 1)
+            self.gram_operands.append((rows, rows.transpose(1, 2)))
         others = set(range(len(params))) - set(self.tracked)
         self.others = sorted(others)
         self.velocity = ([torch.zeros_like(self.params[i]) for i in self.others] if momentum > 0 else None)
@@ -64,9 +67,9 @@ class SGD:
 
     @torch.no_grad()
     def step(self, grads: Sequence[torch.Tensor], lr: float, weight_decay: float,
-             gram_out: Optional[torch.Tensor] = None) -> None:
-        """Apply one update. gram_out (tracked, T, rows, rows), when given, receives the Gram matrices
-        of the storage rows after v is formed and before w moves."""
+             gram_out: Optional[Sequence[torch.Tensor]] = None) -> None:
+        """Apply one update. gram_out, when given, holds one (T, rows, rows) tensor per tracked parameter
+        and receives the Gram matrices of its storage rows after v is formed and before w moves."""
         new = self.next_velocity_row()
         self.count += 1
         for k, i in enumerate(self.tracked):
@@ -75,8 +78,7 @@ class SGD:
             if self.momentum:
                 store[new].add_(store[3 - new], alpha=self.momentum)
             if gram_out is not None:
-                rows = store.transpose(0, 1)                                   # (T, rows, n)
-                torch.bmm(rows, rows.transpose(1, 2), out=gram_out[k])
+                torch.bmm(*self.gram_operands[k], out=gram_out[k])
             store[0].add_(store[new], alpha=-lr)
         if self.others:
             ps = [self.params[i] for i in self.others]

@@ -48,6 +48,9 @@ class Tracker:
         self.grouped = list(members) != list(range(len(self.names)))   # some group has several members
         self.momentum = momentum
         self.buf = torch.zeros(window, len(members), trials, rows, rows, dtype=dtype, device=device)
+        # the per-step, per-parameter views handed to the optimizer, made once: the step loop is
+        # short enough that indexing the buffer each step shows up in the tracking overhead
+        self.slots = [list(step.unbind(0)) for step in self.buf.unbind(0)]
         self.rates: list[tuple[float, float, int]] = []   # (η, λ, velocity row) of each step
         self.ema: Optional[torch.Tensor] = None            # running mean of L per (group, trial), float64
 
@@ -64,9 +67,9 @@ class Tracker:
         ema = state["ema"]
         self.ema = None if ema is None else ema.to(self.buf.device)
 
-    def slot(self, lr: float, weight_decay: float, velocity_row: int) -> torch.Tensor:
-        """The (tracked, T, rows, rows) buffer for the next step's Gram matrices."""
-        out = self.buf[len(self.rates)]
+    def slot(self, lr: float, weight_decay: float, velocity_row: int) -> list[torch.Tensor]:
+        """The buffers for the next step's Gram matrices: one (T, rows, rows) view per tracked parameter."""
+        out = self.slots[len(self.rates)]
         self.rates.append((lr, weight_decay, velocity_row))
         return out
 
