@@ -68,9 +68,13 @@ class _Owner:
         return self.running, self.last_started or _EPOCH, self.first_created
 
 
-def _owners(session: Session, queues: list[str]) -> dict[Optional[str], _Owner]:
-    waiting = session.execute(select(Experiment.owner_id, func.min(Experiment.created_at))
-                              .where(claimable(queues)).group_by(Experiment.owner_id)).all()
+def _owners(session: Session, queues: list[str],
+            waiting: Optional[dict[Optional[str], datetime]] = None) -> dict[Optional[str], _Owner]:
+    """The fair-share state of every owner with claimable jobs in ``queues``, or of the owners of
+    ``waiting`` ({owner: oldest claimable job's created_at}, as the caller already read it)."""
+    if waiting is None:
+        waiting = dict(session.execute(select(Experiment.owner_id, func.min(Experiment.created_at))
+                                       .where(claimable(queues)).group_by(Experiment.owner_id)).all())
     if not waiting:
         return {}
     running = dict(session.execute(select(Experiment.owner_id, func.count())
@@ -79,7 +83,7 @@ def _owners(session: Session, queues: list[str]) -> dict[Optional[str], _Owner]:
     served = dict(session.execute(select(Experiment.owner_id, func.max(Experiment.started_at))
                                   .group_by(Experiment.owner_id)).all())
     return {owner: _Owner(int(running.get(owner, 0)), as_utc(served.get(owner)), as_utc(first))
-            for owner, first in waiting}
+            for owner, first in waiting.items()}
 
 
 def by_owner(owner_id: Optional[str]):
@@ -135,12 +139,16 @@ def queue_order(session: Session, queue: str) -> list[str]:
     """Ids of the claimable jobs of ``queue`` in the order workers would start them if nothing else
     were submitted: :func:`claim_next`'s rule replayed, each start counting as one more running
     job of its owner (an estimate: it does not know when running jobs end)."""
-    rows = session.execute(select(Experiment.id, Experiment.owner_id).where(claimable([queue]))
-                           .order_by(*_OWN_ORDER)).all()
-    owners = _owners(session, [queue])
+    rows = session.execute(select(Experiment.id, Experiment.owner_id, Experiment.created_at)
+                           .where(claimable([queue])).order_by(*_OWN_ORDER)).all()
     pending: dict[Optional[str], list[str]] = {}
-    for experiment_id, owner in rows:
+    first: dict[Optional[str], datetime] = {}
+    for experiment_id, owner, created in rows:
         pending.setdefault(owner, []).append(experiment_id)
+        first[owner] = min(first.get(owner, created), created)
+    # the owners are those of the rows just read: a second read of the claimable jobs could miss one
+    # that a worker claimed in between (a KeyError, once a 500 of GET /v1/queue)
+    owners = _owners(session, [queue], waiting=first)
     order: list[str] = []
     clock = max([o.last_started for o in owners.values() if o.last_started] + [utcnow()])
     while pending:

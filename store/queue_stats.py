@@ -89,7 +89,8 @@ def snapshot(session: Session, owner_id: Optional[str] = None, *, everyone: bool
         if experiment.status == "running":
             out.append(JobState(experiment, None, as_utc(experiment.started_at)))
             continue
-        position = positions.get(experiment.id)   # None: cancel requested, it will never start
+        # None: cancel requested (it will never start), or submitted after the order was read
+        position = positions.get(experiment.id)
         # parallel slots: busy processes (running jobs) or live workers, whichever is larger, since one
         # worker with concurrency N holds N leases under one name
         estimate = (estimate_start(position, max(state.workers, state.running), state.mean_duration_seconds, now)
