@@ -21,6 +21,7 @@ import torch
 
 from smdengine.runtime import saved
 
+SLOT_CACHE = 1024     # longest window whose per-step buffer views are made in advance
 METRICS = ("au_rms", "au_mean", "norm", "unit_grad_sq", "eff_lr", "norm_theory")
 
 
@@ -48,9 +49,10 @@ class Tracker:
         self.grouped = list(members) != list(range(len(self.names)))   # some group has several members
         self.momentum = momentum
         self.buf = torch.zeros(window, len(members), trials, rows, rows, dtype=dtype, device=device)
-        # the per-step, per-parameter views handed to the optimizer, made once: the step loop is
-        # short enough that indexing the buffer each step shows up in the tracking overhead
-        self.slots = [list(step.unbind(0)) for step in self.buf.unbind(0)]
+        # the per-step, per-parameter views handed to the optimizer, made once (the step loop is
+        # short enough that indexing the buffer each step shows up in the tracking overhead), but
+        # only for windows of up to SLOT_CACHE steps: a view object weighs ~50× its Gram matrix
+        self.slots = ([list(step.unbind(0)) for step in self.buf.unbind(0)] if window <= SLOT_CACHE else None)
         self.rates: list[tuple[float, float, int]] = []   # (η, λ, velocity row) of each step
         self.ema: Optional[torch.Tensor] = None            # running mean of L per (group, trial), float64
 
@@ -69,7 +71,8 @@ class Tracker:
 
     def slot(self, lr: float, weight_decay: float, velocity_row: int) -> list[torch.Tensor]:
         """The buffers for the next step's Gram matrices: one (T, rows, rows) view per tracked parameter."""
-        out = self.slots[len(self.rates)]
+        n = len(self.rates)
+        out = self.slots[n] if self.slots is not None else list(self.buf[n].unbind(0))
         self.rates.append((lr, weight_decay, velocity_row))
         return out
 

@@ -124,8 +124,11 @@ def test_forward_macs_counts_the_mlp():
 
 # -- optimizer and tracker ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("cached", [True, False], ids=["views-made-once", "views-per-step"])
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_tracker_angles_and_unit_gradient_match_a_direct_computation(momentum):
+def test_tracker_angles_and_unit_gradient_match_a_direct_computation(momentum, cached, monkeypatch):
+    if not cached:   # a window longer than SLOT_CACHE takes its buffer views step by step
+        monkeypatch.setattr("smdengine.train.tracker.SLOT_CACHE", 0)
     torch.manual_seed(0)
     trials, lr, wd = 3, 0.3, 0.01
     ws = [torch.randn(trials, 5, 7, dtype=torch.float64), torch.randn(trials, 4, dtype=torch.float64),
@@ -133,6 +136,7 @@ def test_tracker_angles_and_unit_gradient_match_a_direct_computation(momentum):
     opt = SGD(ws, momentum, tracked=[0, 2])
     # group 0 = param 0, group 1 = param 2
     tracker = Tracker(["a", "b"], [0, 1], trials, 4, momentum, opt.rows, torch.float64, torch.device("cpu"))
+    assert (tracker.slots is not None) == cached
     angles, units, vel, after = {0: [], 2: []}, {0: [], 2: []}, {0: 0.0, 2: 0.0}, {}
     for _ in range(4):
         grads = [torch.randn_like(w) for w in opt.params]

@@ -89,5 +89,5 @@ def test_queue_order_survives_a_claim_between_its_reads(database_url, monkeypatc
     with session_scope(database_url) as session:
         order = [labels[i] for i in jobs.queue_order(session, "cpu")]
     assert [labels[i] for i in claimed] == ["a1"]
-    # what was claimable when it was read; a's claim counts as a running job of a, so b goes first
+    # what was claimable when it was read; a was served (a1 started) after b never was, so b goes first
     assert order == ["b1", "a1"]
