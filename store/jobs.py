@@ -68,13 +68,14 @@ class _Owner:
         return self.running, self.last_started or _EPOCH, self.first_created
 
 
-def _owners(session: Session, queues: list[str],
-            waiting: Optional[dict[Optional[str], datetime]] = None) -> dict[Optional[str], _Owner]:
-    """The fair-share state of every owner with claimable jobs in ``queues``, or of the owners of
-    ``waiting`` ({owner: oldest claimable job's created_at}, as the caller already read it)."""
-    if waiting is None:
-        waiting = dict(session.execute(select(Experiment.owner_id, func.min(Experiment.created_at))
-                                       .where(claimable(queues)).group_by(Experiment.owner_id)).all())
+def _waiting(session: Session, queues: list[str]) -> dict[Optional[str], datetime]:
+    """{owner: created_at of the owner's oldest claimable job in ``queues``}."""
+    return dict(session.execute(select(Experiment.owner_id, func.min(Experiment.created_at))
+                                .where(claimable(queues)).group_by(Experiment.owner_id)).all())
+
+
+def _owners(session: Session, queues: list[str], waiting: dict[Optional[str], datetime]) -> dict[Optional[str], _Owner]:
+    """The fair-share state of the owners of ``waiting`` (as :func:`_waiting` gives it)."""
     if not waiting:
         return {}
     running = dict(session.execute(select(Experiment.owner_id, func.count())
@@ -105,7 +106,7 @@ def claim_next(session: Session, queues: list[str], worker: str, lease_seconds: 
     if experiment_id is not None:
         groups = [[experiment_id]]
     else:
-        owners = _owners(session, queues)
+        owners = _owners(session, queues, _waiting(session, queues))
         groups = [session.scalars(select(Experiment.id).where(claimable(queues), by_owner(owner))
                                   .order_by(*_OWN_ORDER).limit(5)).all()
                   for owner in sorted(owners, key=lambda o: owners[o].key())]
@@ -148,7 +149,7 @@ def queue_order(session: Session, queue: str) -> list[str]:
         first[owner] = min(first.get(owner, created), created)
     # the owners are those of the rows just read: a second read of the claimable jobs could miss one
     # that a worker claimed in between (a KeyError, once a 500 of GET /v1/queue)
-    owners = _owners(session, [queue], waiting=first)
+    owners = _owners(session, [queue], first)
     order: list[str] = []
     clock = max([o.last_started for o in owners.values() if o.last_started] + [utcnow()])
     while pending:

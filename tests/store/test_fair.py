@@ -71,23 +71,22 @@ def test_a_job_of_another_queue_or_cancelled_is_not_taken(database_url):
 
 
 def test_queue_order_survives_a_claim_between_its_reads(database_url, monkeypatch):
-    """queue_order reads the claimable jobs, then each owner's fair-share state. A worker that claims
-    a job between the two reads once made it raise KeyError (a 500 of GET /v1/queue, seen in the
-    fairness integration test); a real claim is made at that point here."""
+    """queue_order reads the claimable jobs, then the owners' fair-share state. A worker that claimed
+    a job between two such reads once made it raise KeyError (a 500 of GET /v1/queue, seen in the
+    fairness integration test); here a real claim follows queue_order's first read, whatever reads come next."""
     labels = setup(database_url, [("a", "a1"), ("b", "b1")])
-    owners = jobs._owners
     claimed = []
-
-    def claim_then_read(session, queues, *args, **kwargs):
-        if not claimed:
-            claimed.append(None)
-            monkeypatch.setattr(jobs, "_owners", owners)    # the claim below reads owners too
-            claimed[0] = run_one(database_url)              # another session: a worker takes a1
-        return owners(session, queues, *args, **kwargs)
-
-    monkeypatch.setattr(jobs, "_owners", claim_then_read)
     with session_scope(database_url) as session:
+        execute = session.execute
+
+        def execute_then_claim(*args, **kwargs):
+            result = execute(*args, **kwargs)
+            if not claimed:
+                claimed.append(run_one(database_url))   # another session: a worker takes a1
+            return result
+
+        monkeypatch.setattr(session, "execute", execute_then_claim)
         order = [labels[i] for i in jobs.queue_order(session, "cpu")]
     assert [labels[i] for i in claimed] == ["a1"]
-    # what was claimable when it was read; a was served (a1 started) after b never was, so b goes first
+    # what was claimable when it was read; a was served (a1 started) and b never was, so b goes first
     assert order == ["b1", "a1"]
