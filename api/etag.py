@@ -6,17 +6,9 @@ import hashlib
 from typing import Optional
 
 from fastapi import Request, Response
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
-
-from store.models import Experiment, SeriesChunk
+from store.models import Experiment
 
 NOT_MODIFIED = {304: {"description": "Not modified: the If-None-Match tag is still current (no body)."}}
-
-
-def stored_points(session: Session, experiment_id: str) -> int:
-    return int(session.scalar(select(func.coalesce(func.max(SeriesChunk.start_index + SeriesChunk.n_points), 0))
-                              .where(SeriesChunk.experiment_id == experiment_id)) or 0)
 
 
 def tag(experiment: Experiment, *parts: object) -> str:

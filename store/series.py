@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import zlib
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from store.models import SeriesChunk
@@ -37,6 +37,11 @@ def read_series(session: Session, experiment_id: str) -> dict[str, list]:
         length = max(length, row.start_index + row.n_points)
     return series
 
+
+def stored_points(session: Session, experiment_id: str) -> int:
+    """How many points are stored (the end of the last chunk), without reading any chunk's data."""
+    return int(session.scalar(select(func.coalesce(func.max(SeriesChunk.start_index + SeriesChunk.n_points), 0))
+                              .where(SeriesChunk.experiment_id == experiment_id)) or 0)
 
 
 def truncate_points(session: Session, experiment_id: str, n: int) -> None:

@@ -13,7 +13,7 @@ from api.deps import CurrentUserDep, ExperimentDep, ManagedExperimentDep, Sessio
 from api.results import result_document
 from api.schemas import (SERVICE_FIELDS, AttemptOut, ErrorOut, ExperimentOut, ExperimentPage, ResultDocument,
                          Status, Submission)
-from store import jobs
+from store import jobs, series
 from store.models import PRIORITIES, Experiment, User, as_utc, utcnow
 from store.settings import Settings
 from worker.queue import queue_for, ring
@@ -195,7 +195,7 @@ def get_results(experiment: ExperimentDep, session: SessionDep, request: Request
                 since_step: Annotated[Optional[int], SINCE_STEP] = None):
     """The result document: series, theory and summary (partial while running). ETag: send
     If-None-Match to poll; since_step for only the new points."""
-    current = etag.tag(experiment, "results", etag.stored_points(session, experiment.id), fields, max_points,
+    current = etag.tag(experiment, "results", series.stored_points(session, experiment.id), fields, max_points,
                        since_step)
     if etag.matches(request, current):
         session.commit()

@@ -9,6 +9,7 @@ from api import etag, exports
 from api.deps import ExperimentDep, SessionDep
 from api.results import result_document
 from api.routes.experiments import NOT_FOUND, SINCE_STEP
+from store import series
 from store.models import Experiment
 
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
@@ -39,7 +40,7 @@ class ParquetResponse(Response):
 
 def _export(experiment: Experiment, session, request: Request, fmt: str, fields: Optional[str],
             since_step: Optional[int], render: Callable[[dict], bytes], response_class: type[Response]) -> Response:
-    current = etag.tag(experiment, fmt, etag.stored_points(session, experiment.id), fields, since_step)
+    current = etag.tag(experiment, fmt, series.stored_points(session, experiment.id), fields, since_step)
     if etag.matches(request, current):
         session.commit()  # release the connection (api.deps._session)
         return etag.not_modified(current)
