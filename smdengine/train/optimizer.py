@@ -6,6 +6,11 @@ Tracked parameters (the scale-invariant weights) live in one storage per paramet
 so that a single batched matmul per parameter and step gives every inner product the tracker
 needs — the Gram matrix of the rows, per trial — in one pass over memory and without copying
 the weights. The parameter tensors the network uses are views of row 0.
+
+With several torch threads a long row is cut into one piece per thread and the pieces' Gram
+matrices are summed: a (rows, n)·(n, rows) product is a single GEMM that runs on one thread
+(measured at 2 threads, n = 65 536: 19 → 13 µs for SGD, 41 → 23 µs for SGDM), whereas a batch of
+pieces is spread over the threads.
 """
 from __future__ import annotations
 
@@ -14,6 +19,8 @@ from typing import Optional, Sequence
 import torch
 
 from smdengine.runtime import saved
+
+SPLIT_MIN = 32768     # shortest row (elements) cut into one piece per thread for the Gram product
 
 
 class SGD:
@@ -24,7 +31,10 @@ class SGD:
         self.rows = 2 if momentum == 0 else 3
         self.tracked = list(tracked)
         self.storage: list[torch.Tensor] = []
-        self.gram_operands: list[tuple[torch.Tensor, torch.Tensor]] = []   # (T, rows, n), (T, n, rows) views
+        # per tracked parameter: (T·c, rows, n/c) and (T·c, n/c, rows) views of the storage, and a
+        # (T·c, rows, rows) buffer for the c pieces' Gram matrices (None when c = 1)
+        self.gram_operands: list[tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]] = []
+        threads = torch.get_num_threads()
         self.params = list(params)
         for i in self.tracked:
             w = params[i].detach()
@@ -34,8 +44,11 @@ class SGD:
             view.requires_grad_(True)
             self.params[i] = view
             self.storage.append(store)
-            rows = store.transpose(0, 1)
-            self.gram_operands.append((rows, rows.transpose(1, 2)))
+            n = store.shape[2]
+            pieces = threads if threads > 1 and n >= SPLIT_MIN and n % threads == 0 else 1
+            rows = store.view(self.rows, w.shape[0] * pieces, n // pieces).transpose(0, 1)
+            partial = None if pieces == 1 else store.new_empty((w.shape[0] * pieces, self.rows, self.rows))
+            self.gram_operands.append((rows, rows.transpose(1, 2), partial))
         others = set(range(len(params))) - set(self.tracked)
         self.others = sorted(others)
         self.velocity = ([torch.zeros_like(self.params[i]) for i in self.others] if momentum > 0 else None)
@@ -78,7 +91,12 @@ class SGD:
             if self.momentum:
                 store[new].add_(store[3 - new], alpha=self.momentum)
             if gram_out is not None:
-                torch.bmm(*self.gram_operands[k], out=gram_out[k])
+                rows, rows_t, partial = self.gram_operands[k]
+                if partial is None:
+                    torch.bmm(rows, rows_t, out=gram_out[k])
+                else:
+                    torch.bmm(rows, rows_t, out=partial)
+                    torch.sum(partial.view(gram_out[k].shape[0], -1, self.rows, self.rows), 1, out=gram_out[k])
             store[0].add_(store[new], alpha=-lr)
         if self.others:
             ps = [self.params[i] for i in self.others]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
@@ -124,16 +123,29 @@ def test_forward_macs_counts_the_mlp():
 
 # -- optimizer and tracker ------------------------------------------------------------------------
 
+@pytest.fixture
+def four_threads():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(4)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-gemm", "rows-split-per-thread"])
 @pytest.mark.parametrize("cached", [True, False], ids=["views-made-once", "views-per-step"])
 @pytest.mark.parametrize("momentum", [0.0, 0.9])
-def test_tracker_angles_and_unit_gradient_match_a_direct_computation(momentum, cached, monkeypatch):
+def test_tracker_angles_and_unit_gradient_match_a_direct_computation(momentum, cached, split, monkeypatch, request):
     if not cached:   # a window longer than SLOT_CACHE takes its buffer views step by step
         monkeypatch.setattr("smdengine.train.tracker.SLOT_CACHE", 0)
+    if split:        # 4 threads: the 40-element rows are cut in 4 pieces, the 6-element ones are not (6 % 4 ≠ 0)
+        monkeypatch.setattr("smdengine.train.optimizer.SPLIT_MIN", 1)
+        request.getfixturevalue("four_threads")
     torch.manual_seed(0)
     trials, lr, wd = 3, 0.3, 0.01
-    ws = [torch.randn(trials, 5, 7, dtype=torch.float64), torch.randn(trials, 4, dtype=torch.float64),
+    ws = [torch.randn(trials, 5, 8, dtype=torch.float64), torch.randn(trials, 4, dtype=torch.float64),
           torch.randn(trials, 6, dtype=torch.float64)]
     opt = SGD(ws, momentum, tracked=[0, 2])
+    assert [partial is not None for *_, partial in opt.gram_operands] == [split, False]
     # group 0 = param 0, group 1 = param 2
     tracker = Tracker(["a", "b"], [0, 1], trials, 4, momentum, opt.rows, torch.float64, torch.device("cpu"))
     assert (tracker.slots is not None) == cached
