@@ -105,19 +105,21 @@ def median_interval(values: list[float], level: float = 0.95) -> tuple[float, fl
     return xs[k - 1], xs[n - k], 1 - 2 * below
 
 
-def measure(overrides: dict, pairs: int) -> dict:
+def measure(overrides: dict, pairs: int, control: bool = False) -> dict:
+    """Pairs of A B B A runs; control: arm True runs untracked as well (an A/A comparison, the noise floor)."""
+    tracks = {True: not control, False: False}
     specs = {"short": make_spec(overrides, SHORT), "long": make_spec(overrides, SHORT + N)}
     for track in (True, False):        # warm-up: data, oneDNN primitives, allocator
         for spec in specs.values():
-            timed(spec, track)
+            timed(spec, tracks[track])
     step = {True: [], False: []}
     final = {True: set(), False: set()}
     for i in range(pairs):
         first, second = (True, False) if i % 2 == 0 else (False, True)
         runs = {True: [], False: []}
         for track in (first, second, second, first):
-            short = timed(specs["short"], track)[0]
-            took, loss = timed(specs["long"], track)
+            short = timed(specs["short"], tracks[track])[0]
+            took, loss = timed(specs["long"], tracks[track])
             runs[track].append((took - short) / N)
             final[track].add(loss)
         for track, per_step in runs.items():
@@ -142,6 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
     ap.add_argument("--pairs", type=int, default=None,
                     help="tracked/untracked pairs (A B B A) per row, ≥ 1 (default mlp 24, cnn 20, mlp+mom 24; --quick 6)")
+    ap.add_argument("--control", action="store_true",
+                    help="A/A control: the 'tracked' arm runs untracked too, so the ratios show the method's noise floor")
     ap.add_argument("--rows", default=",".join(name for name, *_ in CONFIGS),
                     help="comma-separated rows to run (default: all of " + ", ".join(name for name, *_ in CONFIGS) + ")")
     args = ap.parse_args(argv)
@@ -158,7 +162,8 @@ def main(argv=None) -> int:
     except OSError:
         load1 = 0.0
     print(f"train step time, tracked vs untracked — torch {torch.__version__}, {torch.get_num_threads()} torch "
-          f"threads, {os.cpu_count()} CPUs, {platform.machine()}{', quick' if args.quick else ''}; "
+          f"threads, {os.cpu_count()} CPUs, {platform.machine()}{', quick' if args.quick else ''}"
+          f"{'; CONTROL: both arms untracked (A/A), the ratios show the noise floor' if args.control else ''}; "
           f"load average {load_average()}")
     if load1 > 0.5:
         print("warning: load average > 0.5 before the start: other processes are (or were, in the last minute or "
@@ -176,7 +181,7 @@ def main(argv=None) -> int:
         if name not in rows:
             continue
         pairs = args.pairs or (6 if args.quick else default_pairs)
-        r = measure(overrides, pairs)
+        r = measure(overrides, pairs, args.control)
         low, high = r["interval"]
         verdict[name] = judge(r["interval"], r["coverage"])
         print(f"{name:>8} {pairs:>5} | {r['untracked'] * 1e3:>9.3f} {r['tracked'] * 1e3:>9.3f} | {r['median']:>6.3f} "
@@ -192,6 +197,8 @@ def main(argv=None) -> int:
     missing = [name for name in TARGET_ROWS if name not in verdict]
     overall = ("FAIL" if "FAIL" in judged else f"INCOMPLETE ({', '.join(missing)} not run)" if missing
                else "UNSURE" if "UNSURE" in judged else "PASS")
+    if args.control:
+        print("control run (A/A): the verdicts above judge no tracking; an interval this wide or off 1 is the noise floor")
     print(f"target: tracked/untracked ≤ {TARGET} for {' and '.join(TARGET_ROWS)} => {overall} (mlp+mom: "
           f"{verdict.get('mlp+mom', 'not run')}); PASS = the interval's upper end is within the bound")
     return 0
