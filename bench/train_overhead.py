@@ -40,7 +40,7 @@ coverage (the machine was too noisy to tell: run again, or with more --pairs). T
 momentum row is judged against the same bound. The exit status is 0 whatever the verdict (benchmarks
 report, tests don't assert speed).
 
-    .venv/bin/python bench/train_overhead.py [--quick] [--threads 2] [--pairs P]
+    .venv/bin/python bench/train_overhead.py [--quick] [--threads 2] [--pairs P] [--rows mlp,cnn] [--control]
 """
 from __future__ import annotations
 
