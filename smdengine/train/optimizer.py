@@ -7,7 +7,7 @@ so that a single batched matmul per parameter and step gives every inner product
 needs — the Gram matrix of the rows, per trial — in one pass over memory and without copying
 the weights. The parameter tensors the network uses are views of row 0.
 
-With several torch threads a long row is cut into one piece per thread and the pieces' Gram
+On the CPU, with several torch threads, a long row is cut into one piece per thread and the pieces' Gram
 matrices are summed: a (rows, n)·(n, rows) product is a single GEMM that runs on one thread
 (measured at 2 threads, n = 65 536: 19 → 13 µs for SGD, 41 → 23 µs for SGDM), whereas a batch of
 pieces is spread over the threads.
@@ -45,7 +45,9 @@ class SGD:
             self.params[i] = view
             self.storage.append(store)
             n = store.shape[2]
-            pieces = threads if threads > 1 and n >= SPLIT_MIN and n % threads == 0 else 1
+            # CPU only: a GPU spreads one bmm over its cores already
+            split = w.device.type == "cpu" and threads > 1 and n >= SPLIT_MIN and n % threads == 0
+            pieces = threads if split else 1
             rows = store.view(self.rows, w.shape[0] * pieces, n // pieces).transpose(0, 1)
             partial = None if pieces == 1 else store.new_empty((w.shape[0] * pieces, self.rows, self.rows))
             self.gram_operands.append((rows, rows.transpose(1, 2), partial))
