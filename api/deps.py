@@ -1,7 +1,8 @@
 """Dependency aliases: settings, database session, the current user, the experiment named in the path."""
 from __future__ import annotations
 
-from typing import Annotated, AsyncIterator, Optional
+from collections.abc import AsyncIterator
+from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -49,7 +50,7 @@ def unauthorized(detail: str) -> HTTPException:
 
 
 def _current_user(request: Request, session: SessionDep, settings: SettingsDep,
-                  credentials: Annotated[Optional[HTTPAuthorizationCredentials], Depends(_bearer)]) -> User:
+                  credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> User:
     """The key's owner (``auth=off``: the admin user ``local``). A key in the query string is
     refused even when it is valid: URLs end up in logs and browser histories."""
     if any(name.lower() in _QUERY_KEY_NAMES or value.startswith(users.KEY_PREFIX)

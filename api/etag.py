@@ -3,9 +3,9 @@ before any series is read, so an unchanged resource costs one small query and a 
 from __future__ import annotations
 
 import hashlib
-from typing import Optional
 
 from fastapi import Request, Response
+
 from store.models import Experiment
 
 NOT_MODIFIED = {304: {"description": "Not modified: the If-None-Match tag is still current (no body)."}}
@@ -21,7 +21,7 @@ def tag(experiment: Experiment, *parts: object) -> str:
 
 def matches(request: Request, current: str) -> bool:
     """If-None-Match holds ``current`` (weak comparison, as RFC 9110 asks for this header) or ``*``."""
-    header: Optional[str] = request.headers.get("if-none-match")
+    header: str | None = request.headers.get("if-none-match")
     if not header:
         return False
     candidates = {value.strip().removeprefix("W/") for value in header.split(",")}

@@ -67,7 +67,7 @@ def to_csv(doc: dict[str, Any]) -> bytes:
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(header)
-    writer.writerows(zip(*cells))
+    writer.writerows(zip(*cells, strict=False))
     return out.getvalue().encode("utf-8")
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from contextlib import asynccontextmanager
-from typing import Optional
 
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder as jsonable
@@ -16,8 +15,8 @@ from api.routes import events, experiments, exports, health, ops, plots, queue
 from smdengine.runtime import json_safe
 from store.db import session_scope
 from store.migrate import upgrade_head
-from store.users import local_user
 from store.settings import Settings, get_settings
+from store.users import local_user
 from worker.sweeper import Sweeper
 
 
@@ -47,7 +46,7 @@ def check_auth(settings: Settings) -> None:
                          f"smd keys create NAME) and keep auth on")
 
 
-def create_app(settings: Optional[Settings] = None) -> FastAPI:
+def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     check_auth(settings)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -90,7 +90,7 @@ def available(key: str) -> list[str]:
     return sorted(PLOTS.get(key, {}))
 
 
-def document_max_points(key: str) -> Optional[int]:
+def document_max_points(key: str) -> int | None:
     """``max_points`` for the result document a plot is drawn from. The ``train`` plots take the full
     document and thin each line themselves, so the sparse evaluation points (test loss/accuracy,
     every ``eval_every`` steps) are not lost to an even downsampling of the steps."""
@@ -214,10 +214,10 @@ def _histogram(ax, plot: PlotDef, doc: dict[str, Any]) -> None:
 
 def _angles(axes, plot: PlotDef, doc: dict[str, Any]) -> None:
     points = doc["series"].get(plot.series[0], [])
-    for ax, (axis, xlabel) in zip(axes, (("lr_time", "ηt (learning rate × steps)"), ("tau", "τ(t) (seed 002 eq. 12)"))):
+    for ax, (axis, xlabel) in zip(axes, (("lr_time", "ηt (learning rate × steps)"), ("tau", "τ(t) (seed 002 eq. 12)")), strict=False):
         times = doc["theory"].get(axis) or []
         xs, ys = [], []
-        for x, row in zip(times, points):
+        for x, row in zip(times, points, strict=False):
             for theta in row or []:
                 if theta is not None and x is not None:
                     xs.append(x)
@@ -240,7 +240,7 @@ def _nan(values: list) -> list[float]:
 
 def _defined(steps: list, values: list) -> tuple[list, list]:
     """The (step, value) points where the value is defined."""
-    pairs = [(x, v) for x, v in zip(steps, values) if v is not None]
+    pairs = [(x, v) for x, v in zip(steps, values, strict=False) if v is not None]
     return [x for x, _ in pairs], [v for _, v in pairs]
 
 

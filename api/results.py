@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import logging
-from typing import Any, Optional
+from typing import Any
 
 from fastapi import HTTPException
 from sqlalchemy.orm import Session
@@ -17,8 +17,8 @@ from store.series import read_series
 log = logging.getLogger(__name__)
 
 
-def result_document(session: Session, experiment: Experiment, fields: Optional[list[str]] = None,
-                    max_points: Optional[int] = None, since_step: Optional[int] = None) -> dict[str, Any]:
+def result_document(session: Session, experiment: Experiment, fields: list[str] | None = None,
+                    max_points: int | None = None, since_step: int | None = None) -> dict[str, Any]:
     """The design §3 document. Flat stored series named ``"<layer>/<metric>"`` (per-layer metrics
     of the ``train`` kind) go to ``layers: {layer: {metric: [...]}}``, the others to ``series``;
     ``layers`` is ``{}`` for kinds without layers. While running, series and layer series hold the

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator
 
@@ -40,29 +40,29 @@ class ExperimentOut(BaseModel):
 
     id: str
     kind: str
-    name: Optional[str]
+    name: str | None
     status: Status
     progress: float = Field(..., description="Fraction of the steps done, 0 to 1.")
     step: int = Field(..., description="Updates done so far.")
     total_steps: int
-    error: Optional[str] = Field(None, description="Why the job failed, when it did.")
+    error: str | None = Field(None, description="Why the job failed, when it did.")
     cancel_requested: bool
     attempts: int = Field(..., description="Times a worker started it (a resumed job counts again).")
     queue: str = Field(..., description="cpu or gpu (from the spec's device).")
-    worker: Optional[str] = Field(None, description="The worker that ran it last.")
-    owner: Optional[str] = Field(None, validation_alias=AliasChoices("owner_name", "owner"),
+    worker: str | None = Field(None, description="The worker that ran it last.")
+    owner: str | None = Field(None, validation_alias=AliasChoices("owner_name", "owner"),
                                  description="Name of the user who submitted it.")
     visibility: Visibility
     priority: Priority = Field(..., validation_alias=AliasChoices("priority_name", "priority"))
     created_at: datetime
-    started_at: Optional[datetime]
-    finished_at: Optional[datetime]
+    started_at: datetime | None
+    finished_at: datetime | None
     updated_at: datetime
     spec: dict[str, Any]
 
     @field_validator("created_at", "started_at", "finished_at", "updated_at")
     @classmethod
-    def _utc(cls, value: Optional[datetime]) -> Optional[datetime]:
+    def _utc(cls, value: datetime | None) -> datetime | None:
         # SQLite returns naive datetimes; every stored time is UTC.
         return as_utc(value)
 
@@ -75,15 +75,15 @@ class AttemptOut(BaseModel):
     number: int
     worker: str = Field(..., description="<worker name>/<lease token>.")
     started_at: datetime
-    ended_at: Optional[datetime]
-    outcome: Optional[Literal["succeeded", "failed", "cancelled", "lost", "released"]] = Field(
+    ended_at: datetime | None
+    outcome: Literal["succeeded", "failed", "cancelled", "lost", "released"] | None = Field(
         None, description="Null while running; lost: its worker vanished (lease expired); released: its "
                           "worker shut down and gave it back.")
-    resumed_from_step: Optional[int] = Field(None, description="The checkpoint step it resumed from, if any.")
+    resumed_from_step: int | None = Field(None, description="The checkpoint step it resumed from, if any.")
 
     @field_validator("started_at", "ended_at")
     @classmethod
-    def _utc(cls, value: Optional[datetime]) -> Optional[datetime]:
+    def _utc(cls, value: datetime | None) -> datetime | None:
         return as_utc(value)
 
 
@@ -91,11 +91,11 @@ class ExperimentPage(BaseModel):
     items: list[ExperimentOut]
     total: int = Field(..., description="Experiments matching the filters, over all pages.")
     limit: int
-    next_cursor: Optional[str] = Field(None, description="Pass as ?cursor= for the next page (also in the Link "
+    next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next page (also in the Link "
                                                          "header, rel=next); null on the last page.")
 
 
-Number = Union[int, float, None]
+Number = int | float | None
 
 
 class Histogram(BaseModel):
@@ -103,7 +103,7 @@ class Histogram(BaseModel):
 
     bin_edges: list[float]
     density: list[Number]
-    density_theory: Optional[list[Number]] = Field(None, description="Null where the theory does not apply.")
+    density_theory: list[Number] | None = Field(None, description="Null where the theory does not apply.")
     samples: int = Field(..., description="Values counted.")
 
 
@@ -121,7 +121,7 @@ class ResultDocument(BaseModel):
     status: Status
     progress: float
     spec: dict[str, Any]
-    series: dict[str, list[Union[Number, list[Number]]]] = Field(
+    series: dict[str, list[Number | list[Number]]] = Field(
         ..., description="Global series by name, aligned on the ``step`` series (always present once a point is "
                          "recorded). A point is null where the quantity is undefined or not measured at that step "
                          "(e.g. the ``train`` kind's ``test_loss``/``test_acc`` between evaluations).")
@@ -131,9 +131,9 @@ class ResultDocument(BaseModel):
                     "``layers.0.weight``), ``{layer: {metric: [...]}}`` with metrics ``au_rms``, ``au_mean``, "
                     "``norm``, ``unit_grad_sq``, ``eff_lr``, ``norm_theory``, aligned on ``series.step``. "
                     "Stored flat as ``<layer>/<metric>``; empty for kinds without layers.")
-    theory: dict[str, Union[list[Number], Number]] = Field(
+    theory: dict[str, list[Number] | Number] = Field(
         ..., description="Theory predictions: a number, or a series aligned on ``series.step``.")
-    summary: dict[str, Union[Number, dict[str, LayerSummary]]] = Field(
+    summary: dict[str, Number | dict[str, LayerSummary]] = Field(
         ..., description="Numbers by name (e.g. means over the tail of the run); for the ``train`` kind also "
                          "``layers``: ``{layer: {au_rms, au_mean, norm, unit_grad_sq, eff_lr, norm_theory, "
                          "au_equilibrium, equilibrium_step}}`` (``equilibrium_step`` null when never reached).")

@@ -58,10 +58,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import httpx  # noqa: E402
-
 from _machine import load_average  # noqa: E402
-from tests.servers import (ServerNotAvailable, free_port, fresh_database, postgres_server,  # noqa: E402
-                           redis_server)
+
+from tests.servers import ServerNotAvailable, free_port, fresh_database, postgres_server, redis_server  # noqa: E402
 
 ENDPOINTS = ("submit", "status", "results", "list")
 RECENT = 50           # clients poll the jobs among the last RECENT submitted

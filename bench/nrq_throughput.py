@@ -34,8 +34,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
-import smdengine  # noqa: E402
 from _machine import load_average
+
+import smdengine  # noqa: E402
 
 DIMS = (10, 100, 1000)
 TRIALS = (100, 1000)

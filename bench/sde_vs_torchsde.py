@@ -48,8 +48,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
-import smdengine  # noqa: E402
 from _machine import load_average
+
+import smdengine  # noqa: E402
 
 try:
     import torchsde

@@ -56,9 +56,10 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+from _machine import load_average
+
 import smdengine  # noqa: E402
 from smdengine.train.simulate import simulate  # noqa: E402
-from _machine import load_average
 
 TARGET = 1.05          # tracked / untracked step time
 SHORT = 50             # = record_every: the short run that carries the one-off costs
@@ -124,7 +125,7 @@ def measure(overrides: dict, pairs: int, control: bool = False) -> dict:
             final[track].add(loss)
         for track, per_step in runs.items():
             step[track].append(statistics.fmean(per_step))
-    ratios = [tt / tu for tt, tu in zip(step[True], step[False])]
+    ratios = [tt / tu for tt, tu in zip(step[True], step[False], strict=False)]
     low, high, coverage = median_interval(ratios)
     return {"tracked": statistics.median(step[True]), "untracked": statistics.median(step[False]),
             "median": statistics.median(ratios), "interval": (low, high), "coverage": coverage,

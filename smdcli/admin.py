@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Optional
 
 from store import users
 from store.db import session_scope
@@ -36,13 +35,13 @@ def add_parsers(sub) -> None:
     revoke.add_argument("key_id")
 
 
-def _limit(text: str) -> Optional[int]:
+def _limit(text: str) -> int | None:
     if text == "default":
         return None
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer or 'default', got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive integer or 'default', got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer or 'default', got {value}")
     return value
@@ -73,7 +72,7 @@ def _users_list(session, args, settings) -> int:
     return 0
 
 
-def _show(value: Optional[int], default: int) -> str:
+def _show(value: int | None, default: int) -> str:
     return str(value) if value is not None else f"{default} (default)"
 
 

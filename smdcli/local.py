@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
 
 from pydantic import ValidationError
 from tqdm import tqdm
@@ -13,7 +12,7 @@ import smdengine
 from store.settings import get_settings
 
 
-def run_local(spec_path: Path, output: Optional[Path], quiet: bool = False) -> int:
+def run_local(spec_path: Path, output: Path | None, quiet: bool = False) -> int:
     try:
         raw = sys.stdin.read() if str(spec_path) == "-" else spec_path.read_text()
         data = json.loads(raw)

@@ -8,14 +8,14 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from store.settings import Settings
 
 log = logging.getLogger("smd.serve")
 
 
-def run_api(settings: Settings, on_shutdown: Optional[Callable[[], None]] = None) -> int:
+def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None) -> int:
     """Serve the API; ``on_shutdown`` runs after the server stopped, before uvicorn re-raises the
     signal that stopped it (after which nothing else in this process would run)."""
     import asyncio

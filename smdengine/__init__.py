@@ -9,10 +9,17 @@ A small solver-library surface: one entry point per experiment kind, reached thr
 
 This package imports no web, queue or database library.
 """
-from smdengine.runtime import (Cancelled, Checkpoint, CheckpointHooks, IncompatibleCheckpoint, Progress, RunResult,
-                               resolve_device)
-from smdengine.spec import ExperimentSpec, parse_spec, spec_json_schema
 from smdengine.entry import output_names, predict, run
+from smdengine.runtime import (
+                               Cancelled,
+                               Checkpoint,
+                               CheckpointHooks,
+                               IncompatibleCheckpoint,
+                               Progress,
+                               RunResult,
+                               resolve_device,
+)
+from smdengine.spec import ExperimentSpec, parse_spec, spec_json_schema
 
 __all__ = [
     "Cancelled",

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import Any, Optional, Union
+from typing import Any
 
-from smdengine.runtime import (CheckpointHooks, IncompatibleCheckpoint, ProgressCallback, RunResult, StopCheck,
-                               fingerprint, resolve_device)
-from smdengine.spec import KINDS, ExperimentSpec, parse_spec
-
+from smdengine.runtime import (
+    CheckpointHooks,
+    IncompatibleCheckpoint,
+    ProgressCallback,
+    RunResult,
+    StopCheck,
+    fingerprint,
+    resolve_device,
+)
 from smdengine.sde.spec import MODELS as _SDE_MODELS
+from smdengine.spec import KINDS, ExperimentSpec, parse_spec
 
 
 def _module(spec) -> ModuleType:
@@ -26,9 +32,9 @@ def _module(spec) -> ModuleType:
     return importlib.import_module(f"smdengine.sde.{spec.params.model}")
 
 
-def run(spec: ExperimentSpec | dict, *, on_progress: Optional[ProgressCallback] = None,
-        should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
-        data_dir: Optional[str] = None, checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
+def run(spec: ExperimentSpec | dict, *, on_progress: ProgressCallback | None = None,
+        should_stop: StopCheck | None = None, progress_interval: float = 0.5,
+        data_dir: str | None = None, checkpoint: CheckpointHooks | None = None) -> RunResult:
     """Run one experiment to completion.
 
     on_progress: called with a :class:`Progress` at most every ``progress_interval`` seconds and
@@ -61,7 +67,7 @@ def predict(spec: ExperimentSpec | dict) -> dict[str, Any]:
     return _module(spec).predict(spec)
 
 
-def output_names(spec: Union[ExperimentSpec, dict, str]) -> tuple[str, ...]:
+def output_names(spec: ExperimentSpec | dict | str) -> tuple[str, ...]:
     """Every series, theory and distribution name a run of this spec can produce. A bare kind
     string gives the names over all of that kind's models."""
     if isinstance(spec, str):

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -27,9 +28,9 @@ class Recorder:
     device until an event, so recording does not synchronise with an accelerator every point.
     """
 
-    def __init__(self, names: Sequence[str], total_steps: int, on_progress: Optional[ProgressCallback],
-                 should_stop: Optional[StopCheck], progress_interval: float,
-                 checkpoint: Optional[CheckpointHooks] = None):
+    def __init__(self, names: Sequence[str], total_steps: int, on_progress: ProgressCallback | None,
+                 should_stop: StopCheck | None, progress_interval: float,
+                 checkpoint: CheckpointHooks | None = None):
         self.names = tuple(names)
         self.total_steps = total_steps
         self.on_progress, self.should_stop, self.interval = on_progress, should_stop, progress_interval
@@ -38,9 +39,9 @@ class Recorder:
         self._rows: dict[str, list[torch.Tensor]] = {m: [] for m in self.names}
         self._last_emit = time.monotonic()
         self.hooks = checkpoint
-        self.snapshot: Optional[Callable[[int], Optional[dict[str, Any]]]] = None
+        self.snapshot: Callable[[int], dict[str, Any] | None] | None = None
         self._last_checkpoint = time.monotonic()
-        self.resumed: Optional[Checkpoint] = checkpoint.resume if checkpoint is not None else None
+        self.resumed: Checkpoint | None = checkpoint.resume if checkpoint is not None else None
         if self.resumed is not None:
             missing = set(self.series) - set(self.resumed.series)
             if missing:

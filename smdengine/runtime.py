@@ -4,8 +4,9 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 
@@ -73,7 +74,7 @@ class Checkpoint:
         return buffer.getvalue()
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "Checkpoint":
+    def from_bytes(cls, data: bytes) -> Checkpoint:
         """Tensors, numbers, strings and lists only (``weights_only``): a checkpoint cannot run code."""
         try:
             raw = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
@@ -89,9 +90,9 @@ class CheckpointHooks:
     ``interval`` seconds (right after a progress event, so the points it holds were delivered);
     ``resume`` is a checkpoint to start from."""
 
-    save: Optional[Callable[[Checkpoint], None]] = None
+    save: Callable[[Checkpoint], None] | None = None
     interval: float = 30.0
-    resume: Optional[Checkpoint] = None
+    resume: Checkpoint | None = None
     fingerprint: str = ""   # set by smdengine.run
 
 

@@ -5,7 +5,7 @@ Each kind's params live beside its simulator (``smdengine/<kind>/spec.py``).
 """
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 from pydantic import TypeAdapter
 
@@ -20,7 +20,7 @@ ExperimentSpec = tagged_union("kind", SPECS)
 _adapter: TypeAdapter = TypeAdapter(ExperimentSpec)
 
 
-def parse_spec(data: Any) -> Union[NRQSpec, SDESpec, TrainSpec]:
+def parse_spec(data: Any) -> NRQSpec | SDESpec | TrainSpec:
     """Validate a JSON-like spec; raises ``pydantic.ValidationError`` naming field and reason."""
     if isinstance(data, (NRQSpec, SDESpec, TrainSpec)):
         return data

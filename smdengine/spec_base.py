@@ -1,7 +1,7 @@
 """The envelope every experiment spec shares."""
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
@@ -20,13 +20,13 @@ class StrictModel(BaseModel):
         would refuse."""
         if not isinstance(data, dict):
             return data
-        ints = {name for name, field in cls.model_fields.items() if field.annotation in (int, Optional[int])}
+        ints = {name for name, field in cls.model_fields.items() if field.annotation in (int, int | None)}
         return {key: int(value) if key in ints and isinstance(value, float) and value.is_integer() else value
                 for key, value in data.items()}
 
 
 class SpecBase(StrictModel):
-    name: Optional[str] = Field(None, max_length=200, description="Free-form label.")
+    name: str | None = Field(None, max_length=200, description="Free-form label.")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="RNG seed; same seed, device and dtype give identical results.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the simulation runs; auto picks cuda when present.")
 
@@ -39,11 +39,12 @@ class SpecBase(StrictModel):
 def tagged_union(field: str, members: dict[str, type]) -> Any:
     """A union discriminated by ``field`` whose error, when the tag is missing or unknown, names
     the field and the choices: "kind: expected one of 'nrq', 'sde'"."""
-    def tag(value: Any) -> Optional[str]:
+    def tag(value: Any) -> str | None:
         found = value.get(field) if isinstance(value, dict) else getattr(value, field, None)
         return found if isinstance(found, str) and found in members else None  # a dict tag is unhashable
 
     choices = ", ".join(map(repr, members))
-    return Annotated[Union[tuple(Annotated[cls, Tag(name)] for name, cls in members.items())],
+    # a Union of a runtime-built tuple has no `X | Y` spelling
+    return Annotated[Union[tuple(Annotated[cls, Tag(name)] for name, cls in members.items())],  # noqa: UP007
                      Discriminator(tag, custom_error_type=f"invalid_{field}",
                                    custom_error_message=f"{field}: expected one of {choices}")]

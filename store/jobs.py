@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, Optional
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from store.models import (ACTIVE, PRIORITIES, TERMINAL, Attempt, Checkpoint, Experiment, SeriesChunk, as_utc,
-                          utcnow)
+from store.models import ACTIVE, PRIORITIES, TERMINAL, Attempt, Checkpoint, Experiment, SeriesChunk, as_utc, utcnow
 
 
 class LeaseLost(Exception):
@@ -35,8 +34,8 @@ class Claim:
     owner: str
 
 
-def create(session: Session, *, kind: str, name: Optional[str], spec: dict[str, Any], total_steps: int,
-           queue: str = "cpu", owner_id: Optional[str] = None, visibility: str = "private",
+def create(session: Session, *, kind: str, name: str | None, spec: dict[str, Any], total_steps: int,
+           queue: str = "cpu", owner_id: str | None = None, visibility: str = "private",
            priority: int = PRIORITIES["normal"]) -> Experiment:
     experiment = Experiment(kind=kind, name=name, spec=spec, status="queued", progress=0.0, step=0,
                             total_steps=total_steps, cancel_requested=False, attempts=0, queue=queue,
@@ -48,7 +47,7 @@ def create(session: Session, *, kind: str, name: Optional[str], spec: dict[str, 
 
 # Every change a client can see bumps the row's revision (ETags, events); lease renewals do not.
 _BUMP = {"revision": Experiment.revision + 1}
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def claimable(queues: list[str]):
@@ -61,20 +60,20 @@ class _Owner:
     served (never served first), then whoever has waited longest."""
 
     running: int
-    last_started: Optional[datetime]
+    last_started: datetime | None
     first_created: datetime
 
     def key(self) -> tuple:
         return self.running, self.last_started or _EPOCH, self.first_created
 
 
-def _waiting(session: Session, queues: list[str]) -> dict[Optional[str], datetime]:
+def _waiting(session: Session, queues: list[str]) -> dict[str | None, datetime]:
     """{owner: created_at of the owner's oldest claimable job in ``queues``}."""
     return dict(session.execute(select(Experiment.owner_id, func.min(Experiment.created_at))
                                 .where(claimable(queues)).group_by(Experiment.owner_id)).all())
 
 
-def _owners(session: Session, queues: list[str], waiting: dict[Optional[str], datetime]) -> dict[Optional[str], _Owner]:
+def _owners(session: Session, queues: list[str], waiting: dict[str | None, datetime]) -> dict[str | None, _Owner]:
     """The fair-share state of the owners of ``waiting`` (as :func:`_waiting` gives it)."""
     if not waiting:
         return {}
@@ -87,7 +86,7 @@ def _owners(session: Session, queues: list[str], waiting: dict[Optional[str], da
             for owner, first in waiting.items()}
 
 
-def by_owner(owner_id: Optional[str]):
+def by_owner(owner_id: str | None):
     return Experiment.owner_id.is_(None) if owner_id is None else Experiment.owner_id == owner_id
 
 
@@ -95,7 +94,7 @@ _OWN_ORDER = (Experiment.priority.desc(), Experiment.created_at, Experiment.id) 
 
 
 def claim_next(session: Session, queues: list[str], worker: str, lease_seconds: float,
-               experiment_id: Optional[str] = None) -> Optional[Claim]:
+               experiment_id: str | None = None) -> Claim | None:
     """Take the next queued job of ``queues`` (or that one job): queued → running with a fresh
     lease and attempt number, atomically. None when there is nothing to take. Concurrent claimers
     never take the same job: the update is conditional on the row still being queued.
@@ -118,7 +117,7 @@ def claim_next(session: Session, queues: list[str], worker: str, lease_seconds: 
     return None
 
 
-def _try_claim(session: Session, candidate: str, worker: str, lease_seconds: float) -> Optional[Claim]:
+def _try_claim(session: Session, candidate: str, worker: str, lease_seconds: float) -> Claim | None:
     owner = f"{worker}/{uuid.uuid4().hex[:12]}"
     now = utcnow()
     result = session.execute(
@@ -142,8 +141,8 @@ def queue_order(session: Session, queue: str) -> list[str]:
     job of its owner (an estimate: it does not know when running jobs end)."""
     rows = session.execute(select(Experiment.id, Experiment.owner_id, Experiment.created_at)
                            .where(claimable([queue])).order_by(*_OWN_ORDER)).all()
-    pending: dict[Optional[str], list[str]] = {}
-    first: dict[Optional[str], datetime] = {}
+    pending: dict[str | None, list[str]] = {}
+    first: dict[str | None, datetime] = {}
     for experiment_id, owner, created in rows:
         pending.setdefault(owner, []).append(experiment_id)
         first[owner] = min(first.get(owner, created), created)
@@ -185,9 +184,9 @@ def record_progress(session: Session, claim: Claim, step: int, total: int) -> bo
     return bool(session.scalar(select(Experiment.cancel_requested).where(Experiment.id == claim.experiment_id)))
 
 
-def finish_claimed(session: Session, claim: Claim, status: str, *, error: Optional[str] = None,
-                   summary: Optional[dict] = None, theory: Optional[dict] = None,
-                   distributions: Optional[dict] = None) -> None:
+def finish_claimed(session: Session, claim: Claim, status: str, *, error: str | None = None,
+                   summary: dict | None = None, theory: dict | None = None,
+                   distributions: dict | None = None) -> None:
     """End a claimed job if the lease is still held (the attempt too, and its checkpoint is dropped);
     raises :class:`LeaseLost`."""
     if not _finish(session, _held(claim), status, error=error, summary=summary, theory=theory,
@@ -237,7 +236,7 @@ def request_cancel(session: Session, experiment_id: str) -> None:
                     .values(cancel_requested=True, updated_at=utcnow(), **_BUMP))
 
 
-def expire_leases(session: Session, max_attempts: int, *, owner_prefix: Optional[str] = None) -> list[str]:
+def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | None = None) -> list[str]:
     """The sweeper's pass: every running job whose lease has expired (or, with ``owner_prefix``,
     whose lease is held by that worker, known to be gone) lost its worker. It goes back to
     ``queued``, or ends ``failed`` when it has been started ``max_attempts`` times, or
@@ -284,7 +283,7 @@ def save_checkpoint(session: Session, claim: Claim, step: int, n_points: int, da
                            data=data, created_at=utcnow()))
 
 
-def load_checkpoint(session: Session, experiment_id: str) -> Optional[Checkpoint]:
+def load_checkpoint(session: Session, experiment_id: str) -> Checkpoint | None:
     return session.get(Checkpoint, experiment_id)
 
 
@@ -292,7 +291,7 @@ def drop_checkpoint(session: Session, experiment_id: str) -> None:
     session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == experiment_id))
 
 
-def note_resume(session: Session, claim: Claim, step: Optional[int]) -> None:
+def note_resume(session: Session, claim: Claim, step: int | None) -> None:
     session.execute(update(Attempt).where(Attempt.experiment_id == claim.experiment_id,
                                           Attempt.number == claim.attempt).values(resumed_from_step=step))
 
@@ -310,7 +309,7 @@ def remove(session: Session, experiment_id: str) -> None:
     session.execute(delete(Experiment).where(Experiment.id == experiment_id, Experiment.status.in_(TERMINAL)))
 
 
-def active_count(session: Session, owner_id: Optional[str]) -> int:
+def active_count(session: Session, owner_id: str | None) -> int:
     """Queued and running jobs of one owner (the active-jobs quota)."""
     return int(session.scalar(select(func.count()).select_from(Experiment).where(
         by_owner(owner_id), Experiment.status.in_(ACTIVE))) or 0)

@@ -2,20 +2,20 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
-from typing import Any, Optional
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
-def as_utc(value: Optional[datetime]) -> Optional[datetime]:
+def as_utc(value: datetime | None) -> datetime | None:
     """A stored time as an aware UTC datetime (SQLite returns naive ones; every stored time is UTC)."""
-    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 def new_id() -> str:
@@ -41,8 +41,8 @@ class User(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(64), unique=True)
     role: Mapped[str] = mapped_column(String(16), default="user")
-    max_active_jobs: Mapped[Optional[int]] = mapped_column(Integer)
-    max_work: Mapped[Optional[int]] = mapped_column(BigInteger)
+    max_active_jobs: Mapped[int | None] = mapped_column(Integer)
+    max_work: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
     @property
@@ -57,11 +57,11 @@ class ApiKey(Base):
 
     id: Mapped[str] = mapped_column(String(16), primary_key=True)
     user_id: Mapped[str] = mapped_column(String(32), ForeignKey("users.id", ondelete="CASCADE"), index=True)
-    label: Mapped[Optional[str]] = mapped_column(String(200))
+    label: Mapped[str | None] = mapped_column(String(200))
     secret_hash: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    last_used_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
-    revoked_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     user: Mapped[User] = relationship(lazy="joined")
 
 
@@ -70,35 +70,35 @@ class Experiment(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     kind: Mapped[str] = mapped_column(String(32), index=True)
-    name: Mapped[Optional[str]] = mapped_column(String(200))
+    name: Mapped[str | None] = mapped_column(String(200))
     status: Mapped[str] = mapped_column(String(16), index=True, default="queued")
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     step: Mapped[int] = mapped_column(Integer, default=0)
     total_steps: Mapped[int] = mapped_column(Integer, default=0)
-    error: Mapped[Optional[str]] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
-    worker: Mapped[Optional[str]] = mapped_column(String(200))
+    worker: Mapped[str | None] = mapped_column(String(200))
     queue: Mapped[str] = mapped_column(String(16), default="cpu", index=True)
-    lease_owner: Mapped[Optional[str]] = mapped_column(String(240))   # "<worker>/<token>" of the running attempt
-    lease_expires_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True), index=True)
-    theory: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
-    summary: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)
-    distributions: Mapped[Optional[dict[str, Any]]] = mapped_column(JSON)  # histograms (not on step)
+    lease_owner: Mapped[str | None] = mapped_column(String(240))   # "<worker>/<token>" of the running attempt
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    theory: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    distributions: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # histograms (not on step)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
-    started_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
-    owner_id: Mapped[Optional[str]] = mapped_column(String(32), ForeignKey("users.id"), index=True)
+    owner_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("users.id"), index=True)
     visibility: Mapped[str] = mapped_column(String(8), default="private")   # private | lab
     priority: Mapped[int] = mapped_column(Integer, default=PRIORITIES["normal"])
     # bumped by every change a client can see (status, progress, points, cancel flag): ETags and events
     revision: Mapped[int] = mapped_column(Integer, default=0)
-    owner: Mapped[Optional[User]] = relationship(lazy="joined")
+    owner: Mapped[User | None] = relationship(lazy="joined")
 
     @property
-    def owner_name(self) -> Optional[str]:
+    def owner_name(self) -> str | None:
         return self.owner.name if self.owner is not None else None
 
     @property
@@ -130,9 +130,9 @@ class Attempt(Base):
     number: Mapped[int] = mapped_column(Integer, primary_key=True)
     worker: Mapped[str] = mapped_column(String(240))
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    ended_at: Mapped[Optional[datetime]] = mapped_column(DateTime(timezone=True))
-    outcome: Mapped[Optional[str]] = mapped_column(String(16))
-    resumed_from_step: Mapped[Optional[int]] = mapped_column(Integer)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    outcome: Mapped[str | None] = mapped_column(String(16))
+    resumed_from_step: Mapped[int | None] = mapped_column(Integer)
 
 
 class Checkpoint(Base):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Optional
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -24,14 +23,14 @@ class QueueState:
     queued: int                              # claimable jobs, every user's
     running: int
     workers: int                             # distinct worker names holding a live lease on this queue
-    mean_duration_seconds: Optional[float]   # over the last DURATION_HISTORY succeeded jobs; None if none
+    mean_duration_seconds: float | None   # over the last DURATION_HISTORY succeeded jobs; None if none
 
 
 @dataclass(frozen=True)
 class JobState:
     experiment: Experiment
-    position: Optional[int]                  # 1-based place in queue_order; None when running
-    estimated_start: Optional[datetime]
+    position: int | None                  # 1-based place in queue_order; None when running
+    estimated_start: datetime | None
 
 
 @dataclass(frozen=True)
@@ -40,7 +39,7 @@ class Snapshot:
     jobs: list[JobState]
 
 
-def mean_duration(session: Session, queue: str, last: int = DURATION_HISTORY) -> Optional[float]:
+def mean_duration(session: Session, queue: str, last: int = DURATION_HISTORY) -> float | None:
     """Mean run time (finished_at − started_at, seconds) of the queue's ``last`` most recently
     finished succeeded jobs; None when there are none."""
     rows = session.execute(select(Experiment.started_at, Experiment.finished_at)
@@ -53,7 +52,7 @@ def mean_duration(session: Session, queue: str, last: int = DURATION_HISTORY) ->
     return sum(seconds) / len(seconds)
 
 
-def queue_state(session: Session, queue: str, now: Optional[datetime] = None) -> QueueState:
+def queue_state(session: Session, queue: str, now: datetime | None = None) -> QueueState:
     now = now or utcnow()
     queued = session.scalar(select(func.count()).select_from(Experiment).where(jobs.claimable([queue])))
     running = session.scalar(select(func.count()).select_from(Experiment)
@@ -64,7 +63,7 @@ def queue_state(session: Session, queue: str, now: Optional[datetime] = None) ->
     return QueueState(queue, int(queued or 0), int(running or 0), int(workers or 0), mean_duration(session, queue))
 
 
-def estimate_start(position: int, workers: int, mean_seconds: Optional[float], now: datetime) -> Optional[datetime]:
+def estimate_start(position: int, workers: int, mean_seconds: float | None, now: datetime) -> datetime | None:
     """now + ceil(position / max(1, workers)) × the mean duration: as if each worker ran one job at
     a time, every job took the mean, and nothing were submitted ahead of it. None without history."""
     if mean_seconds is None:
@@ -72,7 +71,7 @@ def estimate_start(position: int, workers: int, mean_seconds: Optional[float], n
     return now + timedelta(seconds=math.ceil(position / max(1, workers)) * mean_seconds)
 
 
-def snapshot(session: Session, owner_id: Optional[str] = None, *, everyone: bool = False) -> Snapshot:
+def snapshot(session: Session, owner_id: str | None = None, *, everyone: bool = False) -> Snapshot:
     """The state of every queue, and the queued and running jobs of ``owner_id`` (of every user
     with ``everyone``), running ones first, then queued ones in the order they would start."""
     now = utcnow()

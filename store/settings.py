@@ -4,7 +4,7 @@ from __future__ import annotations
 import ipaddress
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,8 +16,8 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address the API binds to.")
     port: int = Field(8000, ge=1, le=65535, description="Port the API listens on.")
     state_dir: Path = Field(Path(".smd"), description="Where the embedded default keeps its database and broker.")
-    database_url: Optional[str] = Field(None, description="SQLAlchemy URL; default: SQLite file in state_dir.")
-    broker_url: Optional[str] = Field(None, description="Celery broker URL; default: filesystem broker in state_dir.")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite file in state_dir.")
+    broker_url: str | None = Field(None, description="Celery broker URL; default: filesystem broker in state_dir.")
     auth: Literal["on", "off"] = Field("on", description="API keys required (Authorization: Bearer). off: every "
                                                          "request acts as the admin user 'local'; allowed only "
                                                          "when host is a loopback address.")
@@ -33,7 +33,7 @@ class Settings(BaseSettings):
                                                                      "(/v1/experiments/{id}/events) looks for changes.")
     events_keepalive_seconds: float = Field(15.0, gt=0, le=300, description="Idle event streams send a comment "
                                                                             "line this often (keeps proxies open).")
-    data_dir: Optional[Path] = Field(None, description="Datasets that are not bundled (train kind): "
+    data_dir: Path | None = Field(None, description="Datasets that are not bundled (train kind): "
                                                        "cifar10 is read from data_dir/cifar-10-batches-py.")
     flush_seconds: float = Field(2.0, gt=0, description="How often a worker writes progress and partial series "
                                                         "and reads the cancel flag.")
@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     worker_gpus: str = Field("", pattern=r"^(\d+(,\d+)*)?$",
                              description="GPU indices a gpu worker spreads its processes over (e.g. 0,1); "
                                          "default 0..worker_concurrency-1.")
-    worker_name: Optional[str] = Field(None, description="Name of this worker in leases (default: host name).")
+    worker_name: str | None = Field(None, description="Name of this worker in leases (default: host name).")
     log_level: str = Field("INFO")
 
     @property

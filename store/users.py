@@ -12,7 +12,6 @@ import hmac
 import re
 import secrets
 from datetime import timedelta
-from typing import Optional
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -49,7 +48,7 @@ def create_user(session: Session, name: str, role: str = "user") -> User:
     return user
 
 
-def get_user(session: Session, name: str) -> Optional[User]:
+def get_user(session: Session, name: str) -> User | None:
     return session.scalar(select(User).where(User.name == name))
 
 
@@ -74,8 +73,8 @@ def local_user(session: Session) -> User:
     return user
 
 
-def set_quota(session: Session, user: User, *, max_active_jobs: Optional[int] = -1,
-              max_work: Optional[int] = -1) -> None:
+def set_quota(session: Session, user: User, *, max_active_jobs: int | None = -1,
+              max_work: int | None = -1) -> None:
     """Override a user's quotas; None restores the server default, -1 leaves a value unchanged."""
     for field, value in (("max_active_jobs", max_active_jobs), ("max_work", max_work)):
         if value is None or value >= 1:
@@ -85,7 +84,7 @@ def set_quota(session: Session, user: User, *, max_active_jobs: Optional[int] = 
     session.flush()
 
 
-def create_key(session: Session, user: User, label: Optional[str] = None) -> tuple[ApiKey, str]:
+def create_key(session: Session, user: User, label: str | None = None) -> tuple[ApiKey, str]:
     """A new key for ``user``: the row and the key itself (shown once, never stored)."""
     key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
     key = ApiKey(id=key_id, user_id=user.id, label=label, secret_hash=_hash(secret), created_at=utcnow())
@@ -94,7 +93,7 @@ def create_key(session: Session, user: User, label: Optional[str] = None) -> tup
     return key, f"{KEY_PREFIX}{key_id}_{secret}"
 
 
-def list_keys(session: Session, user: Optional[User] = None) -> list[ApiKey]:
+def list_keys(session: Session, user: User | None = None) -> list[ApiKey]:
     query = select(ApiKey).order_by(ApiKey.created_at)
     if user is not None:
         query = query.where(ApiKey.user_id == user.id)
@@ -111,7 +110,7 @@ def revoke_key(session: Session, key_id: str) -> ApiKey:
     return key
 
 
-def authenticate(session: Session, token: str) -> Optional[User]:
+def authenticate(session: Session, token: str) -> User | None:
     """The user a key belongs to, or None for a malformed, unknown or revoked key. Every path does
     one constant-time compare, so timing tells nothing about which ids exist."""
     match = _KEY_PATTERN.match(token)

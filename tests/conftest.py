@@ -3,8 +3,8 @@ and real server processes (tests/servers.py)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

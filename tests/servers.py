@@ -33,8 +33,8 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 __all__ = [
     "ServerNotAvailable",

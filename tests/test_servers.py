@@ -13,8 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests import servers
-from tests.servers import (ServerNotAvailable, find_postgres_bindir, free_port, fresh_database,
-                           postgres_server, redis_server)
+from tests.servers import (
+    ServerNotAvailable,
+    find_postgres_bindir,
+    free_port,
+    fresh_database,
+    postgres_server,
+    redis_server,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 import traceback
-from typing import Any, Optional
+from typing import Any
 
 from sqlalchemy import update
 
@@ -31,7 +31,7 @@ class _Released(Exception):
 
 
 def execute_next(settings: Settings, queues: list[str], worker: str = "local",
-                 experiment_id: Optional[str] = None) -> str:
+                 experiment_id: str | None = None) -> str:
     """Claim the oldest queued job of ``queues`` (or that job) and run it; returns its final
     status, "idle" when there was nothing to claim, "lost" when the lease was lost meanwhile."""
     with session_scope(settings.db_url) as session:
@@ -69,7 +69,7 @@ def run_claimed(settings: Settings, claim: jobs.Claim) -> str:
         lease.stop()
 
 
-def _run(settings: Settings, claim: jobs.Claim, writer: "_SeriesWriter") -> str:
+def _run(settings: Settings, claim: jobs.Claim, writer: _SeriesWriter) -> str:
     url = settings.db_url
     with session_scope(url) as session:
         spec_data = session.get(Experiment, claim.experiment_id).spec
@@ -110,7 +110,7 @@ def _run(settings: Settings, claim: jobs.Claim, writer: "_SeriesWriter") -> str:
                    distributions=doc["distributions"])
 
 
-def _usable_checkpoint(saved: Optional[tuple[bytes, int]], claim: jobs.Claim) -> Optional[smdengine.Checkpoint]:
+def _usable_checkpoint(saved: tuple[bytes, int] | None, claim: jobs.Claim) -> smdengine.Checkpoint | None:
     if saved is None:
         return None
     try:
@@ -122,7 +122,7 @@ def _usable_checkpoint(saved: Optional[tuple[bytes, int]], claim: jobs.Claim) ->
     return checkpoint
 
 
-def _flush_quietly(writer: "_SeriesWriter") -> None:
+def _flush_quietly(writer: _SeriesWriter) -> None:
     try:
         writer.flush()
     except jobs.LeaseLost:
@@ -179,10 +179,10 @@ class _SeriesWriter:
         self.total = 0
         self.cancel = False
         self.last_flush = time.monotonic()
-        self.hooks: Optional[smdengine.CheckpointHooks] = None
+        self.hooks: smdengine.CheckpointHooks | None = None
         self.release_requested = False
 
-    def start(self, session, resume: Optional[smdengine.Checkpoint]) -> None:
+    def start(self, session, resume: smdengine.Checkpoint | None) -> None:
         """The stored series becomes the checkpoint's points (none without one); this attempt writes
         the rest."""
         self.index = resume.n_points if resume is not None else 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Optional
 
 from store import jobs
 from store.db import session_scope
@@ -21,7 +20,7 @@ log = logging.getLogger(__name__)
 MAX_RINGS_PER_PASS = 200
 
 
-def sweep(settings: Settings, *, lost_worker: Optional[str] = None) -> dict[str, int]:
+def sweep(settings: Settings, *, lost_worker: str | None = None) -> dict[str, int]:
     """One pass; ``lost_worker``: a worker name known to be gone (its leases are expired at once).
     Returns what it did: {"requeued": n, "rung": n}."""
     with session_scope(settings.db_url) as session:
@@ -49,7 +48,7 @@ class Sweeper:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="smd-sweeper", daemon=True)
 
-    def start(self) -> "Sweeper":
+    def start(self) -> Sweeper:
         self._thread.start()
         return self
 

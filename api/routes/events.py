@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import logging
 import re
-from datetime import datetime, timezone
-from typing import Annotated, Any, AsyncIterator, Mapping, Optional
+from collections.abc import AsyncIterator, Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
@@ -57,11 +58,11 @@ EVENT_FORMAT = (
     "runs out.")
 
 
-def _utc(value: Optional[datetime]) -> Optional[str]:
+def _utc(value: datetime | None) -> str | None:
     """ISO 8601 in UTC, as ExperimentOut writes it (SQLite returns naive datetimes; every stored time is UTC)."""
     if value is None:
         return None
-    value = as_utc(value).astimezone(timezone.utc)
+    value = as_utc(value).astimezone(UTC)
     return value.isoformat().replace("+00:00", "Z")
 
 
@@ -75,7 +76,7 @@ def _state(source: Any) -> dict[str, Any]:
     return state
 
 
-def _read(url: str, experiment_id: str) -> Optional[dict[str, Any]]:
+def _read(url: str, experiment_id: str) -> dict[str, Any] | None:
     """One poll (in a worker thread): the current state, None once the experiment is deleted."""
     with session_factory(url)() as session:
         row = session.execute(select(*_COLUMNS).where(Experiment.id == experiment_id)).one_or_none()
@@ -88,15 +89,15 @@ def _event(state: dict[str, Any], kind: str) -> bytes:
     return f"id: {state['revision']}\nevent: {kind}\ndata: {data}\n\n".encode()
 
 
-def _known_revision(last_event_id: Optional[str]) -> Optional[int]:
+def _known_revision(last_event_id: str | None) -> int | None:
     """The client's Last-Event-ID as an integer; None when absent or malformed (then ignored)."""
     match = _LAST_EVENT_ID.fullmatch(last_event_id) if last_event_id is not None else None
     return int(match.group(1)) if match else None
 
 
-async def _stream(request: Request, url: str, first: dict[str, Any], known: Optional[int],
+async def _stream(request: Request, url: str, first: dict[str, Any], known: int | None,
                   poll_seconds: float, keepalive_seconds: float,
-                  timeout: Optional[float]) -> AsyncIterator[bytes]:
+                  timeout: float | None) -> AsyncIterator[bytes]:
     clock = anyio.current_time
     deadline = None if timeout is None else clock() + timeout
     yield f"retry: {RETRY_MS}\n\n".encode()
@@ -158,10 +159,10 @@ async def _stream(request: Request, url: str, first: dict[str, Any], known: Opti
                                                                "(WWW-Authenticate: Bearer)."},
                        404: {"model": ErrorOut, "description": "No experiment with that id that you may see."}})
 async def stream_events(experiment: ExperimentDep, request: Request, settings: SettingsDep,
-                        timeout: Annotated[Optional[float], Query(
+                        timeout: Annotated[float | None, Query(
                             gt=0, le=3600, description="Close the stream after this many seconds "
                                                        "(default: when the experiment ends).")] = None,
-                        last_event_id: Annotated[Optional[str], Header(
+                        last_event_id: Annotated[str | None, Header(
                             alias="Last-Event-ID", description="The id of the last event received (sent by "
                                                                "EventSource on reconnect): the current state "
                                                                "is sent only if it is newer.")] = None):

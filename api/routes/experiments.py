@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta, timezone
-from typing import Annotated, Optional
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from sqlalchemy import and_, func, or_, select, update
@@ -11,8 +11,16 @@ from sqlalchemy import and_, func, or_, select, update
 from api import etag
 from api.deps import CurrentUserDep, ExperimentDep, ManagedExperimentDep, SessionDep, SettingsDep
 from api.results import result_document
-from api.schemas import (SERVICE_FIELDS, AttemptOut, ErrorOut, ExperimentOut, ExperimentPage, ResultDocument,
-                         Status, Submission)
+from api.schemas import (
+    SERVICE_FIELDS,
+    AttemptOut,
+    ErrorOut,
+    ExperimentOut,
+    ExperimentPage,
+    ResultDocument,
+    Status,
+    Submission,
+)
 from store import jobs, series
 from store.models import PRIORITIES, Experiment, User, as_utc, utcnow
 from store.settings import Settings
@@ -103,8 +111,8 @@ def submit_experiment(submission: Submission, session: SessionDep, settings: Set
     return experiment
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MAX_MICROS = (datetime.max.replace(tzinfo=timezone.utc) - _EPOCH) // timedelta(microseconds=1)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_MICROS = (datetime.max.replace(tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)
 # A keyset position: "<created_at in microseconds since the epoch>.<id>" of the last item of a page. Every
 # string of this form is a position in the (created_at, id) order, so every one the pattern admits is valid.
 CURSOR_PATTERN = r"^[0-9]{1,18}\.[0-9a-f]{1,32}$"
@@ -121,11 +129,11 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 @router.get("", response_model=ExperimentPage, operation_id="listExperiments", responses=UNAUTHORIZED)
 def list_experiments(request: Request, response: Response, session: SessionDep, user: CurrentUserDep,
-                     status: Annotated[Optional[Status], Query(description="Only jobs in this state.")] = None,
-                     kind: Annotated[Optional[str], Query(max_length=32, description="Only this kind.")] = None,
-                     owner: Annotated[Optional[str], Query(max_length=64, description="Only this user's.")] = None,
+                     status: Annotated[Status | None, Query(description="Only jobs in this state.")] = None,
+                     kind: Annotated[str | None, Query(max_length=32, description="Only this kind.")] = None,
+                     owner: Annotated[str | None, Query(max_length=64, description="Only this user's.")] = None,
                      limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                     cursor: Annotated[Optional[str], Query(pattern=CURSOR_PATTERN, description=(
+                     cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN, description=(
                          "Where the previous page ended: its next_cursor."))] = None):
     """List the experiments you may see (yours and lab-visible ones; all for admins), newest first."""
     query = select(Experiment)
@@ -187,12 +195,12 @@ def list_attempts(experiment: ExperimentDep, session: SessionDep):
 @router.get("/{experiment_id}/results", response_model=ResultDocument, operation_id="getResults",
             responses={**NOT_FOUND, **etag.NOT_MODIFIED})
 def get_results(experiment: ExperimentDep, session: SessionDep, request: Request, response: Response,
-                fields: Annotated[Optional[str], Query(
+                fields: Annotated[str | None, Query(
                     description="Comma-separated series/theory names to return (step is always included).",
                     max_length=2000)] = None,
-                max_points: Annotated[Optional[int], Query(
+                max_points: Annotated[int | None, Query(
                     ge=2, le=1_000_000, description="Downsample to at most this many points, keeping first and last.")] = None,
-                since_step: Annotated[Optional[int], SINCE_STEP] = None):
+                since_step: Annotated[int | None, SINCE_STEP] = None):
     """The result document: series, theory and summary (partial while running). ETag: send
     If-None-Match to poll; since_step for only the new points."""
     current = etag.tag(experiment, "results", series.stored_points(session, experiment.id), fields, max_points,

@@ -1,7 +1,8 @@
 """Exports: the result series as a table (CSV, Parquet), one row per recorded step (api/exports.py)."""
 from __future__ import annotations
 
-from typing import Annotated, Callable, Optional
+from collections.abc import Callable
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -38,8 +39,8 @@ class ParquetResponse(Response):
     media_type = exports.PARQUET_MEDIA_TYPE
 
 
-def _export(experiment: Experiment, session, request: Request, fmt: str, fields: Optional[str],
-            since_step: Optional[int], render: Callable[[dict], bytes], response_class: type[Response]) -> Response:
+def _export(experiment: Experiment, session, request: Request, fmt: str, fields: str | None,
+            since_step: int | None, render: Callable[[dict], bytes], response_class: type[Response]) -> Response:
     current = etag.tag(experiment, fmt, series.stored_points(session, experiment.id), fields, since_step)
     if etag.matches(request, current):
         session.commit()  # release the connection (api.deps._session)
@@ -57,8 +58,8 @@ def _export(experiment: Experiment, session, request: Request, fmt: str, fields:
             responses=_responses("text/csv", _COLUMNS + "an empty cell; per-trial series as name[0], name[1], …; "
                                                         "floats written to read back exactly."))
 def export_results_csv(experiment: ExperimentDep, session: SessionDep, request: Request,
-                       fields: Annotated[Optional[str], FIELDS] = None,
-                       since_step: Annotated[Optional[int], SINCE_STEP] = None):
+                       fields: Annotated[str | None, FIELDS] = None,
+                       since_step: Annotated[int | None, SINCE_STEP] = None):
     """The result series as CSV, one row per recorded step (ETag: send If-None-Match to poll)."""
     return _export(experiment, session, request, "csv", fields, since_step, exports.to_csv, CsvResponse)
 
@@ -67,8 +68,8 @@ def export_results_csv(experiment: ExperimentDep, session: SessionDep, request: 
             responses=_responses(exports.PARQUET_MEDIA_TYPE,
                                  _COLUMNS + "a Parquet null; per-trial series as list<double> columns."))
 def export_results_parquet(experiment: ExperimentDep, session: SessionDep, request: Request,
-                           fields: Annotated[Optional[str], FIELDS] = None,
-                           since_step: Annotated[Optional[int], SINCE_STEP] = None):
+                           fields: Annotated[str | None, FIELDS] = None,
+                           since_step: Annotated[int | None, SINCE_STEP] = None):
     """The result series as a Parquet file, one row per recorded step (ETag: send If-None-Match to poll)."""
     return _export(experiment, session, request, "parquet", fields, since_step, exports.to_parquet,
                    ParquetResponse)

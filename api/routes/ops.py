@@ -6,7 +6,7 @@ a probe or a scrape: worker.queue talks to it with socket timeouts.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
@@ -98,7 +98,7 @@ def collect(session: Session, settings: Settings) -> list[Metric]:
     zero = (0, 0.0, *([0] * len(DURATION_BUCKETS)))
     by_kind = {kind: zero for kind in KINDS} | {kind: tuple(rest) for kind, *rest in rows}  # zeros from the start
     for kind, (count, total, *cumulative) in sorted(by_kind.items()):
-        buckets = [(floatToGoString(b), int(c or 0)) for b, c in zip(DURATION_BUCKETS, cumulative)]
+        buckets = [(floatToGoString(b), int(c or 0)) for b, c in zip(DURATION_BUCKETS, cumulative, strict=False)]
         duration.add_metric([kind], buckets + [("+Inf", int(count))], float(total or 0.0))
 
     attempts = CounterMetricFamily("smd_job_attempts", "Starts of jobs by workers, summed over all jobs.")

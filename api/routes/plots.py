@@ -1,7 +1,7 @@
 """The plots resource: PNG/SVG renderings of an experiment's series with theory dashed."""
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from fastapi import APIRouter, HTTPException, Response
 
@@ -14,7 +14,7 @@ from api.schemas import ErrorOut
 router = APIRouter(prefix="/v1/experiments", tags=["plots"])
 
 
-class PlotFormat(str, Enum):
+class PlotFormat(StrEnum):
     png = "png"
     svg = "svg"
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, Field
@@ -21,7 +21,7 @@ class QueueInfo(BaseModel):
     running: int = Field(..., description="Jobs running on this queue, every user's.")
     workers: int = Field(..., description="Distinct workers holding a lease on a job of this queue now (idle "
                                           "workers are not counted).")
-    mean_duration_seconds: Optional[float] = Field(
+    mean_duration_seconds: float | None = Field(
         ..., description=f"Mean run time (finished_at − started_at) of the last {queue_stats.DURATION_HISTORY} "
                          f"succeeded jobs of this queue; null when none has succeeded yet.")
 
@@ -30,19 +30,19 @@ class QueuedJob(BaseModel):
     """A queued or running job and where it stands."""
 
     id: str
-    name: Optional[str]
+    name: str | None
     kind: str
     status: Literal["queued", "running"]
     queue: Literal["cpu", "gpu"]
     priority: Priority = Field(..., description="Orders its owner's own queued jobs.")
-    owner: Optional[str] = Field(None, description="Name of the user who submitted it.")
-    position: Optional[int] = Field(
+    owner: str | None = Field(None, description="Name of the user who submitted it.")
+    position: int | None = Field(
         ..., ge=1, description="Its 1-based place in its queue, counting every user's queued jobs, in the order "
                                "workers would start them (round-robin between users, then priority and age within "
                                "a user) if nothing else were submitted: an estimate, since jobs submitted later by "
                                "users with fewer running jobs may go ahead. Null for a running job (and for a "
                                "queued one whose cancellation is pending: it will not start).")
-    estimated_start: Optional[datetime] = Field(
+    estimated_start: datetime | None = Field(
         ..., description="Running: when it started. Queued: an estimate only, now + ceil(position / max(1, workers)) "
                          "× mean_duration_seconds of its queue, assuming every job takes the recent mean; null when "
                          "its queue has no succeeded job yet (no duration history).")

@@ -1,7 +1,7 @@
 """Theory series of an ``nrq`` run, aligned on its record steps (design §4)."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
@@ -10,7 +10,7 @@ from smdengine.nrq.schedule import phase_at, phases, record_steps
 from smdengine.nrq.spec import NRQPhysics, NRQSpec
 
 
-def predict_nrq(spec: NRQSpec, init_norms_sq: Optional[np.ndarray] = None) -> dict[str, Any]:
+def predict_nrq(spec: NRQSpec, init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
     """``au_equilibrium`` always; ``norm_sq_theory`` for SGD; ``risk_stationary`` and ``kappa``
     for SGD on a two-level spectrum. Each a list aligned on the record steps.
 
@@ -21,7 +21,7 @@ def predict_nrq(spec: NRQSpec, init_norms_sq: Optional[np.ndarray] = None) -> di
 
 
 def predict_physics(p: NRQPhysics, momentum: float = 0.0,
-                    init_norms_sq: Optional[np.ndarray] = None) -> dict[str, Any]:
+                    init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
     """:func:`predict_nrq` for the NRQ problem ``p`` run with momentum ``momentum``."""
     steps = record_steps(p)
     all_phases = phases(p)

@@ -2,8 +2,6 @@
 (the update itself is :class:`smdengine.nrq.stepper.Stepper`)."""
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from smdengine.nrq.predict import predict_nrq
@@ -11,16 +9,15 @@ from smdengine.nrq.schedule import phases, tail_start
 from smdengine.nrq.spec import NRQSpec
 from smdengine.nrq.stepper import Stepper, angle
 from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device,
-                               resolve_dtype)
+from smdengine.runtime import CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device, resolve_dtype
 
 METRICS = ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr")
 THEORY = ("au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa")
 
 
-def simulate_nrq(spec: NRQSpec, *, on_progress: Optional[ProgressCallback] = None,
-                 should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
-                 checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
+def simulate_nrq(spec: NRQSpec, *, on_progress: ProgressCallback | None = None,
+                 should_stop: StopCheck | None = None, progress_interval: float = 0.5,
+                 checkpoint: CheckpointHooks | None = None) -> RunResult:
     """Run an ``nrq`` spec; series ``step`` + :data:`METRICS` (means over trials), theory from
     :func:`predict_nrq` given the realized initial norms, summary = tail means (last half of the
     final phase)."""

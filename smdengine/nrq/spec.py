@@ -1,7 +1,7 @@
 """Spec of the ``nrq`` kind: SGD / heavy-ball SGDM + weight decay on the Noisy Rayleigh Quotient."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -21,9 +21,9 @@ class NRQPhysics(StrictModel):
     """The NRQ problem and plain-SGD rates shared by the ``nrq`` kind and the ``sde`` kind's nrq model."""
 
     dim: int = Field(10, ge=2, le=100_000, description="p, the dimension of X.")
-    eig_low: Optional[float] = Field(None, ge=0, le=1e6, description="a_1 of a two-level spectrum.")
-    eig_high: Optional[float] = Field(None, ge=0, le=1e6, description="a_2 = … = a_p of a two-level spectrum.")
-    eigenvalues: Optional[list[float]] = Field(None, description="Explicit ascending spectrum a_1 < a_2 ≤ … ≤ a_p (length dim).")
+    eig_low: float | None = Field(None, ge=0, le=1e6, description="a_1 of a two-level spectrum.")
+    eig_high: float | None = Field(None, ge=0, le=1e6, description="a_2 = … = a_p of a two-level spectrum.")
+    eigenvalues: list[float] | None = Field(None, description="Explicit ascending spectrum a_1 < a_2 ≤ … ≤ a_p (length dim).")
     noise_std: float = Field(1.0, gt=0, le=1e6, description="σ, with Σ = σ²I.")
     lr: float = Field(0.1, gt=0, le=1e3, description="η, the learning rate.")
     weight_decay: float = Field(0.01, ge=0, le=1e3, description="λ, the weight decay.")
@@ -35,7 +35,7 @@ class NRQPhysics(StrictModel):
     lr_schedule: list[ScheduleEntry] = Field(default_factory=list, max_length=1000)
 
     @model_validator(mode="after")
-    def _check(self) -> "NRQPhysics":
+    def _check(self) -> NRQPhysics:
         two_level = self.eig_low is not None or self.eig_high is not None
         if self.eigenvalues is not None:
             if two_level:
@@ -47,7 +47,7 @@ class NRQPhysics(StrictModel):
                 raise ValueError("eigenvalues: expected finite values in [0, 1e6]")
             if not eig[0] < eig[1]:
                 raise ValueError(f"eigenvalues: expected a_1 < a_2, got a_1={eig[0]}, a_2={eig[1]}")
-            if any(b < a for a, b in zip(eig[1:], eig[2:])):
+            if any(b < a for a, b in zip(eig[1:], eig[2:], strict=False)):
                 raise ValueError("eigenvalues: expected ascending order a_2 ≤ … ≤ a_p")
         else:
             if self.eig_low is None and self.eig_high is None:
@@ -76,7 +76,7 @@ class NRQPhysics(StrictModel):
             return list(self.eigenvalues)
         return [self.eig_low] + [self.eig_high] * (self.dim - 1)
 
-    def two_level(self) -> Optional[tuple[float, float]]:
+    def two_level(self) -> tuple[float, float] | None:
         """(a_l, a_h) when the spectrum has two levels a_1 < a_2 = … = a_p, else None."""
         eig = self.spectrum()
         return (eig[0], eig[1]) if all(x == eig[1] for x in eig[1:]) else None

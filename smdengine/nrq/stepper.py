@@ -9,8 +9,6 @@ SGDM (seed 003 Thm 2): v ← αv + g + λX; X ← X − ηv.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 
 from smdengine.runtime import saved
@@ -59,7 +57,7 @@ class Stepper:
         if self.v is not None:
             self.v.div_(factor)
 
-    def step(self, lr: float, wd: float, noise_lr: Optional[float] = None) -> torch.Tensor:
+    def step(self, lr: float, wd: float, noise_lr: float | None = None) -> torch.Tensor:
         """One update X ← X − lr(∇L + λX) − noise_lr·σPε/|X| (noise_lr defaults to lr: SGD;
         Euler–Maruyama with step dt uses lr·dt and lr·√dt). Returns (s, q) = (|X|², XᵀAX)
         before it, shape (trials, 2)."""

@@ -69,7 +69,7 @@ def f_density_bins(kappa_value: float, dim: int, edges: list[float]) -> list[flo
     law = _StationaryLaw(kappa_value, dim)
     phis = [math.asin(math.sqrt(min(max(f, 0.0), 1.0))) for f in edges]
     return [float(law.integral(lo, hi) / law.total / (f1 - f0))
-            for lo, hi, f0, f1 in zip(phis, phis[1:], edges, edges[1:])]
+            for lo, hi, f0, f1 in zip(phis, phis[1:], edges, edges[1:], strict=False)]
 
 
 class _StationaryLaw:
@@ -96,7 +96,7 @@ class _StationaryLaw:
         g = lambda phi: math.exp(self.log_density(phi) - self.top) * extra(phi)  # noqa: E731
         cuts = [lo] + ([self.peak] if lo < self.peak < hi else []) + [hi]
         return math.fsum(integrate.quad(g, a, b, limit=500, epsabs=0.0, epsrel=1e-10)[0]
-                         for a, b in zip(cuts, cuts[1:]) if b > a)
+                         for a, b in zip(cuts, cuts[1:], strict=False) if b > a)
 
 
 def risk_stationary_asymptote(kappa_value: float, dim: int) -> float:

@@ -60,14 +60,21 @@ a few τ·2⁻²⁴ (an increment below about an ulp of x is lost): at seed 004'
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
 
 from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device,
-                               resolve_dtype, saved)
+from smdengine.runtime import (
+    CheckpointHooks,
+    ProgressCallback,
+    RunResult,
+    StopCheck,
+    resolve_device,
+    resolve_dtype,
+    saved,
+)
 from smdengine.sde.spec import NormMapParams, SDESpec
 
 METRICS = ("norm_sq", "unit_grad_sq_mean")
@@ -88,9 +95,9 @@ larger matmuls and then costs ~100× more per step on a loaded machine). On CUDA
 paths compute the same map."""
 
 
-def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
-             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
-             checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
+def simulate(spec: SDESpec, *, on_progress: ProgressCallback | None = None,
+             should_stop: StopCheck | None = None, progress_interval: float = 0.5,
+             checkpoint: CheckpointHooks | None = None) -> RunResult:
     """Iterate the SGD or SGDM norm map; series ``step`` + :data:`METRICS`, theory from
     :func:`predict`, summary = tail means + ``rel_error_max_tail``."""
     p: NormMapParams = spec.params
@@ -248,7 +255,7 @@ class _SGDMColumns:
         return {"a": saved(self.cols[0]), "p": saved(self.cols[1]), "q": saved(q)}
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
-        for column, key in zip(self.cols, "apq"):
+        for column, key in zip(self.cols, "apq", strict=False):
             column.copy_(state[key])
 
     def run(self, start: int, drive: torch.Tensor, means, every: int, recorder: Recorder) -> None:
@@ -300,7 +307,7 @@ def predict(spec: SDESpec) -> dict[str, Any]:
 def _rel_error_max(series: dict[str, list], expected: list[float], start: float) -> float:
     """max over recorded steps ≥ start of |norm_sq/expected − 1| (NaN when a value is not finite)."""
     worst = 0.0
-    for n, got, want in zip(series["step"], series["norm_sq"], expected):
+    for n, got, want in zip(series["step"], series["norm_sq"], expected, strict=False):
         if n >= start:
             err = abs(got / want - 1.0)
             if not math.isfinite(err):

@@ -20,14 +20,21 @@ Theory (seed 002 eq. 11–12, with R(0) = init_norm): ``norm_scale`` R(t), ``tau
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
 
 from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device,
-                               resolve_dtype, saved)
+from smdengine.runtime import (
+    CheckpointHooks,
+    ProgressCallback,
+    RunResult,
+    StopCheck,
+    resolve_device,
+    resolve_dtype,
+    saved,
+)
 from smdengine.sde.spec import SDESpec
 
 METRICS = ("theta", "circular_variance", "norm", "loss")
@@ -35,9 +42,9 @@ THEORY = ("tau", "norm_scale", "lr_time")
 DISTRIBUTIONS = ()
 
 
-def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
-             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
-             checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
+def simulate(spec: SDESpec, *, on_progress: ProgressCallback | None = None,
+             should_stop: StopCheck | None = None, progress_interval: float = 0.5,
+             checkpoint: CheckpointHooks | None = None) -> RunResult:
     """Run the model; series ``step`` + :data:`METRICS`, theory from :func:`predict`, summary = tail
     means + ``circular_variance_final``. Resumable after any whole step (state: x and the RNG)."""
     p = spec.params

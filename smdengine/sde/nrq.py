@@ -12,7 +12,7 @@ f = X̄₁² at the records of the tail (last half of the final phase) is histog
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,8 +22,15 @@ from smdengine.nrq.predict import predict_physics
 from smdengine.nrq.schedule import phase_at, phases, record_steps, tail_start
 from smdengine.nrq.stepper import Stepper
 from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device,
-                               resolve_dtype, saved)
+from smdengine.runtime import (
+    CheckpointHooks,
+    ProgressCallback,
+    RunResult,
+    StopCheck,
+    resolve_device,
+    resolve_dtype,
+    saved,
+)
 from smdengine.sde.spec import SDESpec, substeps
 
 METRICS = ("risk", "norm_sq", "au_rms", "eff_lr", "gamma")
@@ -31,9 +38,9 @@ THEORY = ("norm_sq_theory", "gamma_theory", "au_theory", "au_equilibrium", "risk
 DISTRIBUTIONS = ("f_histogram",)
 
 
-def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
-             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
-             checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
+def simulate(spec: SDESpec, *, on_progress: ProgressCallback | None = None,
+             should_stop: StopCheck | None = None, progress_interval: float = 0.5,
+             checkpoint: CheckpointHooks | None = None) -> RunResult:
     """Run the nrq model; series ``step`` + :data:`METRICS` (means over trials), theory from
     :func:`predict`, summary = tail means, distribution ``f_histogram``. Resumable after any whole
     step (state: X, the RNG, the phase's lr/wd and the histogram counts)."""
@@ -96,7 +103,7 @@ def _metrics(before: torch.Tensor, after: torch.Tensor, sq: torch.Tensor, lr: fl
     }
 
 
-def predict(spec: SDESpec, init_norms_sq: Optional[np.ndarray] = None) -> dict[str, Any]:
+def predict(spec: SDESpec, init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
     """The SGD theory of the ``nrq`` kind (closed-form M_t, √(2λη), κ, r*) on the record steps,
     plus gamma_theory = (M_t/η)² (seed 001 Lemma 5.2 with Tr Σ = (p−1)σ²) and
     au_theory = √((p−1)σ²)·η/M_t (seed 000 Lemma 1). ``init_norms_sq``: as for
@@ -106,8 +113,8 @@ def predict(spec: SDESpec, init_norms_sq: Optional[np.ndarray] = None) -> dict[s
     all_phases = phases(p)
     lrs = [phase_at(all_phases, n).lr for n in record_steps(p)]
     noise_norm = math.sqrt(p.dim - 1) * p.noise_std
-    out["gamma_theory"] = [(m / lr) ** 2 for m, lr in zip(out["norm_sq_theory"], lrs)]
-    out["au_theory"] = [noise_norm * lr / m if m > 0 else math.nan for m, lr in zip(out["norm_sq_theory"], lrs)]
+    out["gamma_theory"] = [(m / lr) ** 2 for m, lr in zip(out["norm_sq_theory"], lrs, strict=False)]
+    out["au_theory"] = [noise_norm * lr / m if m > 0 else math.nan for m, lr in zip(out["norm_sq_theory"], lrs, strict=False)]
     return out
 
 

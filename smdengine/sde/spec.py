@@ -45,7 +45,7 @@ class NRQSDEParams(NRQPhysics):
     f_bins: int = Field(50, ge=2, le=1000, description="Bins of the histogram of f = X̄₁² over the tail.")
 
     @model_validator(mode="after")
-    def _check_dt(self) -> "NRQSDEParams":
+    def _check_dt(self) -> NRQSDEParams:
         substeps(self.dt)
         return self
 
@@ -71,7 +71,7 @@ class NormalizedLinearParams(_Recording):
     steps: int = Field(20_000, ge=1, le=100_000_000, description="Horizon, in SGD steps.")
 
     @model_validator(mode="after")
-    def _check(self) -> "NormalizedLinearParams":
+    def _check(self) -> NormalizedLinearParams:
         self._check_recording()
         substeps(self.dt)
         if self.integrator == "sgd" and self.dt != 1.0:
@@ -96,7 +96,7 @@ class UnitGradSq(StrictModel):
     sine_period: float = Field(2 * math.pi * 1e5, gt=0, le=1e12, description="In steps; seed 004 uses sin(t/10⁵).")
 
     @model_validator(mode="after")
-    def _positive(self) -> "UnitGradSq":
+    def _positive(self) -> UnitGradSq:
         low = self.mean - self.sine_amplitude - (self.noise_half_width if self.noise == "uniform" else 0.0)
         if low <= 0:
             raise ValueError(f"unit_grad_sq: expected mean > sine_amplitude + noise_half_width so that L_t > 0, "
@@ -117,7 +117,7 @@ class NormMapParams(_Recording):
     steps: int = Field(100_000, ge=1, le=100_000_000, description="Number of map iterations.")
 
     @model_validator(mode="after")
-    def _check(self) -> "NormMapParams":
+    def _check(self) -> NormMapParams:
         self._check_recording()
         if not 0 < 2 * self.weight_decay * self.lr < 1:
             raise ValueError(f"weight_decay: expected 2λη < 1 so the map contracts, got {2 * self.weight_decay * self.lr:.6g}")
@@ -144,7 +144,7 @@ class Toy2DParams(_Recording):
     record_every: int = Field(1, ge=1, description="Record every this many GD steps.")
 
     @model_validator(mode="after")
-    def _check(self) -> "Toy2DParams":
+    def _check(self) -> Toy2DParams:
         self._check_recording()
         substeps(self.dt)
         if not all(math.isfinite(c) and abs(c) <= 1e6 for c in self.center) or self.center == (0.0, 0.0):
@@ -161,7 +161,7 @@ class Toy2DParams(_Recording):
 
 MODELS = ("nrq", "normalized_linear", "norm_map", "toy2d")
 SDEParams = tagged_union("model", dict(zip(MODELS, (NRQSDEParams, NormalizedLinearParams, NormMapParams,
-                                                    Toy2DParams))))
+                                                    Toy2DParams), strict=False)))
 
 
 class SDESpec(SpecBase):

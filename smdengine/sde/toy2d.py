@@ -44,14 +44,21 @@ over the recorded points and the final state). Non-finite values propagate (a w 
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
 
 from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device,
-                               resolve_dtype, saved)
+from smdengine.runtime import (
+    CheckpointHooks,
+    ProgressCallback,
+    RunResult,
+    StopCheck,
+    resolve_device,
+    resolve_dtype,
+    saved,
+)
 from smdengine.sde.spec import SDESpec, Toy2DParams
 
 METRICS = ("spread", "loss", "norm_sq")
@@ -59,9 +66,9 @@ THEORY = ("loss_flow", "norm_sq_flow", "stable_until")
 DISTRIBUTIONS = ()
 
 
-def simulate(spec: SDESpec, *, on_progress: Optional[ProgressCallback] = None,
-             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
-             checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
+def simulate(spec: SDESpec, *, on_progress: ProgressCallback | None = None,
+             should_stop: StopCheck | None = None, progress_interval: float = 0.5,
+             checkpoint: CheckpointHooks | None = None) -> RunResult:
     """Run the cloud; series ``step`` + :data:`METRICS`, theory from :func:`predict`, summary =
     tail means + ``spread_final``, ``spread_max``. Resumable after any whole step (state: the cloud
     w; the generator only draws the starts)."""

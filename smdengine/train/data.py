@@ -21,7 +21,7 @@ import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Union
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -69,8 +69,8 @@ class Dataset:
         return tuple(self.x_train.shape[1:])
 
 
-def load_dataset(params: "TrainParams", device: torch.device, dtype: torch.dtype,
-                 data_dir: Optional[Union[str, os.PathLike]] = None) -> Dataset:
+def load_dataset(params: TrainParams, device: torch.device, dtype: torch.dtype,
+                 data_dir: str | os.PathLike | None = None) -> Dataset:
     """The dataset of ``params.dataset`` with ``params.label_noise`` applied, split / generated
     from ``params.data_seed``. ``data_dir`` is only needed for cifar10 (the folder holding
     ``cifar-10-batches-py/``, or that folder itself)."""

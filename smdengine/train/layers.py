@@ -9,7 +9,6 @@ Two activation layouts:
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -28,14 +27,14 @@ def standardize(w: torch.Tensor, gain: float) -> torch.Tensor:
     return ((flat - mean) * (torch.rsqrt(var + WS_EPS) * scale)).view_as(w)
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor] = None) -> torch.Tensor:
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     """x (T, B, I) or shared (B, I), w (T, O, I), b (T, O) → (T, B, O)."""
     out = torch.matmul(x, w.transpose(1, 2))
     return out if b is None else out + b.unsqueeze(1)
 
 
-def dense_norm(x: torch.Tensor, kind: str, groups: int, gamma: Optional[torch.Tensor],
-               beta: Optional[torch.Tensor], running: Optional[tuple[torch.Tensor, torch.Tensor]],
+def dense_norm(x: torch.Tensor, kind: str, groups: int, gamma: torch.Tensor | None,
+               beta: torch.Tensor | None, running: tuple[torch.Tensor, torch.Tensor] | None,
                training: bool) -> torch.Tensor:
     """Normalize (T, B, F). batch: over B with running statistics (T, F) for evaluation; layer: over F;
     group: over F/groups features. gamma, beta (T, F) or None (fixed at 1, 0)."""
@@ -68,8 +67,8 @@ def conv(x: torch.Tensor, w: torch.Tensor, stride: int = 1) -> torch.Tensor:
     return F.conv2d(x, w.reshape(t * o, c, k, k), stride=stride, padding=k // 2, groups=t)
 
 
-def image_norm(x: torch.Tensor, kind: str, trials: int, groups: int, gamma: Optional[torch.Tensor],
-               beta: Optional[torch.Tensor], running: Optional[tuple[torch.Tensor, torch.Tensor]],
+def image_norm(x: torch.Tensor, kind: str, trials: int, groups: int, gamma: torch.Tensor | None,
+               beta: torch.Tensor | None, running: tuple[torch.Tensor, torch.Tensor] | None,
                training: bool) -> torch.Tensor:
     """Normalize (B, T·C, H, W) per trial. batch: per channel over (B, H, W); layer: per sample over
     (C, H, W); group: per sample over C/groups channels and (H, W). gamma, beta (T, C) or None."""

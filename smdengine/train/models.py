@@ -11,7 +11,7 @@ affine parameters are frozen (seed 001 §6.1), so every trainable weight belongs
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -56,7 +56,7 @@ class Net:
             self.trainable.append(name)
         return t
 
-    def weight(self, name: str, shape: tuple[int, ...], group: Optional[str] = "") -> str:
+    def weight(self, name: str, shape: tuple[int, ...], group: str | None = "") -> str:
         """A weight before a normalization, He-initialised; joins ``group`` ('' = its own)."""
         fan_in = math.prod(shape[1:])
         self._param(name, shape, math.sqrt(2.0 / fan_in))
@@ -124,7 +124,7 @@ class Net:
 class MLP(Net):
     """[linear (no bias) → norm → ReLU] × depth → classifier."""
 
-    def build(self) -> "MLP":
+    def build(self) -> MLP:
         fan_in = math.prod(self.shape)
         for i in range(self.p.depth):
             self.weight(f"layers.{i}.weight", (self.p.width, fan_in if i == 0 else self.p.width))
@@ -156,7 +156,7 @@ class CNN(Net):
             c_in = c_out
         return plan
 
-    def build(self) -> "CNN":
+    def build(self) -> CNN:
         for i, (c_in, c_out, _) in enumerate(self._plan()):
             self.weight(f"conv.{i}.weight", (c_out, c_in, 3, 3))
             self.norm(f"conv.{i}.norm", c_out)
@@ -197,7 +197,7 @@ class ResNet(Net):
         # with weight standardization every conv is scale-invariant on its own ('' = own group)
         return "" if self.p.norm == "weight_standardization" else f"stage{s}.stream"
 
-    def build(self) -> "ResNet":
+    def build(self) -> ResNet:
         self.weight("stem.weight", (self.p.width, self.shape[0], 3, 3), self._stream(0))
         for s, b, c_in, c_out, stride in self._blocks():
             pre = f"stage{s}.block{b}"
@@ -213,7 +213,7 @@ class ResNet(Net):
 
     def forward(self, x: torch.Tensor, training: bool) -> torch.Tensor:
         h = L.conv(_fold_input(x, self.trials, len(self.shape)), self.w("stem.weight"))
-        for s, b, c_in, c_out, stride in self._blocks():
+        for s, b, _c_in, _c_out, stride in self._blocks():
             pre = f"stage{s}.block{b}"
             a = F.relu(self.image_norm(h, f"{pre}.norm1", training))
             shortcut = (L.conv(a, self.w(f"{pre}.shortcut.weight"), stride)

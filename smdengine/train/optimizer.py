@@ -14,7 +14,7 @@ pieces is spread over the threads.
 """
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -33,7 +33,7 @@ class SGD:
         self.storage: list[torch.Tensor] = []
         # per tracked parameter: (T·c, rows, n/c) and (T·c, n/c, rows) views of the storage, and a
         # (T·c, rows, rows) buffer for the c pieces' Gram matrices (None when c = 1)
-        self.gram_operands: list[tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor]]] = []
+        self.gram_operands: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []
         threads = torch.get_num_threads()
         self.params = list(params)
         for i in self.tracked:
@@ -82,7 +82,7 @@ class SGD:
 
     @torch.no_grad()
     def step(self, grads: Sequence[torch.Tensor], lr: float, weight_decay: float,
-             gram_out: Optional[Sequence[torch.Tensor]] = None) -> None:
+             gram_out: Sequence[torch.Tensor] | None = None) -> None:
         """Apply one update. gram_out, when given, holds one (T, rows, rows) tensor per tracked parameter
         and receives the Gram matrices of its storage rows after v is formed and before w moves."""
         new = self.next_velocity_row()

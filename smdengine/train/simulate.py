@@ -14,7 +14,7 @@ window's accumulators (losses, hits, the pending evaluation, the tracker's Gram 
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,8 +22,16 @@ import torch.nn.functional as F
 
 from smdengine.nrq.schedule import Phase, phase_at, rate_phases
 from smdengine.recorder import Recorder
-from smdengine.runtime import (CheckpointHooks, ProgressCallback, RunResult, StopCheck, layer_key, resolve_device,
-                               resolve_dtype, saved)
+from smdengine.runtime import (
+    CheckpointHooks,
+    ProgressCallback,
+    RunResult,
+    StopCheck,
+    layer_key,
+    resolve_device,
+    resolve_dtype,
+    saved,
+)
 from smdengine.train import models
 from smdengine.train.data import Dataset, load_dataset
 from smdengine.train.optimizer import SGD
@@ -60,10 +68,10 @@ def predict(spec: TrainSpec) -> dict[str, Any]:
     return {"au_equilibrium": out}
 
 
-def simulate(spec: TrainSpec, *, on_progress: Optional[ProgressCallback] = None,
-             should_stop: Optional[StopCheck] = None, progress_interval: float = 0.5,
-             data_dir: Optional[str] = None, track: bool = True,
-             checkpoint: Optional[CheckpointHooks] = None) -> RunResult:
+def simulate(spec: TrainSpec, *, on_progress: ProgressCallback | None = None,
+             should_stop: StopCheck | None = None, progress_interval: float = 0.5,
+             data_dir: str | None = None, track: bool = True,
+             checkpoint: CheckpointHooks | None = None) -> RunResult:
     """Train ``trials`` networks together and record the series (module docstring).
 
     track=False skips the per-weight tracking (for overhead benchmarks); layer series are then absent.
@@ -79,7 +87,7 @@ def simulate(spec: TrainSpec, *, on_progress: Optional[ProgressCallback] = None,
     max_cos = check_scale_invariance(net, data, p.batch_size, gen, INVARIANCE_TOL[dtype])
     optimizer = SGD([net.params[name] for name in net.trainable], p.momentum, [i for i, _ in tracked])
     params = optimizer.params
-    net.params.update(zip(net.trainable, params))      # tracked weights are now views of the storage
+    net.params.update(zip(net.trainable, params, strict=False))      # tracked weights are now views of the storage
 
     names = GLOBAL + (tuple(layer_key(g, m) for g in groups for m in LAYER_METRICS) if track else ())
     recorder = Recorder(names, p.steps, on_progress, should_stop, progress_interval, checkpoint)
@@ -226,7 +234,7 @@ def check_scale_invariance(net: models.Net, data: Dataset, batch_size: int, gen:
     names = [m for g in net.groups.values() for m in g]
     logits = net.forward(data.x_train[idx], training=True)
     loss = F.cross_entropy(logits.flatten(0, 1), data.y_train[idx].flatten(), reduction="none").sum()
-    grads = dict(zip(names, torch.autograd.grad(loss, [net.params[m] for m in names])))
+    grads = dict(zip(names, torch.autograd.grad(loss, [net.params[m] for m in names]), strict=False))
     for k, b in kept.items():
         net.buffers[k].copy_(b)
     worst = 0.0
@@ -257,7 +265,7 @@ def summarize(series: dict[str, list], theory: dict[str, list], groups: list[str
     if not tail.any():
         tail[-1:] = True
 
-    def mean(values, rms: bool = False) -> Optional[float]:
+    def mean(values, rms: bool = False) -> float | None:
         v = np.asarray(values, dtype=np.float64)[tail]
         v = v[np.isfinite(v)]
         if not v.size:

@@ -3,7 +3,7 @@ angular update of every scale-invariant weight tracked against its theory."""
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import Field, model_validator
 
@@ -50,21 +50,21 @@ class Cifar10Data(StrictModel):
 
 
 DATASETS = ("digits", "synthetic", "cifar10")
-DatasetSpec = tagged_union("name", dict(zip(DATASETS, (DigitsData, SyntheticData, Cifar10Data))))
+DatasetSpec = tagged_union("name", dict(zip(DATASETS, (DigitsData, SyntheticData, Cifar10Data), strict=False)))
 
 
 class ScheduleEntry(StrictModel):
     """From ``step`` (or the first step of ``epoch``) on, the rates in force are multiplied by the factors."""
 
-    step: Optional[int] = Field(None, ge=1, description="First update that uses the new rates.")
-    epoch: Optional[int] = Field(None, ge=1, description="Alternative to step: the epoch whose first update uses them.")
+    step: int | None = Field(None, ge=1, description="First update that uses the new rates.")
+    epoch: int | None = Field(None, ge=1, description="Alternative to step: the epoch whose first update uses them.")
     lr_factor: float = Field(1.0, gt=0, le=1e6)
     weight_decay_factor: float = Field(1.0, ge=0, le=1e6)
     rescale: bool = Field(False, description="Multiply every scale-invariant weight by "
                                              "(lr_factor/weight_decay_factor)^(1/4) (seed 003 §5.2).")
 
     @model_validator(mode="after")
-    def _one_time(self) -> "ScheduleEntry":
+    def _one_time(self) -> ScheduleEntry:
         if (self.step is None) == (self.epoch is None):
             raise ValueError("schedule: expected exactly one of step or epoch in each entry")
         if self.rescale and self.weight_decay_factor == 0:
@@ -89,18 +89,18 @@ class TrainParams(StrictModel):
     momentum: float = Field(0.0, ge=0, lt=1, description="α of heavy-ball SGDM; 0 is plain SGD.")
     weight_decay: float = Field(5e-4, ge=0, le=10, description="λ, applied to every trainable parameter.")
     batch_size: int = Field(128, ge=2, le=65_536)
-    steps: Optional[int] = Field(None, ge=1, le=10_000_000, description="Updates (default 1000 when epochs is unset).")
-    epochs: Optional[int] = Field(None, ge=1, le=100_000, description="Alternative to steps: passes over the "
+    steps: int | None = Field(None, ge=1, le=10_000_000, description="Updates (default 1000 when epochs is unset).")
+    epochs: int | None = Field(None, ge=1, le=100_000, description="Alternative to steps: passes over the "
                                                                       "training set (incomplete batches dropped).")
     schedule: list[ScheduleEntry] = Field(default_factory=list, max_length=1000)
     trials: int = Field(1, ge=1, le=256, description="Independent initialisations and batch orders, trained together.")
     record_every: int = Field(10, ge=1, description="Aggregate the tracked quantities over windows of this many updates.")
-    eval_every: Optional[int] = Field(None, ge=1, description="Evaluate on the test set every this many updates "
+    eval_every: int | None = Field(None, ge=1, description="Evaluate on the test set every this many updates "
                                                               "(a multiple of record_every; default 10·record_every).")
     dtype: Literal["float32", "float64"] = "float32"
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainParams":
+    def _check(self) -> TrainParams:
         if self.steps is not None and self.epochs is not None:
             raise ValueError("steps: expected either steps or epochs, got both")
         n_train, _ = self.dataset.sizes()

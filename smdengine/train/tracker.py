@@ -15,7 +15,7 @@ and the unit-gradient norm² L = |g|²·|w|² (seed 003: the gradient at w/|w|).
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -54,7 +54,7 @@ class Tracker:
         # only for windows of up to SLOT_CACHE steps: a view object weighs ~50× its Gram matrix
         self.slots = ([list(step.unbind(0)) for step in self.buf.unbind(0)] if window <= SLOT_CACHE else None)
         self.rates: list[tuple[float, float, int]] = []   # (η, λ, velocity row) of each step
-        self.ema: Optional[torch.Tensor] = None            # running mean of L per (group, trial), float64
+        self.ema: torch.Tensor | None = None            # running mean of L per (group, trial), float64
 
     def state(self) -> dict:
         """What a checkpoint needs (CPU copies): the Gram matrices and rates of the steps of the window
@@ -82,7 +82,7 @@ class Tracker:
         n = len(self.rates)
         gram = self.buf[:n].to(torch.float64)                       # (n, P, T, R, R)
         dev = gram.device
-        eta, lam, new = (torch.tensor(c, dtype=torch.float64, device=dev).view(n, 1, 1) for c in zip(*self.rates))
+        eta, lam, new = (torch.tensor(c, dtype=torch.float64, device=dev).view(n, 1, 1) for c in zip(*self.rates, strict=False))
         ww = gram[..., 0, 0]
         if gram.shape[-1] == 2:                                     # SGD: v = g + λw
             wv, vv = gram[..., 0, 1], gram[..., 1, 1]

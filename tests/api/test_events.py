@@ -11,8 +11,8 @@ import json
 import re
 import threading
 import time
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Iterable, Optional
 
 import httpx
 import pytest
@@ -67,7 +67,7 @@ def events_of(blocks: list[dict]) -> list[dict]:
     return [b for b in blocks if "event" in b]
 
 
-def collect(client, experiment_id: str, *, headers: Optional[dict] = None, **params) -> tuple[list[dict], float]:
+def collect(client, experiment_id: str, *, headers: dict | None = None, **params) -> tuple[list[dict], float]:
     """Every block until the server closes the stream, and how long that took."""
     start = time.monotonic()
     with client.stream("GET", f"/v1/experiments/{experiment_id}/events", params=params,
@@ -77,7 +77,7 @@ def collect(client, experiment_id: str, *, headers: Optional[dict] = None, **par
     return blocks, time.monotonic() - start
 
 
-def submit(client, spec: dict, headers: Optional[dict] = None) -> str:
+def submit(client, spec: dict, headers: dict | None = None) -> str:
     r = client.post("/v1/experiments", json=spec, headers=headers or {})
     assert r.status_code == 202, r.text
     return r.json()["id"]
@@ -94,7 +94,7 @@ def check_snapshot(event: dict, experiment_id: str) -> dict:
 
 def test_follows_a_job_from_queued_to_succeeded(client, settings):
     experiment_id = submit(client, small_spec(steps=3000, record_every=50))
-    runner: Optional[threading.Thread] = None
+    runner: threading.Thread | None = None
     blocks = []
     with client.stream("GET", f"/v1/experiments/{experiment_id}/events") as r:
         assert r.status_code == 200
@@ -115,13 +115,13 @@ def test_follows_a_job_from_queued_to_succeeded(client, settings):
     assert states[-1]["progress"] == 1.0 and states[-1]["step"] == 3000 and states[-1]["error"] is None
     revisions = [s["revision"] for s in states]
     assert revisions == sorted(set(revisions)), revisions  # strictly increasing
-    for before, event, state in zip(states, events[1:], states[1:]):
+    for before, event, state in zip(states, events[1:], states[1:], strict=False):
         assert event["event"] == ("status" if state["status"] != before["status"] else "progress")
         assert state["progress"] >= before["progress"]
-    progress = [s for e, s in zip(events, states) if e["event"] == "progress"]
+    progress = [s for e, s in zip(events, states, strict=False) if e["event"] == "progress"]
     assert progress and all(s["status"] == "running" for s in progress)
     assert 0 < progress[0]["progress"] < 1
-    assert [s["status"] for e, s in zip(events, states) if e["event"] == "status"] == \
+    assert [s["status"] for e, s in zip(events, states, strict=False) if e["event"] == "status"] == \
         ["queued", "running", "succeeded"]
 
 

@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from store.models import Experiment
 from tests.conftest import small_spec
 from worker.runner import execute
 
@@ -124,7 +123,7 @@ def test_run_results_and_plots(client, settings):
     for key in ("au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa"):
         assert len(doc["theory"][key]) == len(steps)
     # the schedule shows in the theory series: AU equilibrium drops by √10 at step 200
-    au_eq = dict(zip(steps, doc["theory"]["au_equilibrium"]))
+    au_eq = dict(zip(steps, doc["theory"]["au_equilibrium"], strict=False))
     assert au_eq[180] / au_eq[200] == pytest.approx(10**0.5)
     assert doc["summary"]["risk_stationary"] == pytest.approx(doc["theory"]["risk_stationary"][-1])
     assert 0 < doc["summary"]["risk"] < 1

@@ -79,7 +79,7 @@ def csv_columns(text: str) -> tuple[list[str], dict[str, list]]:
         else:
             columns[name] = cells
     for name, per_trial in trials.items():
-        columns[name] = [list(point) for point in zip(*per_trial)] if per_trial[0] else []
+        columns[name] = [list(point) for point in zip(*per_trial, strict=False)] if per_trial[0] else []
     return header, columns
 
 

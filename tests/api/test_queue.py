@@ -4,7 +4,7 @@ workers start jobs in the order queue_order predicts."""
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -88,7 +88,7 @@ def test_running_jobs_and_estimated_starts(lab):
     assert job["status"] == "running" and job["position"] is None
     assert datetime.fromisoformat(job["estimated_start"]) == as_utc(running)
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     mine = queue(client, keys.alice)["jobs"]
     assert [(job["id"], job["position"]) for job in mine] == [(a[0], 1), (a[1], 2), (a[2], 3)]
     for job in mine:

@@ -18,8 +18,8 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import strategies as st
 from hypothesis.stateful import run_state_machine_as_test
-from sqlalchemy import delete, select
 from schemathesis.specs.openapi.checks import positive_data_acceptance
+from sqlalchemy import delete, select
 
 from api.main import create_app
 from store.db import session_scope

@@ -3,7 +3,7 @@ compare with an uninterrupted run exactly (NaN equal to NaN)."""
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import pytest
 
@@ -22,7 +22,7 @@ def same(a, b) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=False))
     return type(a) is type(b) and a == b
 
 
@@ -41,7 +41,7 @@ def merged(events) -> dict[str, list]:
     return out
 
 
-def interrupted(s: dict, k: int, resume: Optional[Checkpoint] = None,
+def interrupted(s: dict, k: int, resume: Checkpoint | None = None,
                 run: Callable = smdengine.run) -> tuple[bytes, list]:
     """Run with a checkpoint due at every progress event (from ``resume`` when given); stop after the
     k-th and return it as bytes (only that one is serialised: the others would only cost time)."""

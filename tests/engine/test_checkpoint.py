@@ -18,7 +18,6 @@ from tests.conftest import small_spec
 from tests.engine.checkpointing import assert_same_result, interrupted, resumed
 from tests.engine.checkpointing import check_resume as shared_check_resume
 
-
 # ----------------------------------------------------------------------------- specs
 
 
@@ -65,7 +64,7 @@ def toy2d(**params) -> dict:
 # ----------------------------------------------------------------------------- helpers
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _uninterrupted(spec_json: str):
     return smdengine.run(json.loads(spec_json))
 

@@ -165,7 +165,7 @@ def test_corollary3_scaling_leaves_risk_unchanged(sgd):
     scaled = run(seed=0, init_std=K, lr=LR * K**2, weight_decay=WD / K**2)
     a, b = sgd.series, scaled.series
     assert a["step"] == b["step"]
-    assert max(abs(x - y) for x, y in zip(a["risk"], b["risk"])) <= 1e-9
+    assert max(abs(x - y) for x, y in zip(a["risk"], b["risk"], strict=False)) <= 1e-9
     assert a["risk"] != b["risk"]  # not bitwise equal: really a different computation
     assert b["au_rms"] == pytest.approx(a["au_rms"], rel=1e-9, abs=0.0)
     assert b["eff_lr"] == pytest.approx(a["eff_lr"], rel=1e-9, abs=0.0)
@@ -180,7 +180,7 @@ def test_corollary3_scaling_leaves_risk_unchanged(sgd):
 ], ids=["lr-only", "no-wd", "wd-1/k"])
 def test_corollary3_wrong_scaling_changes_risk(sgd, wrong):
     other = run(seed=0, steps=2000, **wrong).series["risk"]
-    assert max(abs(x - y) for x, y in zip(sgd.series["risk"], other)) > 1e-3
+    assert max(abs(x - y) for x, y in zip(sgd.series["risk"], other, strict=False)) > 1e-3
 
 
 # ----------------------------------------------------------------------------- acceptance 2
@@ -212,7 +212,7 @@ def decay_rescaled():
 
 
 def window(result, key, start, stop):
-    return [v for n, v in zip(result.series["step"], result.series[key]) if start <= n < stop]
+    return [v for n, v in zip(result.series["step"], result.series[key], strict=False) if start <= n < stop]
 
 
 def record(result, key, step):
@@ -245,7 +245,7 @@ def test_decay_without_rescale_au_drops_tenfold_then_climbs(decay_plain):
     # ... far below the new equilibrium 1/√10 of the old, and climbing towards it
     means = [statistics.fmean(window(res, "au_rms", a, a + 2000)) for a in range(DECAY_AT, DECAY_STEPS, 2000)]
     assert means[0] < 0.5 * NEW_EQ
-    assert all(b > a for a, b in zip(means[:6], means[1:7])), means
+    assert all(b > a for a, b in zip(means[:6], means[1:7], strict=False)), means
     assert means[-1] == pytest.approx(NEW_EQ, rel=0.02)
     # ... along the predicted curve: AU ≈ √(2λη')·M*/M_t with M_t = norm_sq_theory (20-record windows;
     # the prediction neglects |PAX̄|² and the spread of |X| over trials: ±1% measured, 3% allowed)

@@ -77,11 +77,11 @@ def test_series_theory_and_reproducibility():
     assert set(a.theory) == {"norm_sq_theory", "gamma_theory", "au_theory", "au_equilibrium",
                              "risk_stationary", "kappa"}
     assert a.series["step"] == list(range(0, 300, 10))
-    for m, g, au in zip(a.theory["norm_sq_theory"], a.theory["gamma_theory"], a.theory["au_theory"]):
+    for m, g, au in zip(a.theory["norm_sq_theory"], a.theory["gamma_theory"], a.theory["au_theory"], strict=False):
         assert g == pytest.approx((m / 0.1) ** 2, rel=1e-12)       # γ = (|X|²/η)²
         assert au == pytest.approx(3.0 * 0.1 / m, rel=1e-12)       # √((p−1)σ²)·η/M
     # the per-trial γ averages (|X|²/η)², so it is at least (E|X|²/η)² (Jensen)
-    for s, g in zip(a.series["norm_sq"], a.series["gamma"]):
+    for s, g in zip(a.series["norm_sq"], a.series["gamma"], strict=False):
         assert g >= (s / 0.1) ** 2 * (1 - 1e-12)
     c = smdengine.run(spec(seed=3, dt=0.5))
     assert c.series["risk"] != a.series["risk"]
@@ -102,7 +102,7 @@ def test_f_histogram_is_a_density_over_the_tail():
     assert math.fsum(d / 20 for d in hist["density_theory"]) == pytest.approx(1.0, rel=1e-8)
     # bin averages of ρ* integrate the same density as risk_stationary does: its mean of 1 − f
     mids = [(i + 0.5) / 20 for i in range(20)]
-    mean_one_minus_f = math.fsum((1 - m) * d / 20 for m, d in zip(mids, hist["density_theory"]))
+    mean_one_minus_f = math.fsum((1 - m) * d / 20 for m, d in zip(mids, hist["density_theory"], strict=False))
     k = theory.kappa(1.0, 2.0, 10, 1.0, 0.1, 0.01)
     assert mean_one_minus_f == pytest.approx(theory.risk_stationary(k, 10), abs=0.025)  # midpoint rule, 20 bins
 
@@ -161,7 +161,7 @@ def test_acceptance_norm_follows_the_closed_form(acceptance_runs, dt):
     # exact in continuous time, where ∇L ⟂ X adds nothing to |X|²). What is left is the
     # discretization: per step η²dt²(|∇L|² + λ²|X|²) — O(dt) per unit time (measured max 0.44% at
     # dt=1, 0.06% at dt=0.1) — far inside the 3%.
-    worst = max(abs(a / b - 1) for a, b in zip(s, th))
+    worst = max(abs(a / b - 1) for a, b in zip(s, th, strict=False))
     assert worst <= 0.03, worst
 
 

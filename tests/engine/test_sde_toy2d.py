@@ -45,7 +45,7 @@ def test_euler_flow_converges_to_the_closed_form_at_first_order(center, weight_d
     loss 8.8e-5, norm 2.8e-4; ratios 2.000–2.004 for dt 0.02 → 0.0025."""
     e1 = flow_errors(center, 0.01, 20, weight_decay=weight_decay)
     e2 = flow_errors(center, 0.005, 20, weight_decay=weight_decay)
-    for coarse, fine in zip(e1, e2):
+    for coarse, fine in zip(e1, e2, strict=False):
         assert coarse < 2e-3
         assert coarse / fine == pytest.approx(2.0, rel=0.1)
 

@@ -157,7 +157,7 @@ def test_risk_stationary_large_kappa_asymptote(kappa, p):
 def test_risk_stationary_monotone_in_kappa():
     ks = np.geomspace(1e-3, 1e6, 40)
     rs = [theory.risk_stationary(float(k), 10) for k in ks]
-    assert all(b < a for a, b in zip(rs, rs[1:]))
+    assert all(b < a for a, b in zip(rs, rs[1:], strict=False))
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan")])

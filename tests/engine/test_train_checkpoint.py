@@ -6,9 +6,9 @@ import pytest
 
 import smdengine
 from smdengine.runtime import Checkpoint, CheckpointHooks
+from smdengine.train import simulate as train_sim
 from tests.engine.checkpointing import assert_same_result, interrupted, merged, resumed
 from tests.engine.checkpointing import check_resume as shared_check_resume
-from smdengine.train import simulate as train_sim
 
 
 def spec(**params) -> dict:

@@ -8,7 +8,8 @@ import torch
 from pydantic import ValidationError
 
 import smdengine
-from smdengine.train import models, simulate as train_sim
+from smdengine.train import models
+from smdengine.train import simulate as train_sim
 from smdengine.train.data import DatasetUnavailable, load_dataset
 from smdengine.train.optimizer import SGD
 from smdengine.train.spec import TrainParams

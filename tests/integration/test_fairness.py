@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -66,7 +66,7 @@ def logs(folder) -> str:
 
 
 def when(value: str) -> datetime:
-    return datetime.fromisoformat(value).astimezone(timezone.utc)
+    return datetime.fromisoformat(value).astimezone(UTC)
 
 
 def test_one_users_burst_does_not_hold_back_anothers_job(stack):
@@ -116,7 +116,7 @@ def test_one_users_burst_does_not_hold_back_anothers_job(stack):
         assert order.index("b1") <= 2 and [n for n in order if n != "b1"] == [f"a{i + 1}" for i in range(A_JOBS)]
         # the worker ran one job at a time
         spans = sorted((when(r["started_at"]), when(r["finished_at"])) for r in rows.values())
-        assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:])), spans
+        assert all(end <= next_start for (_, end), (next_start, _) in zip(spans, spans[1:], strict=False)), spans
 
         # a wrong key is a 401 with the scheme to use; B cannot see A's private job, as if it did not exist
         r = httpx.get(f"{base}/v1/experiments/{a_ids[0]}", headers={"Authorization": f"Bearer {keys['bob']}x"})

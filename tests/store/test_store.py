@@ -6,7 +6,6 @@ from sqlalchemy import inspect
 from store import jobs
 from store.db import get_engine, session_scope
 from store.migrate import upgrade_head
-from store.models import Experiment
 from store.series import read_series, write_points
 
 
