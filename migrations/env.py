@@ -2,7 +2,7 @@
 from alembic import context
 from sqlalchemy import text
 
-from store.db import _create
+from store.db import create_engine_for
 from store.models import Base
 from store.settings import get_settings
 
@@ -17,7 +17,7 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = _create(url)
+    engine = create_engine_for(url)
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)
         with context.begin_transaction():

@@ -1,4 +1,5 @@
-"""The shared persistence layer: one Settings object, SQLAlchemy models, sessions, migrations.
+"""The persistence layer: one Settings object, SQLAlchemy models, and every SQL statement and
+transaction of the service (store.db.run is the one door for transactions).
 
-Used by both ``api`` and ``worker``; imports neither.
+Used by ``api``, ``worker`` and ``smdcli``; imports none of them.
 """

@@ -1,29 +1,53 @@
-"""Engines and sessions. One engine per (process, URL): worker children must not share a parent's pool."""
+"""Engines, and the one door through which every transaction of the service goes.
+
+A database handle is the database URL (as MLflow's SqlAlchemyStore takes a URI): callers outside
+``store`` never hold a session. Every public store function is a unit of work decorated with
+:func:`transaction`: called with a URL it runs in a short transaction of its own, opened,
+committed (or rolled back) and closed by :func:`run` — the only place where that happens — and
+run through :func:`store.retry.run`, which may run the whole unit again. Called with a session
+(another unit of work of ``store``, or a test), it joins that session's transaction.
+
+Rows returned by store functions are detached (``expire_on_commit=False``, relationships loaded
+eagerly): plain objects that never touch the database again.
+
+One engine per (process, URL): worker children must not share a parent's pool.
+"""
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
+from store import retry
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+Db = str | Session
+"""A database handle: its URL (a transaction of its own), or a session to join (inside ``store``)."""
+
 _engines: dict[tuple[int, str], Engine] = {}
+_makers: dict[tuple[int, str], sessionmaker[Session]] = {}
 
 
 def get_engine(url: str) -> Engine:
     key = (os.getpid(), url)
     if key not in _engines:
-        _engines[key] = _create(url)
+        _engines[key] = create_engine_for(url)
     return _engines[key]
 
 
-def _create(url: str) -> Engine:
+def create_engine_for(url: str) -> Engine:
+    """A new engine for ``url`` (SQLite: WAL and a busy timeout, since API and worker processes share the file)."""
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
-        def _pragmas(dbapi_conn, _record):  # API and worker processes share the file
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA busy_timeout=30000")
@@ -35,19 +59,50 @@ def _create(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
 
 
-def session_factory(url: str) -> sessionmaker[Session]:
-    return sessionmaker(bind=get_engine(url), expire_on_commit=False)
+def _sessions(url: str) -> sessionmaker[Session]:
+    key = (os.getpid(), url)
+    if key not in _makers:
+        _makers[key] = sessionmaker(bind=get_engine(url), expire_on_commit=False)
+    return _makers[key]
 
 
-@contextmanager
-def session_scope(url: str) -> Iterator[Session]:
-    """A session that commits on success and rolls back on error."""
-    session = session_factory(url)()
-    try:
-        yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
+def run(url: str, work: Callable[[Session], T]) -> T:
+    """The door: ``work(session)`` in one transaction — opened, committed on success or rolled back
+    on error, and closed (its connection back in the pool) before this returns. The whole unit goes
+    through :func:`store.retry.run`, so it must be safe to run again from the start."""
+
+    def unit() -> T:
+        with _sessions(url)() as session:
+            try:
+                result = work(session)
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+        return result
+
+    return retry.run(unit)
+
+
+def transaction(fn: Callable[Concatenate[Session, P], T]) -> Callable[Concatenate[Db, P], T]:
+    """Make ``fn(session, ...)`` a store function ``fn(db, ...)``: with a URL, a unit of work of its
+    own through :func:`run`; with a session, part of that session's transaction."""
+
+    @functools.wraps(fn)
+    def unit_of_work(db: Db, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        if isinstance(db, Session):
+            return fn(db, *args, **kwargs)
+        return run(db, lambda session: fn(session, *args, **kwargs))
+
+    return unit_of_work
+
+
+@transaction
+def ping(session: Session) -> None:
+    """Raise when the database cannot be reached (health and readiness probes)."""
+    session.execute(text("SELECT 1"))
+
+
+def dialect(url: str) -> str:
+    """The SQL dialect of ``url`` (sqlite, postgresql), without connecting."""
+    return get_engine(url).dialect.name

@@ -7,18 +7,37 @@ job) can no longer change anything. The sweeper (:func:`expire_leases`) puts job
 expired back in the queue, or fails them once they have used up their attempts.
 
 Times are the Python clock of the writing process (UTC): hosts must keep their clocks in sync.
+
+Every public function is a unit of work (:func:`store.db.transaction`): called with the database
+URL it runs in a transaction of its own; returned rows are detached.
 """
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, func, or_, select, update
+from sqlalchemy import ColumnElement, CursorResult, Executable, and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from store.models import ACTIVE, PRIORITIES, TERMINAL, Attempt, Checkpoint, Experiment, SeriesChunk, as_utc, utcnow
+from store.db import transaction
+from store.models import (
+    ACTIVE,
+    EPOCH,
+    PRIORITIES,
+    TERMINAL,
+    Attempt,
+    Checkpoint,
+    Experiment,
+    SeriesChunk,
+    Status,
+    User,
+    as_utc,
+    utcnow,
+)
+from store.series import truncate_points, write_points
 
 
 class LeaseLost(Exception):
@@ -34,10 +53,27 @@ class Claim:
     owner: str
 
 
+class QuotaExceeded(Exception):
+    """A submission over the owner's active-jobs quota: ``active`` jobs of at most ``limit``;
+    ``retry_after`` seconds is when one of them should end."""
+
+    def __init__(self, active: int, limit: int, retry_after: int):
+        super().__init__(f"{active} active jobs, limit {limit}")
+        self.active, self.limit, self.retry_after = active, limit, retry_after
+
+
+def _rowcount(session: Session, statement: Executable) -> int:
+    """Rows an UPDATE or DELETE matched."""
+    result = session.execute(statement)
+    assert isinstance(result, CursorResult)
+    return result.rowcount
+
+
+@transaction
 def create(session: Session, *, kind: str, name: str | None, spec: dict[str, Any], total_steps: int,
            queue: str = "cpu", owner_id: str | None = None, visibility: str = "private",
            priority: int = PRIORITIES["normal"]) -> Experiment:
-    experiment = Experiment(kind=kind, name=name, spec=spec, status="queued", progress=0.0, step=0,
+    experiment = Experiment(kind=kind, name=name, spec=spec, status=Status.queued, progress=0.0, step=0,
                             total_steps=total_steps, cancel_requested=False, attempts=0, queue=queue,
                             owner_id=owner_id, visibility=visibility, priority=priority, revision=0)
     session.add(experiment)
@@ -47,11 +83,10 @@ def create(session: Session, *, kind: str, name: str | None, spec: dict[str, Any
 
 # Every change a client can see bumps the row's revision (ETags, events); lease renewals do not.
 _BUMP = {"revision": Experiment.revision + 1}
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def claimable(queues: list[str]):
-    return and_(Experiment.status == "queued", Experiment.queue.in_(queues), Experiment.cancel_requested.is_(False))
+def claimable(queues: Sequence[str]) -> ColumnElement[bool]:
+    return and_(Experiment.status == Status.queued, Experiment.queue.in_(queues), Experiment.cancel_requested.is_(False))
 
 
 @dataclass
@@ -63,22 +98,23 @@ class _Owner:
     last_started: datetime | None
     first_created: datetime
 
-    def key(self) -> tuple:
-        return self.running, self.last_started or _EPOCH, self.first_created
+    def key(self) -> tuple[int, datetime, datetime]:
+        return self.running, self.last_started or EPOCH, self.first_created
 
 
-def _waiting(session: Session, queues: list[str]) -> dict[str | None, datetime]:
+def _waiting(session: Session, queues: Sequence[str]) -> dict[str | None, datetime]:
     """{owner: created_at of the owner's oldest claimable job in ``queues``}."""
-    return dict(session.execute(select(Experiment.owner_id, func.min(Experiment.created_at))
-                                .where(claimable(queues)).group_by(Experiment.owner_id)).all())
+    rows = session.execute(select(Experiment.owner_id, func.min(Experiment.created_at))
+                           .where(claimable(queues)).group_by(Experiment.owner_id)).all()
+    return {owner: first for owner, first in rows}
 
 
-def _owners(session: Session, queues: list[str], waiting: dict[str | None, datetime]) -> dict[str | None, _Owner]:
+def _owners(session: Session, queues: Sequence[str], waiting: dict[str | None, datetime]) -> dict[str | None, _Owner]:
     """The fair-share state of the owners of ``waiting`` (as :func:`_waiting` gives it)."""
     if not waiting:
         return {}
     running = dict(session.execute(select(Experiment.owner_id, func.count())
-                                   .where(Experiment.status == "running", Experiment.queue.in_(queues))
+                                   .where(Experiment.status == Status.running, Experiment.queue.in_(queues))
                                    .group_by(Experiment.owner_id)).all())
     served = dict(session.execute(select(Experiment.owner_id, func.max(Experiment.started_at))
                                   .group_by(Experiment.owner_id)).all())
@@ -86,14 +122,15 @@ def _owners(session: Session, queues: list[str], waiting: dict[str | None, datet
             for owner, first in waiting.items()}
 
 
-def by_owner(owner_id: str | None):
+def by_owner(owner_id: str | None) -> ColumnElement[bool]:
     return Experiment.owner_id.is_(None) if owner_id is None else Experiment.owner_id == owner_id
 
 
 _OWN_ORDER = (Experiment.priority.desc(), Experiment.created_at, Experiment.id)  # within one owner
 
 
-def claim_next(session: Session, queues: list[str], worker: str, lease_seconds: float,
+@transaction
+def claim_next(session: Session, queues: Sequence[str], worker: str, lease_seconds: float,
                experiment_id: str | None = None) -> Claim | None:
     """Take the next queued job of ``queues`` (or that one job): queued → running with a fresh
     lease and attempt number, atomically. None when there is nothing to take. Concurrent claimers
@@ -102,6 +139,7 @@ def claim_next(session: Session, queues: list[str], worker: str, lease_seconds: 
     Fair share: the owner is chosen by :class:`_Owner` (round-robin by user, so one user's 100
     queued jobs do not hold back another's single job); among that owner's jobs, highest priority
     first, then oldest."""
+    groups: list[Sequence[str]]
     if experiment_id is not None:
         groups = [[experiment_id]]
     else:
@@ -120,21 +158,22 @@ def claim_next(session: Session, queues: list[str], worker: str, lease_seconds: 
 def _try_claim(session: Session, candidate: str, worker: str, lease_seconds: float) -> Claim | None:
     owner = f"{worker}/{uuid.uuid4().hex[:12]}"
     now = utcnow()
-    result = session.execute(
+    claimed = _rowcount(session, 
         update(Experiment)
-        .where(Experiment.id == candidate, Experiment.status == "queued", Experiment.cancel_requested.is_(False))
-        .values(status="running", started_at=now, attempts=Experiment.attempts + 1, worker=worker,
+        .where(Experiment.id == candidate, Experiment.status == Status.queued, Experiment.cancel_requested.is_(False))
+        .values(status=Status.running, started_at=now, attempts=Experiment.attempts + 1, worker=worker,
                 lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds),
                 error=None, updated_at=now, **_BUMP)
     )
-    if result.rowcount != 1:
+    if claimed != 1:
         return None
-    attempt = session.scalar(select(Experiment.attempts).where(Experiment.id == candidate))
+    attempt = session.scalars(select(Experiment.attempts).where(Experiment.id == candidate)).one()
     session.add(Attempt(experiment_id=candidate, number=attempt, worker=owner, started_at=now))
     session.flush()
     return Claim(candidate, attempt, owner)
 
 
+@transaction
 def queue_order(session: Session, queue: str) -> list[str]:
     """Ids of the claimable jobs of ``queue`` in the order workers would start them if nothing else
     were submitted: :func:`claim_next`'s rule replayed, each start counting as one more running
@@ -161,32 +200,93 @@ def queue_order(session: Session, queue: str) -> list[str]:
     return order
 
 
-def _held(claim: Claim):
-    return and_(Experiment.id == claim.experiment_id, Experiment.status == "running",
+def _held(claim: Claim) -> ColumnElement[bool]:
+    return and_(Experiment.id == claim.experiment_id, Experiment.status == Status.running,
                 Experiment.lease_owner == claim.owner)
 
 
-def renew(session: Session, claim: Claim, lease_seconds: float) -> None:
-    """Extend the lease; raises :class:`LeaseLost` when it is no longer held."""
-    result = session.execute(update(Experiment).where(_held(claim))
-                             .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds)))
-    if result.rowcount != 1:
+def _hold(session: Session, claim: Claim) -> None:
+    """Lock the job's row while its lease is held by ``claim``; raises :class:`LeaseLost`."""
+    if session.execute(select(Experiment.id).where(_held(claim)).with_for_update()).first() is None:
         raise LeaseLost(claim.experiment_id)
 
 
-def record_progress(session: Session, claim: Claim, step: int, total: int) -> bool:
-    """Write progress under the lease; returns the cancel flag. Raises :class:`LeaseLost`."""
+@transaction
+def renew(session: Session, claim: Claim, lease_seconds: float) -> None:
+    """Extend the lease; raises :class:`LeaseLost` when it is no longer held."""
+    if _rowcount(session, update(Experiment).where(_held(claim))
+                 .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))) != 1:
+        raise LeaseLost(claim.experiment_id)
+
+
+@transaction
+def record_progress(session: Session, claim: Claim, step: int, total: int, *,
+                    points: dict[str, list[Any]] | None = None, start_index: int = 0) -> bool:
+    """Write progress under the lease, and ``points`` (if any) from ``start_index`` on; returns the
+    cancel flag. Raises :class:`LeaseLost` (before any point is written)."""
     values: dict[str, Any] = {"step": step, "updated_at": utcnow(), **_BUMP}
     if total:
         values["progress"] = step / total
-    if session.execute(update(Experiment).where(_held(claim)).values(**values)).rowcount != 1:
+    if _rowcount(session, update(Experiment).where(_held(claim)).values(**values)) != 1:
         raise LeaseLost(claim.experiment_id)
+    if points and points.get("step"):
+        write_points(session, claim.experiment_id, start_index, points)
     return bool(session.scalar(select(Experiment.cancel_requested).where(Experiment.id == claim.experiment_id)))
 
 
+@transaction
+def begin_attempt(session: Session, claim: Claim, *, theory: dict[str, Any],
+                  resume_points: dict[str, list[Any]] | None = None, resume_step: int | None = None) -> None:
+    """Under the lease (raises :class:`LeaseLost`): the stored series becomes the checkpoint's
+    points (``resume_points``; none without a checkpoint), the attempt notes the step it resumed
+    from, and the job's theory (before the run) is stored."""
+    _hold(session, claim)
+    if resume_points is not None:
+        write_points(session, claim.experiment_id, 0, resume_points)
+        note_resume(session, claim, resume_step)
+    else:
+        truncate_points(session, claim.experiment_id, 0)
+    record_theory(session, claim, theory)
+
+
+@transaction
+def record_theory(session: Session, claim: Claim, theory: dict[str, Any]) -> None:
+    """Store the job's theory under the lease; raises :class:`LeaseLost`."""
+    if _rowcount(session, update(Experiment).where(_held(claim)).values(theory=theory)) != 1:
+        raise LeaseLost(claim.experiment_id)
+
+
+@transaction
+def forget_checkpoint(session: Session, claim: Claim) -> None:
+    """Under the lease (raises :class:`LeaseLost`): drop a checkpoint that cannot be resumed; the
+    attempt starts from scratch."""
+    _hold(session, claim)
+    drop_checkpoint(session, claim.experiment_id)
+    note_resume(session, claim, None)
+
+
+@dataclass(frozen=True)
+class RunInput:
+    """What a worker needs to run a claimed job: its spec and stored checkpoint (bytes, step)."""
+
+    spec: dict[str, Any]
+    checkpoint: tuple[bytes, int] | None
+
+
+@transaction
+def load_run(session: Session, claim: Claim) -> RunInput:
+    """The claimed job's spec and checkpoint; raises :class:`LeaseLost`."""
+    spec = session.scalars(select(Experiment.spec).where(_held(claim))).first()
+    if spec is None:
+        raise LeaseLost(claim.experiment_id)
+    stored = session.get(Checkpoint, claim.experiment_id)
+    return RunInput(spec, (stored.data, stored.step) if stored is not None else None)
+
+
+@transaction
 def finish_claimed(session: Session, claim: Claim, status: str, *, error: str | None = None,
-                   summary: dict | None = None, theory: dict | None = None,
-                   distributions: dict | None = None) -> None:
+                   summary: dict[str, Any] | None = None, theory: dict[str, Any] | None = None,
+                   distributions: dict[str, Any] | None = None) -> None:
     """End a claimed job if the lease is still held (the attempt too, and its checkpoint is dropped);
     raises :class:`LeaseLost`."""
     if not _finish(session, _held(claim), status, error=error, summary=summary, theory=theory,
@@ -196,7 +296,7 @@ def finish_claimed(session: Session, claim: Claim, status: str, *, error: str | 
     session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == claim.experiment_id))
 
 
-def _finish(session: Session, where, status: str, **results: Any) -> bool:
+def _finish(session: Session, where: ColumnElement[bool], status: str, **results: Any) -> bool:
     """A succeeded run also stores its final theory (conditioned on the run, e.g. its realized
     initial norms), summary and distributions. The lease is cleared."""
     assert status in TERMINAL
@@ -204,18 +304,18 @@ def _finish(session: Session, where, status: str, **results: Any) -> bool:
     values: dict[str, Any] = {"status": status, "finished_at": now, "updated_at": now, "error": results.pop("error"),
                               "lease_owner": None, "lease_expires_at": None, **_BUMP}
     values.update({key: value for key, value in results.items() if value is not None})
-    if status == "succeeded":
+    if status == Status.succeeded:
         values["progress"] = 1.0
-    return session.execute(update(Experiment).where(where).values(**values)).rowcount == 1
+    return _rowcount(session, update(Experiment).where(where).values(**values)) == 1
 
 
+@transaction
 def release(session: Session, claim: Claim) -> None:
     """Give a claimed job back to the queue (its worker is shutting down); no-op if not held."""
     now = utcnow()
-    result = session.execute(update(Experiment).where(_held(claim))
-                             .values(status="queued", lease_owner=None, lease_expires_at=None, updated_at=now,
-                                     **_BUMP))
-    if result.rowcount == 1:
+    if _rowcount(session, update(Experiment).where(_held(claim))
+                 .values(status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=now,
+                         **_BUMP)) == 1:
         _end_attempt(session, claim.experiment_id, claim.attempt, "released")
 
 
@@ -225,17 +325,21 @@ def _end_attempt(session: Session, experiment_id: str, number: int, outcome: str
                     .values(ended_at=utcnow(), outcome=outcome))
 
 
-def request_cancel(session: Session, experiment_id: str) -> None:
+@transaction
+def request_cancel(session: Session, experiment_id: str) -> Experiment | None:
     """A queued job is cancelled at once and never starts; a running one is flagged and its worker
     stops at its next progress write, keeping the partial results. Conditional updates, so a
-    worker's concurrent claim or finish is never overwritten."""
-    session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status == "queued")
-                    .values(status="cancelled", cancel_requested=True, finished_at=utcnow(), updated_at=utcnow(),
+    worker's concurrent claim or finish is never overwritten. Returns the job as it is now (None
+    if it does not exist)."""
+    session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status == Status.queued)
+                    .values(status=Status.cancelled, cancel_requested=True, finished_at=utcnow(), updated_at=utcnow(),
                             **_BUMP))
     session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status.not_in(TERMINAL))
                     .values(cancel_requested=True, updated_at=utcnow(), **_BUMP))
+    return session.get(Experiment, experiment_id, populate_existing=True)
 
 
+@transaction
 def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | None = None) -> list[str]:
     """The sweeper's pass: every running job whose lease has expired (or, with ``owner_prefix``,
     whose lease is held by that worker, known to be gone) lost its worker. It goes back to
@@ -247,19 +351,20 @@ def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | No
         lost = or_(lost, Experiment.lease_owner.startswith(f"{owner_prefix}/", autoescape=True))
     rows = session.execute(select(Experiment.id, Experiment.attempts, Experiment.worker, Experiment.lease_owner,
                                   Experiment.cancel_requested)
-                           .where(Experiment.status == "running", lost)).all()
+                           .where(Experiment.status == Status.running, lost)).all()
     requeued = []
     for experiment_id, attempts, worker, owner, cancel in rows:
-        held = and_(Experiment.id == experiment_id, Experiment.status == "running", Experiment.lease_owner == owner)
+        held = and_(Experiment.id == experiment_id, Experiment.status == Status.running,
+                    Experiment.lease_owner == owner)
         if cancel:
-            done = _finish(session, held, "cancelled", error=None)
+            done = _finish(session, held, Status.cancelled, error=None)
         elif attempts >= max_attempts:
-            done = _finish(session, held, "failed", error=(
+            done = _finish(session, held, Status.failed, error=(
                 f"the worker running it was lost during each of its {attempts} attempts (last: {worker}); "
                 f"SMD_MAX_ATTEMPTS is {max_attempts}"))
         else:
-            done = session.execute(update(Experiment).where(held).values(
-                status="queued", lease_owner=None, lease_expires_at=None, updated_at=now, **_BUMP)).rowcount == 1
+            done = _rowcount(session, update(Experiment).where(held).values(
+                status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=now, **_BUMP)) == 1
             if done:
                 requeued.append(experiment_id)
         if done:
@@ -267,40 +372,46 @@ def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | No
     return requeued
 
 
+@transaction
 def queued_counts(session: Session) -> dict[str, int]:
     """Queued (claimable) jobs per queue."""
     rows = session.execute(select(Experiment.queue, func.count()).where(
-        Experiment.status == "queued", Experiment.cancel_requested.is_(False)).group_by(Experiment.queue)).all()
+        Experiment.status == Status.queued, Experiment.cancel_requested.is_(False)).group_by(Experiment.queue)).all()
     return {queue: int(n) for queue, n in rows}
 
 
+@transaction
 def save_checkpoint(session: Session, claim: Claim, step: int, n_points: int, data: bytes) -> None:
     """Replace the job's checkpoint (under the lease; raises :class:`LeaseLost`)."""
-    if session.execute(select(Experiment.id).where(_held(claim)).with_for_update()).first() is None:
-        raise LeaseLost(claim.experiment_id)
+    _hold(session, claim)
     session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == claim.experiment_id))
     session.add(Checkpoint(experiment_id=claim.experiment_id, attempt=claim.attempt, step=step, n_points=n_points,
                            data=data, created_at=utcnow()))
 
 
+@transaction
 def load_checkpoint(session: Session, experiment_id: str) -> Checkpoint | None:
     return session.get(Checkpoint, experiment_id)
 
 
+@transaction
 def drop_checkpoint(session: Session, experiment_id: str) -> None:
     session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == experiment_id))
 
 
+@transaction
 def note_resume(session: Session, claim: Claim, step: int | None) -> None:
     session.execute(update(Attempt).where(Attempt.experiment_id == claim.experiment_id,
                                           Attempt.number == claim.attempt).values(resumed_from_step=step))
 
 
+@transaction
 def attempts(session: Session, experiment_id: str) -> list[Attempt]:
     return list(session.scalars(select(Attempt).where(Attempt.experiment_id == experiment_id)
                                 .order_by(Attempt.number)))
 
 
+@transaction
 def remove(session: Session, experiment_id: str) -> None:
     """Remove an ended job and everything stored for it (children first: SQLite may run without
     foreign-key cascades on an old connection)."""
@@ -309,7 +420,82 @@ def remove(session: Session, experiment_id: str) -> None:
     session.execute(delete(Experiment).where(Experiment.id == experiment_id, Experiment.status.in_(TERMINAL)))
 
 
+@transaction
 def active_count(session: Session, owner_id: str | None) -> int:
     """Queued and running jobs of one owner (the active-jobs quota)."""
     return int(session.scalar(select(func.count()).select_from(Experiment).where(
         by_owner(owner_id), Experiment.status.in_(ACTIVE))) or 0)
+
+
+@transaction
+def get(session: Session, experiment_id: str) -> Experiment | None:
+    """The job (detached, with its owner), or None."""
+    return session.get(Experiment, experiment_id)
+
+
+@transaction
+def read_fields(session: Session, experiment_id: str, names: Sequence[str]) -> dict[str, Any] | None:
+    """Only the named columns of the job (a light poll), or None when it does not exist."""
+    row = session.execute(select(*(getattr(Experiment, name) for name in names))
+                          .where(Experiment.id == experiment_id)).one_or_none()
+    return None if row is None else dict(row._mapping)
+
+
+@transaction
+def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None = None, kind: str | None = None,
+         owner_name: str | None = None, after: tuple[datetime, str] | None = None,
+         limit: int = 50) -> tuple[list[Experiment], int]:
+    """Up to ``limit`` jobs the viewer may see (their own and lab-visible ones; all with
+    ``everyone``), newest first, after the keyset position ``after`` (created_at, id) of the
+    previous page; and how many match the filters over all pages."""
+    query = select(Experiment)
+    if not everyone:
+        query = query.where(or_(Experiment.owner_id == viewer_id, Experiment.visibility == "lab"))
+    if status:
+        query = query.where(Experiment.status == status)
+    if kind:
+        query = query.where(Experiment.kind == kind)
+    if owner_name:
+        query = query.where(Experiment.owner.has(User.name == owner_name))
+    total = int(session.scalar(select(func.count()).select_from(query.subquery())) or 0)
+    if after is not None:
+        created, last_id = after
+        query = query.where(or_(Experiment.created_at < created,
+                                and_(Experiment.created_at == created, Experiment.id < last_id)))
+    items = session.scalars(query.order_by(Experiment.created_at.desc(), Experiment.id.desc())
+                            .limit(limit)).unique().all()
+    return list(items), total
+
+
+@transaction
+def submit(session: Session, *, owner_id: str, max_active_jobs: int, default_retry_seconds: int, kind: str,
+           name: str | None, spec: dict[str, Any], total_steps: int, queue: str, visibility: str,
+           priority: int) -> Experiment:
+    """Store a new queued job of ``owner_id`` unless the owner already has ``max_active_jobs``
+    queued + running ones (:class:`QuotaExceeded`). The owner's row is locked first, so quota
+    check and insert are one step: two concurrent submissions cannot both take the last free slot
+    (PostgreSQL: a row lock; SQLite takes its write lock here, before reading, so the transaction
+    never has to upgrade)."""
+    session.execute(update(User).where(User.id == owner_id).values(role=User.role))
+    active = active_count(session, owner_id)
+    if active >= max_active_jobs:
+        raise QuotaExceeded(active, max_active_jobs, retry_after(session, owner_id, default_retry_seconds))
+    experiment = create(session, kind=kind, name=name, spec=spec, total_steps=total_steps, queue=queue,
+                        owner_id=owner_id, visibility=visibility, priority=priority)
+    experiment.owner = session.get(User, owner_id)
+    return experiment
+
+
+@transaction
+def retry_after(session: Session, owner_id: str, default: int) -> int:
+    """Seconds until the owner's first running job should end (from its pace so far), within
+    [1, 3600]; ``default`` when none has progressed yet."""
+    now = utcnow()
+    best: float | None = None
+    for started, progress in session.execute(select(Experiment.started_at, Experiment.progress).where(
+            Experiment.owner_id == owner_id, Experiment.status == Status.running)).all():
+        if started is None or not progress:
+            continue
+        remaining = (now - as_utc(started)).total_seconds() * (1 - progress) / progress
+        best = remaining if best is None else min(best, remaining)
+    return default if best is None else int(min(max(best, 1), 3600))

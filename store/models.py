@@ -3,19 +3,29 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
-from typing import Any
+from enum import StrEnum
+from typing import Any, overload
 
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
 
 def utcnow() -> datetime:
+    """Now, as an aware UTC datetime: every time the service stores."""
     return datetime.now(UTC)
 
 
+@overload
+def as_utc(value: datetime) -> datetime: ...
+@overload
+def as_utc(value: None) -> None: ...
 def as_utc(value: datetime | None) -> datetime | None:
     """A stored time as an aware UTC datetime (SQLite returns naive ones; every stored time is UTC)."""
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def new_id() -> str:
@@ -26,8 +36,19 @@ class Base(DeclarativeBase):
     pass
 
 
-TERMINAL = ("succeeded", "failed", "cancelled")
-ACTIVE = ("queued", "running")
+class Status(StrEnum):
+    """A job's state (stored and sent as these strings)."""
+
+    queued = "queued"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    cancelled = "cancelled"
+
+
+TERMINAL = (Status.succeeded, Status.failed, Status.cancelled)
+ACTIVE = (Status.queued, Status.running)
+QUEUES = ("cpu", "gpu")   # the broker queues, by device: cuda jobs on gpu, the others on cpu
 PRIORITIES = {"low": 0, "normal": 1, "high": 2}
 PRIORITY_NAMES = {value: name for name, value in PRIORITIES.items()}
 ROLES = ("user", "admin")
@@ -71,7 +92,7 @@ class Experiment(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     kind: Mapped[str] = mapped_column(String(32), index=True)
     name: Mapped[str | None] = mapped_column(String(200))
-    status: Mapped[str] = mapped_column(String(16), index=True, default="queued")
+    status: Mapped[str] = mapped_column(String(16), index=True, default=Status.queued)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     step: Mapped[int] = mapped_column(Integer, default=0)

@@ -13,57 +13,57 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SMD_", extra="ignore")
 
-    host: str = Field("127.0.0.1", description="Address the API binds to.")
-    port: int = Field(8000, ge=1, le=65535, description="Port the API listens on.")
-    state_dir: Path = Field(Path(".smd"), description="Where the embedded default keeps its database and broker.")
-    database_url: str | None = Field(None, description="SQLAlchemy URL; default: SQLite file in state_dir.")
-    broker_url: str | None = Field(None, description="Celery broker URL; default: filesystem broker in state_dir.")
-    auth: Literal["on", "off"] = Field("on", description="API keys required (Authorization: Bearer). off: every "
+    host: str = Field(default="127.0.0.1", description="Address the API binds to.")
+    port: int = Field(default=8000, ge=1, le=65535, description="Port the API listens on.")
+    state_dir: Path = Field(default=Path(".smd"), description="Where the embedded default keeps its database and broker.")
+    database_url: str | None = Field(default=None, description="SQLAlchemy URL; default: SQLite file in state_dir.")
+    broker_url: str | None = Field(default=None, description="Celery broker URL; default: filesystem broker in state_dir.")
+    auth: Literal["on", "off"] = Field(default="on", description="API keys required (Authorization: Bearer). off: every "
                                                          "request acts as the admin user 'local'; allowed only "
                                                          "when host is a loopback address.")
-    max_work: int = Field(20_000_000_000, ge=1, description="Per-user quota: largest job, in trials·steps·dim "
+    max_work: int = Field(default=20_000_000_000, ge=1, description="Per-user quota: largest job, in trials·steps·dim "
                                                             "(train: its equivalent); `smd users quota` overrides "
                                                             "it per user.")
-    max_active_jobs: int = Field(200, ge=1, description="Per-user quota: queued + running jobs; `smd users quota` "
+    max_active_jobs: int = Field(default=200, ge=1, description="Per-user quota: queued + running jobs; `smd users quota` "
                                                        "overrides it per user.")
-    quota_retry_seconds: int = Field(60, ge=1, le=86400, description="Retry-After of a 429 when no better "
+    quota_retry_seconds: int = Field(default=60, ge=1, le=86400, description="Retry-After of a 429 when no better "
                                                                     "estimate exists (e.g. none of the user's "
                                                                     "jobs has progressed yet).")
-    events_poll_seconds: float = Field(0.5, gt=0, le=60, description="How often an event stream "
+    events_poll_seconds: float = Field(default=0.5, gt=0, le=60, description="How often an event stream "
                                                                      "(/v1/experiments/{id}/events) looks for changes.")
-    events_keepalive_seconds: float = Field(15.0, gt=0, le=300, description="Idle event streams send a comment "
+    events_keepalive_seconds: float = Field(default=15.0, gt=0, le=300, description="Idle event streams send a comment "
                                                                             "line this often (keeps proxies open).")
-    data_dir: Path | None = Field(None, description="Datasets that are not bundled (train kind): "
+    data_dir: Path | None = Field(default=None, description="Datasets that are not bundled (train kind): "
                                                        "cifar10 is read from data_dir/cifar-10-batches-py.")
-    flush_seconds: float = Field(2.0, gt=0, description="How often a worker writes progress and partial series "
+    flush_seconds: float = Field(default=2.0, gt=0, description="How often a worker writes progress and partial series "
                                                         "and reads the cancel flag.")
-    checkpoint_seconds: float = Field(30.0, gt=0, description="How often a running job saves a checkpoint "
+    checkpoint_seconds: float = Field(default=30.0, gt=0, description="How often a running job saves a checkpoint "
                                                              "to resume from after a lost worker.")
-    max_attempts: int = Field(3, ge=1, le=100, description="Starts of a job before a job whose worker keeps "
+    max_attempts: int = Field(default=3, ge=1, le=100, description="Starts of a job before a job whose worker keeps "
                                                           "getting lost is failed.")
-    lease_seconds: float = Field(60.0, gt=0, description="A running job's lease; its worker renews it every "
+    lease_seconds: float = Field(default=60.0, gt=0, description="A running job's lease; its worker renews it every "
                                                         "third of this. An expired lease means a lost worker.")
-    sweep_seconds: float = Field(5.0, gt=0, description="How often the sweeper (in the API process) requeues "
+    sweep_seconds: float = Field(default=5.0, gt=0, description="How often the sweeper (in the API process) requeues "
                                                        "jobs with expired leases and re-sends lost queue messages.")
-    sweeper: bool = Field(True, description="Run the sweeper in this API process.")
-    task_time_limit: int = Field(7 * 86400, ge=60, description="Longest run of one attempt, in seconds "
+    sweeper: bool = Field(default=True, description="Run the sweeper in this API process.")
+    task_time_limit: int = Field(default=7 * 86400, ge=60, description="Longest run of one attempt, in seconds "
                                                               "(soft limit; the hard limit is 60 s later).")
-    visibility_timeout: int = Field(8 * 86400, ge=60, description="Redis broker: seconds before an unacknowledged "
+    visibility_timeout: int = Field(default=8 * 86400, ge=60, description="Redis broker: seconds before an unacknowledged "
                                                                  "message is redelivered; must exceed "
                                                                  "task_time_limit + 60 (checked at worker start).")
-    soft_shutdown_seconds: float = Field(30.0, ge=0, description="Cold shutdown (SIGQUIT) of a worker: how long "
+    soft_shutdown_seconds: float = Field(default=30.0, ge=0, description="Cold shutdown (SIGQUIT) of a worker: how long "
                                                                 "running jobs may go on before they are cut off "
                                                                 "(SIGTERM instead hands them back at once, "
                                                                 "after a last checkpoint).")
-    worker_queues: str = Field("cpu", pattern=r"^(cpu|gpu)(,(cpu|gpu))?$",
+    worker_queues: str = Field(default="cpu", pattern=r"^(cpu|gpu)(,(cpu|gpu))?$",
                                description="Queues `smd worker` consumes: cpu, gpu or gpu,cpu.")
-    worker_concurrency: int = Field(1, ge=1, description="Worker processes started by `smd worker` "
+    worker_concurrency: int = Field(default=1, ge=1, description="Worker processes started by `smd worker` "
                                                         "(on a gpu worker: one per GPU).")
-    worker_gpus: str = Field("", pattern=r"^(\d+(,\d+)*)?$",
+    worker_gpus: str = Field(default="", pattern=r"^(\d+(,\d+)*)?$",
                              description="GPU indices a gpu worker spreads its processes over (e.g. 0,1); "
                                          "default 0..worker_concurrency-1.")
-    worker_name: str | None = Field(None, description="Name of this worker in leases (default: host name).")
-    log_level: str = Field("INFO")
+    worker_name: str | None = Field(default=None, description="Name of this worker in leases (default: host name).")
+    log_level: str = Field(default="INFO")
 
     @property
     def loopback(self) -> bool:

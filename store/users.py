@@ -4,6 +4,9 @@ A key is ``smd_<id>_<secret>``: ``id`` (12 hex) finds the row, ``secret`` (32 ra
 url-safe) is checked against its stored SHA-256 with a constant-time compare. A plain hash is
 enough (no slow KDF): the secret is random with 256 bits of entropy, not a password. The key is
 shown once, at creation; the server cannot show it again.
+
+Every public function is a unit of work (:func:`store.db.transaction`); the users and keys it
+returns are detached rows (a key with its user loaded). A user argument is a row or a user name.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from datetime import timedelta
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from store.db import transaction
 from store.models import ROLES, ApiKey, User, as_utc, utcnow
 
 KEY_PREFIX = "smd_"
@@ -34,6 +38,7 @@ def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
+@transaction
 def create_user(session: Session, name: str, role: str = "user") -> User:
     if not NAME_PATTERN.match(name):
         raise UserError(f"user name: expected 1-64 letters, digits or _.@- (starting with a letter or digit), "
@@ -48,10 +53,12 @@ def create_user(session: Session, name: str, role: str = "user") -> User:
     return user
 
 
+@transaction
 def get_user(session: Session, name: str) -> User | None:
     return session.scalar(select(User).where(User.name == name))
 
 
+@transaction
 def require_user(session: Session, name: str) -> User:
     user = get_user(session, name)
     if user is None:
@@ -59,10 +66,12 @@ def require_user(session: Session, name: str) -> User:
     return user
 
 
+@transaction
 def list_users(session: Session) -> list[User]:
     return list(session.scalars(select(User).order_by(User.name)))
 
 
+@transaction
 def local_user(session: Session) -> User:
     """The user of an auth-off server (an admin: it is the only user)."""
     user = get_user(session, LOCAL_USER)
@@ -73,33 +82,50 @@ def local_user(session: Session) -> User:
     return user
 
 
-def set_quota(session: Session, user: User, *, max_active_jobs: int | None = -1,
-              max_work: int | None = -1) -> None:
-    """Override a user's quotas; None restores the server default, -1 leaves a value unchanged."""
+@transaction
+def _row(session: Session, user: User | str) -> User:
+    """The user's row in this session (from a row of any session, or a name)."""
+    row = session.get(User, user.id) if isinstance(user, User) else get_user(session, user)
+    if row is None:
+        raise UserError(f"no user {user.name if isinstance(user, User) else user!r}")
+    return row
+
+
+@transaction
+def set_quota(session: Session, user: User | str, *, max_active_jobs: int | None = -1,
+              max_work: int | None = -1) -> User:
+    """Override a user's quotas; None restores the server default, -1 leaves a value unchanged.
+    Returns the user as it is now."""
+    user = _row(session, user)
     for field, value in (("max_active_jobs", max_active_jobs), ("max_work", max_work)):
         if value is None or value >= 1:
             setattr(user, field, value)
         elif value != -1:
             raise UserError(f"{field}: expected a positive integer or 'default', got {value}")
     session.flush()
+    return user
 
 
-def create_key(session: Session, user: User, label: str | None = None) -> tuple[ApiKey, str]:
+@transaction
+def create_key(session: Session, user: User | str, label: str | None = None) -> tuple[ApiKey, str]:
     """A new key for ``user``: the row and the key itself (shown once, never stored)."""
+    user = _row(session, user)
     key_id, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
-    key = ApiKey(id=key_id, user_id=user.id, label=label, secret_hash=_hash(secret), created_at=utcnow())
+    key = ApiKey(id=key_id, user_id=user.id, label=label, secret_hash=_hash(secret), created_at=utcnow(), user=user)
     session.add(key)
     session.flush()
     return key, f"{KEY_PREFIX}{key_id}_{secret}"
 
 
-def list_keys(session: Session, user: User | None = None) -> list[ApiKey]:
+@transaction
+def list_keys(session: Session, user: User | str | None = None) -> list[ApiKey]:
     query = select(ApiKey).order_by(ApiKey.created_at)
     if user is not None:
-        query = query.where(ApiKey.user_id == user.id)
+        query = query.where(ApiKey.user_id == _row(session, user).id)
     return list(session.scalars(query))
 
 
+@transaction
 def revoke_key(session: Session, key_id: str) -> ApiKey:
     key = session.get(ApiKey, key_id.removeprefix(KEY_PREFIX).split("_")[0])
     if key is None:
@@ -110,6 +136,7 @@ def revoke_key(session: Session, key_id: str) -> ApiKey:
     return key
 
 
+@transaction
 def authenticate(session: Session, token: str) -> User | None:
     """The user a key belongs to, or None for a malformed, unknown or revoked key. Every path does
     one constant-time compare, so timing tells nothing about which ids exist."""
@@ -120,7 +147,7 @@ def authenticate(session: Session, token: str) -> User | None:
     if not hmac.compare_digest(_hash(secret), expected) or key is None or key.revoked_at is not None:
         return None
     now = utcnow()
-    last = key.last_used_at
-    if last is None or now - as_utc(last) > _TOUCH_EVERY:
+    last = as_utc(key.last_used_at)
+    if last is None or now - last > _TOUCH_EVERY:
         session.execute(update(ApiKey).where(ApiKey.id == key.id).values(last_used_at=now))
     return key.user

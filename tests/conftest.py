@@ -66,8 +66,8 @@ def make_users(url: str, **alice_quota):
     from types import SimpleNamespace
 
     from store import users
-    from store.db import session_scope
     from store.migrate import upgrade_head
+    from tests.dbutil import session_scope
 
     upgrade_head(url)
     keys = {}

@@ -9,10 +9,10 @@ from fastapi.testclient import TestClient
 
 from api.main import UnsafeAuth, create_app
 from store import users
-from store.db import session_scope
 from store.models import Experiment
 from store.settings import Settings
 from tests.conftest import auth, make_users, small_spec
+from tests.dbutil import session_scope
 from worker.runner import execute
 
 

@@ -23,11 +23,11 @@ from sqlalchemy import delete
 import api.routes.events as events_module
 from api.main import create_app
 from store import users
-from store.db import session_scope
 from store.migrate import upgrade_head
 from store.models import Experiment
 from store.settings import Settings
 from tests.conftest import small_spec
+from tests.dbutil import session_scope
 from tests.servers import free_port
 from worker.runner import execute
 

@@ -12,10 +12,10 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from api.main import create_app
-from store.db import session_scope
 from store.migrate import upgrade_head
 from store.models import Experiment, utcnow
 from store.settings import Settings
+from tests.dbutil import session_scope
 from worker.queue import ring
 
 STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from store import jobs, users
-from store.db import session_scope
 from store.migrate import upgrade_head
 from store.models import Experiment, as_utc
 from tests.conftest import auth, small_spec
+from tests.dbutil import session_scope
 from worker.runner import execute, execute_next
 
 QUICK = dict(trials=8, steps=100, record_every=20)

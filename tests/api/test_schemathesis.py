@@ -22,7 +22,6 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from sqlalchemy import delete, select
 
 from api.main import create_app
-from store.db import session_scope
 from store.migrate import upgrade_head
 from store.models import Attempt, Checkpoint, Experiment, SeriesChunk
 from store.settings import Settings
@@ -30,6 +29,7 @@ from store.users import create_key, create_user
 from tests.api.test_sde_experiments import sde_spec
 from tests.api.test_train_experiments import train_spec
 from tests.conftest import small_spec
+from tests.dbutil import session_scope
 from worker.runner import execute
 
 SEED = 20240531

@@ -15,10 +15,10 @@ from api import plots
 from api.results import downsample_indices
 from smdengine.runtime import layer_key
 from store import jobs
-from store.db import session_scope
 from store.series import write_points
 from tests.api.test_experiments import submit
 from tests.conftest import small_spec
+from tests.dbutil import session_scope
 from worker.runner import execute
 
 LAYERS = ("layers.0.weight", "layers.1.weight")

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from store import jobs
-from store.db import session_scope
 from tests.conftest import REPO, small_spec
+from tests.dbutil import session_scope
 from tests.integration.procs import group_members, spawn, stop, wait_http, wait_status
 from tests.servers import free_port
 

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from store import jobs
-from store.db import session_scope
 from tests.conftest import small_spec
+from tests.dbutil import session_scope
 from tests.integration.procs import RestartableRedis, spawn, stop, wait_http, wait_status
 from tests.servers import free_port
 

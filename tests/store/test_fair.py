@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 from store import jobs, users
-from store.db import session_scope
 from store.migrate import upgrade_head
 from store.models import PRIORITIES
+from tests.dbutil import session_scope
 
 
 def setup(url: str, plan: list[tuple[str, str]]) -> dict[str, str]:

@@ -8,10 +8,11 @@ from alembic import command
 from sqlalchemy import inspect, update
 
 from store import jobs
-from store.db import get_engine, session_scope
+from store.db import get_engine
 from store.migrate import alembic_config, upgrade_head
 from store.models import Experiment, utcnow
 from store.series import read_series, truncate_points, write_points
+from tests.dbutil import session_scope
 
 
 def make(url: str, queue: str = "cpu") -> str:

@@ -4,9 +4,10 @@ from __future__ import annotations
 from sqlalchemy import inspect
 
 from store import jobs
-from store.db import get_engine, session_scope
+from store.db import get_engine
 from store.migrate import upgrade_head
 from store.series import read_series, write_points
+from tests.dbutil import session_scope
 
 
 def make(url: str) -> str:

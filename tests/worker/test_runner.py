@@ -9,11 +9,11 @@ from sqlalchemy import update
 
 import smdengine
 from store import jobs
-from store.db import session_scope
 from store.migrate import upgrade_head
 from store.models import Experiment, utcnow
 from store.series import read_series
 from tests.conftest import small_spec
+from tests.dbutil import session_scope
 from worker.runner import execute, execute_next
 
 
