@@ -1,15 +1,18 @@
-"""Dependency aliases: settings, database session, the current user, the experiment named in the path."""
+"""Dependency aliases: settings, the database handle, the current user, the experiment named in the path.
+
+No route holds a session: ``DbDep`` is the database URL, which routes pass to store functions; each
+store function runs its own short transaction (store.db.run), so no request keeps a pooled
+connection while it waits for a thread. The current user and the experiment are detached rows
+(plain objects: reading them never touches the database).
+"""
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy.orm import Session
 
-from store import users
-from store.db import session_factory
+from store import jobs, users
 from store.models import Experiment, User
 from store.settings import Settings
 
@@ -21,25 +24,11 @@ def _settings(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(_settings)]
 
 
-async def _session(settings: SettingsDep) -> AsyncIterator[Session]:
-    """A session per request. Sync routes and dependencies each run in their own thread-pool call,
-    so each one ends its transaction (``session.commit()``) before it returns: a request must never
-    hold a pooled connection while it waits for a thread, or ~50 concurrent requests deadlock the
-    pool against the thread pool. Opened and closed here in the event loop (no DB work then)."""
-    with session_factory(settings.db_url)() as session:
-        yield session
+def _db(settings: SettingsDep) -> str:
+    return settings.db_url
 
 
-SessionDep = Annotated[Session, Depends(_session)]
-
-
-def release(session: Session) -> None:
-    """End a read-only step's transaction, returning its connection to the pool (probes: never raises)."""
-    try:
-        session.rollback()
-    except Exception:  # the database is down: there is nothing to give back
-        pass
-
+DbDep = Annotated[str, Depends(_db)]
 
 _bearer = HTTPBearer(auto_error=False, description="An API key from `smd keys create`: `Authorization: Bearer smd_...`.")
 _QUERY_KEY_NAMES = {"key", "api_key", "apikey", "api-key", "token", "access_token", "auth", "authorization"}
@@ -49,7 +38,7 @@ def unauthorized(detail: str) -> HTTPException:
     return HTTPException(status_code=401, detail=detail, headers={"WWW-Authenticate": "Bearer"})
 
 
-def _current_user(request: Request, session: SessionDep, settings: SettingsDep,
+def _current_user(request: Request, db: DbDep, settings: SettingsDep,
                   credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> User:
     """The key's owner (``auth=off``: the admin user ``local``). A key in the query string is
     refused even when it is valid: URLs end up in logs and browser histories."""
@@ -58,12 +47,11 @@ def _current_user(request: Request, session: SessionDep, settings: SettingsDep,
         raise unauthorized("API keys are accepted only in the Authorization header "
                            "(Authorization: Bearer <key>), never in the query string")
     if settings.auth == "off":
-        user = users.local_user(session)
+        user: User | None = users.local_user(db)
     elif credentials is None:
         raise unauthorized("missing API key: send Authorization: Bearer <key>")
     else:
-        user = users.authenticate(session, credentials.credentials)
-    session.commit()  # release the connection before the route's own thread-pool call
+        user = users.authenticate(db, credentials.credentials)
     if user is None:
         raise unauthorized("invalid or revoked API key")
     return user
@@ -80,10 +68,9 @@ def can_manage(user: User, experiment: Experiment) -> bool:
     return user.is_admin or experiment.owner_id == user.id
 
 
-def _experiment(session: SessionDep, user: CurrentUserDep, experiment_id: Annotated[str, Path()]) -> Experiment:
+def _experiment(db: DbDep, user: CurrentUserDep, experiment_id: Annotated[str, Path()]) -> Experiment:
     """An experiment the user may read; another user's private one is a 404, as if it did not exist."""
-    experiment = session.get(Experiment, experiment_id)
-    session.commit()  # release the connection before the route's own thread-pool call
+    experiment = jobs.get(db, experiment_id)
     if experiment is None or not can_read(user, experiment):
         raise HTTPException(status_code=404, detail=f"experiment {experiment_id} not found")
     return experiment

@@ -8,8 +8,6 @@ from fastapi import Request, Response
 
 from store.models import Experiment
 
-NOT_MODIFIED = {304: {"description": "Not modified: the If-None-Match tag is still current (no body)."}}
-
 
 def tag(experiment: Experiment, *parts: object) -> str:
     """A strong tag: the same revision, points and representation options give the same bytes. The

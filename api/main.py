@@ -13,7 +13,6 @@ from starlette.routing import Match
 
 from api.routes import events, experiments, exports, health, ops, plots, queue
 from smdengine.runtime import json_safe
-from store.db import session_scope
 from store.migrate import upgrade_head
 from store.settings import Settings, get_settings
 from store.users import local_user
@@ -46,16 +45,18 @@ def check_auth(settings: Settings) -> None:
                          f"smd keys create NAME) and keep auth on")
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, *, migrate: bool = True) -> FastAPI:
+    """The app. ``migrate``: apply the migrations at start-up (every schema change is a migration);
+    ``smd serve``, which has already applied them for its worker too, passes False."""
     settings = settings or get_settings()
     check_auth(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        upgrade_head(settings.db_url)  # every schema change is a migration, applied on start
+        if migrate:
+            upgrade_head(settings.db_url)
         if settings.auth == "off":  # create the local user now, not racing in concurrent first requests
-            with session_scope(settings.db_url) as session:
-                local_user(session)
+            local_user(settings.db_url)
         sweeper = Sweeper(settings).start() if settings.sweeper else None
         try:
             yield

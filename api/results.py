@@ -7,7 +7,6 @@ import logging
 from typing import Any
 
 from fastapi import HTTPException
-from sqlalchemy.orm import Session
 
 from smdengine import output_names
 from smdengine.runtime import LAYER_SEPARATOR, json_safe, split_layers
@@ -17,7 +16,7 @@ from store.series import read_series
 log = logging.getLogger(__name__)
 
 
-def result_document(session: Session, experiment: Experiment, fields: list[str] | None = None,
+def result_document(db: str, experiment: Experiment, fields: list[str] | None = None,
                     max_points: int | None = None, since_step: int | None = None) -> dict[str, Any]:
     """The design §3 document. Flat stored series named ``"<layer>/<metric>"`` (per-layer metrics
     of the ``train`` kind) go to ``layers: {layer: {metric: [...]}}``, the others to ``series``;
@@ -31,7 +30,7 @@ def result_document(session: Session, experiment: Experiment, fields: list[str] 
 
     ``since_step`` keeps only the points recorded after that step (series, layers and theory
     series alike), before any downsampling."""
-    series, layers = split_layers(read_series(session, experiment.id))
+    series, layers = split_layers(read_series(db, experiment.id))
     n = len(series.get("step", []))
     theory = {k: (v[:n] if isinstance(v, list) else v) for k, v in (experiment.theory or {}).items()}
     if since_step is not None and n:

@@ -9,9 +9,8 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, f
 
 from smdengine.spec import SPECS
 from smdengine.spec_base import tagged_union
-from store.models import as_utc
+from store.models import Status, as_utc
 
-Status = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 Visibility = Literal["private", "lab"]
 Priority = Literal["low", "normal", "high"]
 

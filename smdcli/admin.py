@@ -7,7 +7,6 @@ import logging
 import sys
 
 from store import users
-from store.db import session_scope
 from store.migrate import upgrade_head
 from store.settings import Settings
 
@@ -51,22 +50,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     logging.getLogger("alembic").setLevel(logging.WARNING)  # the command's own output is what matters
     upgrade_head(settings.db_url)
     try:
-        with session_scope(settings.db_url) as session:
-            return _ACTIONS[(args.command, args.action)](session, args, settings)
+        return _ACTIONS[(args.command, args.action)](settings.db_url, args, settings)
     except users.UserError as exc:
         print(f"smd {args.command} {args.action}: {exc}", file=sys.stderr)
         return 2
 
 
-def _users_create(session, args, settings) -> int:
-    user = users.create_user(session, args.name, "admin" if args.admin else "user")
+def _users_create(db: str, args: argparse.Namespace, settings: Settings) -> int:
+    user = users.create_user(db, args.name, "admin" if args.admin else "user")
     print(f"created user {user.name} ({user.role}); give them a key: smd keys create {user.name}")
     return 0
 
 
-def _users_list(session, args, settings) -> int:
+def _users_list(db: str, args: argparse.Namespace, settings: Settings) -> int:
     print(f"{'name':24} {'role':6} {'max_active_jobs':>16} {'max_work':>16}")
-    for user in users.list_users(session):
+    for user in users.list_users(db):
         print(f"{user.name:24} {user.role:6} {_show(user.max_active_jobs, settings.max_active_jobs):>16} "
               f"{_show(user.max_work, settings.max_work):>16}")
     return 0
@@ -76,25 +74,24 @@ def _show(value: int | None, default: int) -> str:
     return str(value) if value is not None else f"{default} (default)"
 
 
-def _users_quota(session, args, settings) -> int:
-    user = users.require_user(session, args.name)
-    users.set_quota(session, user, max_active_jobs=args.max_active_jobs, max_work=args.max_work)
+def _users_quota(db: str, args: argparse.Namespace, settings: Settings) -> int:
+    user = users.set_quota(db, args.name, max_active_jobs=args.max_active_jobs, max_work=args.max_work)
     print(f"{user.name}: max_active_jobs {_show(user.max_active_jobs, settings.max_active_jobs)}, "
           f"max_work {_show(user.max_work, settings.max_work)}")
     return 0
 
 
-def _keys_create(session, args, settings) -> int:
-    key, secret = users.create_key(session, users.require_user(session, args.name), args.label)
+def _keys_create(db: str, args: argparse.Namespace, settings: Settings) -> int:
+    key, secret = users.create_key(db, args.name, args.label)
     print(secret)
     print(f"key {key.id} for {args.name}: shown once, store it now (Authorization: Bearer <key>)", file=sys.stderr)
     return 0
 
 
-def _keys_list(session, args, settings) -> int:
-    owner = users.require_user(session, args.name) if args.name else None
+def _keys_list(db: str, args: argparse.Namespace, settings: Settings) -> int:
+    keys = users.list_keys(db, args.name or None)
     print(f"{'id':12} {'user':20} {'label':20} {'created':20} {'last used':20} state")
-    for key in users.list_keys(session, owner):
+    for key in keys:
         print(f"{key.id:12} {key.user.name:20} {(key.label or '-'):20} {_when(key.created_at):20} "
               f"{_when(key.last_used_at):20} {'revoked ' + _when(key.revoked_at) if key.revoked_at else 'active'}")
     return 0
@@ -104,8 +101,8 @@ def _when(value) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
 
-def _keys_revoke(session, args, settings) -> int:
-    key = users.revoke_key(session, args.key_id)
+def _keys_revoke(db: str, args: argparse.Namespace, settings: Settings) -> int:
+    key = users.revoke_key(db, args.key_id)
     print(f"key {key.id} of {key.user.name} revoked")
     return 0
 

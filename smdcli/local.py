@@ -14,7 +14,11 @@ from store.settings import get_settings
 
 def run_local(spec_path: Path, output: Path | None, quiet: bool = False) -> int:
     try:
-        raw = sys.stdin.read() if str(spec_path) == "-" else spec_path.read_text()
+        if str(spec_path) == "-":
+            raw = sys.stdin.read()
+        else:
+            with open(spec_path, encoding="utf-8") as fh:
+                raw = fh.read()
         data = json.loads(raw)
     except (OSError, json.JSONDecodeError) as exc:
         print(f"smd run: cannot read spec {spec_path}: {exc}", file=sys.stderr)
@@ -44,10 +48,11 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False) -> int:
     bar.close()
     doc = {"id": None, "kind": spec.kind, "status": "succeeded", "spec": spec.model_dump(mode="json"),
            **result.to_document()}
-    text = json.dumps(doc, allow_nan=False)
+    document = json.dumps(doc, allow_nan=False)
     if output is None:
-        print(text)
+        print(document)
     else:
-        output.write_text(text)
+        with open(output, "w", encoding="utf-8") as fh:
+            fh.write(document)
         print(f"smd run: wrote {output}", file=sys.stderr)
     return 0

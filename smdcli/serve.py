@@ -15,15 +15,15 @@ from store.settings import Settings
 log = logging.getLogger("smd.serve")
 
 
-def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None) -> int:
-    """Serve the API; ``on_shutdown`` runs after the server stopped, before uvicorn re-raises the
-    signal that stopped it (after which nothing else in this process would run)."""
+def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None, *, migrate: bool = True) -> int:
+    """Serve the API (applying the migrations at start-up unless ``migrate`` is False);
+    ``on_shutdown`` runs after the server stopped, before uvicorn re-raises the signal that stopped
+    it (after which nothing else in this process would run)."""
     import asyncio
 
     import uvicorn
 
     from api.main import UnsafeAuth, check_auth, create_app
-    from store.migrate import upgrade_head
 
     try:
         check_auth(settings)
@@ -37,8 +37,7 @@ def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None) -
             if on_shutdown is not None:
                 await asyncio.to_thread(on_shutdown)
 
-    upgrade_head(settings.db_url)
-    config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port,
+    config = uvicorn.Config(create_app(settings, migrate=migrate), host=settings.host, port=settings.port,
                             log_level=settings.log_level.lower())
     Server(config).run()
     return 0
@@ -46,7 +45,7 @@ def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None) -
 
 def run_worker(settings: Settings) -> int:
     from store.migrate import upgrade_head
-    from worker.celery_app import UnsafeLimits, celery_app, check_limits
+    from worker.celery_app import UnsafeLimits, check_limits, get_celery
 
     try:
         check_limits(settings)
@@ -55,7 +54,7 @@ def run_worker(settings: Settings) -> int:
         return 2
     upgrade_head(settings.db_url)
     # CUDA is never touched here: each pool process picks its GPU after the fork (worker.tasks).
-    celery_app.worker_main(["worker", f"--loglevel={settings.log_level}", f"--concurrency={settings.worker_concurrency}",
+    get_celery(settings).worker_main(["worker", f"--loglevel={settings.log_level}", f"--concurrency={settings.worker_concurrency}",
                             "-Q", settings.worker_queues, "--pool=prefork", "--without-gossip", "--without-mingle"])
     return 0
 
@@ -75,11 +74,11 @@ def serve(settings: Settings) -> int:
     except UnsafeAuth as exc:
         log.error("refusing to start: %s", exc)
         return 2
-    upgrade_head(settings.db_url)
+    upgrade_head(settings.db_url)  # once, for the API here and before the worker child starts
     supervisor = _WorkerSupervisor(settings)
     supervisor.start()
     try:
-        return run_api(settings, on_shutdown=supervisor.stop)
+        return run_api(settings, on_shutdown=supervisor.stop, migrate=False)
     finally:
         supervisor.stop()
 

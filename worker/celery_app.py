@@ -7,14 +7,20 @@ and each process sees only its GPU (CUDA_VISIBLE_DEVICES set after the fork, bef
 
 Embedded default: kombu's filesystem transport (no server). It loses the message of a SIGKILLed
 worker, which costs nothing: the job's lease expires and the sweeper rings again.
+
+One app per process: :data:`celery_app`, configured at its first use — by :func:`get_celery` with
+the process's settings, or else (e.g. ``celery -A worker.celery_app:celery_app inspect ping``) from
+the ``SMD_*`` environment. Importing this module reads no settings and touches no file; the
+filesystem broker's folders are made by :func:`get_celery`.
 """
 from __future__ import annotations
+
+from typing import Any
 
 from celery import Celery
 
 from store.settings import Settings, get_settings
 
-QUEUES = ("cpu", "gpu")
 RUN_NEXT_TASK = "smd.run_next"
 HARD_LIMIT_GRACE = 60
 
@@ -33,9 +39,10 @@ def check_limits(settings: Settings) -> None:
             f"Redis would hand a running job's message to a second worker")
 
 
-def create_celery(settings: Settings) -> Celery:
-    app = Celery("smdlab", broker=settings.broker, include=["worker.tasks"])
-    app.conf.update(
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """The Celery configuration of ``settings`` (no side effects)."""
+    conf: dict[str, Any] = dict(
+        broker_url=settings.broker,
         task_ignore_result=True,          # results live in SQL
         task_acks_late=True,              # a message is acknowledged only after its job ended
         task_reject_on_worker_lost=True,
@@ -52,13 +59,37 @@ def create_celery(settings: Settings) -> Celery:
     )
     if settings.broker.startswith("filesystem"):
         folder = settings.broker_folder
-        (folder / "control").mkdir(parents=True, exist_ok=True)
-        app.conf.broker_transport_options = {"data_folder_in": str(folder), "data_folder_out": str(folder),
-                                             "control_folder": str(folder / "control"),
-                                             "store_processed": False}
+        conf["broker_transport_options"] = {"data_folder_in": str(folder), "data_folder_out": str(folder),
+                                            "control_folder": str(folder / "control"), "store_processed": False}
     else:
-        app.conf.broker_transport_options = {"visibility_timeout": settings.visibility_timeout}
+        conf["broker_transport_options"] = {"visibility_timeout": settings.visibility_timeout}
+    return conf
+
+
+def create_celery(settings: Settings) -> Celery:
+    """A Celery app configured from ``settings`` (no side effects; the process's own is :func:`get_celery`'s)."""
+    app = Celery("smdlab", include=["worker.tasks"])
+    app.conf.update(celery_config(settings))
     return app
 
 
-celery_app = create_celery(get_settings())
+celery_app = Celery("smdlab", include=["worker.tasks"])
+# read at the app's first use, not at import: unless get_celery configured it, from the SMD_* environment
+celery_app.add_defaults(lambda: celery_config(get_settings()))
+_configured: dict[tuple[str, str], Celery] = {}
+
+
+def get_celery(settings: Settings) -> Celery:
+    """The process's Celery app, configured from ``settings`` at the first call (its filesystem
+    broker's folders made then). A process serving several brokers (only tests do) gets an app
+    per broker."""
+    key = (settings.broker, str(settings.broker_folder))
+    if key not in _configured:
+        if settings.broker.startswith("filesystem"):
+            (settings.broker_folder / "control").mkdir(parents=True, exist_ok=True)
+        if _configured:
+            _configured[key] = create_celery(settings)
+        else:
+            celery_app.conf.update(celery_config(settings))
+            _configured[key] = celery_app
+    return _configured[key]

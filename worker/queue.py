@@ -7,12 +7,9 @@ nothing to claim and is dropped.
 """
 from __future__ import annotations
 
-from celery import Celery
-
+from store.models import QUEUES
 from store.settings import Settings
-from worker.celery_app import QUEUES, RUN_NEXT_TASK, create_celery
-
-_apps: dict[tuple[str, str], Celery] = {}
+from worker.celery_app import RUN_NEXT_TASK, get_celery
 
 
 def queue_for(device: str) -> str:
@@ -21,16 +18,9 @@ def queue_for(device: str) -> str:
     return "gpu" if device.startswith("cuda") else "cpu"
 
 
-def _app(settings: Settings) -> Celery:
-    key = (settings.broker, str(settings.broker_folder))
-    if key not in _apps:
-        _apps[key] = create_celery(settings)
-    return _apps[key]
-
-
 def ring(settings: Settings, queue: str, times: int = 1) -> None:
     """Send ``times`` doorbells on ``queue`` (call only after the job rows are committed)."""
-    app = _app(settings)
+    app = get_celery(settings)
     for _ in range(times):
         app.send_task(RUN_NEXT_TASK, args=[queue], queue=queue)
 
@@ -38,7 +28,7 @@ def ring(settings: Settings, queue: str, times: int = 1) -> None:
 def queue_depths(settings: Settings) -> dict[str, int]:
     """Messages waiting in each queue (not counting those a worker holds); raises when the broker
     is unreachable."""
-    app = _app(settings)
+    app = get_celery(settings)
     depths = {}
     # socket timeouts: a Redis that accepts connections but never answers must not hang the caller
     options = {} if settings.broker.startswith("filesystem") else {"socket_timeout": 2, "socket_connect_timeout": 2}

@@ -1,5 +1,6 @@
 """Running jobs: claim one under a lease, run the engine (resuming from its checkpoint), and write
-progress, partial series, checkpoints and the outcome — each write conditioned on the lease."""
+progress, partial series, checkpoints and the outcome — each write a store function conditioned on
+the lease (raising LeaseLost), each its own transaction: no session is held here."""
 from __future__ import annotations
 
 import logging
@@ -8,14 +9,10 @@ import time
 import traceback
 from typing import Any
 
-from sqlalchemy import update
-
 import smdengine
 from smdengine.runtime import json_safe
 from store import jobs
-from store.db import session_scope
-from store.models import Experiment
-from store.series import truncate_points, write_points
+from store.models import QUEUES
 from store.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,8 +31,7 @@ def execute_next(settings: Settings, queues: list[str], worker: str = "local",
                  experiment_id: str | None = None) -> str:
     """Claim the oldest queued job of ``queues`` (or that job) and run it; returns its final
     status, "idle" when there was nothing to claim, "lost" when the lease was lost meanwhile."""
-    with session_scope(settings.db_url) as session:
-        claim = jobs.claim_next(session, queues, worker, settings.lease_seconds, experiment_id)
+    claim = jobs.claim_next(settings.db_url, queues, worker, settings.lease_seconds, experiment_id)
     if claim is None:
         return "idle"
     return run_claimed(settings, claim)
@@ -43,7 +39,7 @@ def execute_next(settings: Settings, queues: list[str], worker: str = "local",
 
 def execute(settings: Settings, experiment_id: str, worker: str = "local") -> str:
     """Run one given job if it is queued ("skipped" if not)."""
-    status = execute_next(settings, ["cpu", "gpu"], worker, experiment_id)
+    status = execute_next(settings, list(QUEUES), worker, experiment_id)
     return "skipped" if status == "idle" else status
 
 
@@ -60,8 +56,7 @@ def run_claimed(settings: Settings, claim: jobs.Claim) -> str:
         log.warning("experiment %s: lease lost (another worker owns it now); stopped", experiment_id)
         return "lost"
     except _Released:
-        with session_scope(url) as session:
-            jobs.release(session, claim)
+        jobs.release(url, claim)
         log.warning("experiment %s: given back to the queue (worker shutting down)", experiment_id)
         return "released"
     finally:
@@ -71,17 +66,11 @@ def run_claimed(settings: Settings, claim: jobs.Claim) -> str:
 
 def _run(settings: Settings, claim: jobs.Claim, writer: _SeriesWriter) -> str:
     url = settings.db_url
-    with session_scope(url) as session:
-        spec_data = session.get(Experiment, claim.experiment_id).spec
-        stored = jobs.load_checkpoint(session, claim.experiment_id)
-        saved = (stored.data, stored.step) if stored is not None else None
+    stored = jobs.load_run(url, claim)
     try:
-        spec = smdengine.parse_spec(spec_data)
-        resume = _usable_checkpoint(saved, claim)
-        with session_scope(url) as session:
-            writer.start(session, resume)
-            session.execute(update(Experiment).where(Experiment.id == claim.experiment_id)
-                            .values(theory=json_safe(smdengine.predict(spec))))
+        spec = smdengine.parse_spec(stored.spec)
+        resume = _usable_checkpoint(stored.checkpoint, claim)
+        writer.start(resume, theory=json_safe(smdengine.predict(spec)))
         hooks = smdengine.CheckpointHooks(save=writer.save_checkpoint, interval=settings.checkpoint_seconds,
                                           resume=resume)
         writer.hooks = hooks
@@ -96,9 +85,7 @@ def _run(settings: Settings, claim: jobs.Claim, writer: _SeriesWriter) -> str:
         return _finish(url, claim, "cancelled")
     except smdengine.IncompatibleCheckpoint as exc:  # e.g. the job moved from a GPU to a CPU worker
         log.warning("experiment %s: %s; starting from scratch", claim.experiment_id, exc)
-        with session_scope(url) as session:
-            jobs.drop_checkpoint(session, claim.experiment_id)
-            jobs.note_resume(session, claim, None)
+        jobs.forget_checkpoint(url, claim)
         return _run(settings, claim, writer)
     except Exception as exc:  # the job failed: record why, never retry a deterministic error
         log.exception("experiment %s failed", claim.experiment_id)
@@ -132,8 +119,7 @@ def _flush_quietly(writer: _SeriesWriter) -> None:
 
 
 def _finish(url: str, claim: jobs.Claim, status: str, **values: Any) -> str:
-    with session_scope(url) as session:
-        jobs.finish_claimed(session, claim, status, **values)
+    jobs.finish_claimed(url, claim, status, **values)
     log.info("experiment %s %s", claim.experiment_id, status)
     return status
 
@@ -158,8 +144,7 @@ class _LeaseKeeper:
     def _loop(self) -> None:
         while not self._stop.wait(self.lease_seconds / 3):
             try:
-                with session_scope(self.url) as session:
-                    jobs.renew(session, self.claim, self.lease_seconds)
+                jobs.renew(self.url, self.claim, self.lease_seconds)
             except jobs.LeaseLost:
                 self.lost = True
                 return
@@ -182,16 +167,14 @@ class _SeriesWriter:
         self.hooks: smdengine.CheckpointHooks | None = None
         self.release_requested = False
 
-    def start(self, session, resume: smdengine.Checkpoint | None) -> None:
-        """The stored series becomes the checkpoint's points (none without one); this attempt writes
-        the rest."""
+    def start(self, resume: smdengine.Checkpoint | None, theory: dict[str, Any]) -> None:
+        """The stored series becomes the checkpoint's points (none without one), and the theory is
+        stored; this attempt writes the rest."""
         self.index = resume.n_points if resume is not None else 0
         self.step = resume.step if resume is not None else 0
-        if resume is not None:
-            write_points(session, self.claim.experiment_id, 0, resume.series)
-            jobs.note_resume(session, self.claim, resume.step)
-        else:
-            truncate_points(session, self.claim.experiment_id, 0)
+        jobs.begin_attempt(self.url, self.claim, theory=theory,
+                           resume_points=resume.series if resume is not None else None,
+                           resume_step=resume.step if resume is not None else None)
 
     def on_progress(self, progress: smdengine.Progress) -> None:
         for key, values in progress.points.items():
@@ -214,16 +197,13 @@ class _SeriesWriter:
     def save_checkpoint(self, checkpoint: smdengine.Checkpoint) -> None:
         self.flush()  # the stored series must reach the checkpoint's n_points
         data = checkpoint.to_bytes()
-        with session_scope(self.url) as session:
-            jobs.save_checkpoint(session, self.claim, checkpoint.step, checkpoint.n_points, data)
+        jobs.save_checkpoint(self.url, self.claim, checkpoint.step, checkpoint.n_points, data)
 
     def flush(self) -> None:
         n = len(self.buffer.get("step", []))
-        with session_scope(self.url) as session:
-            # progress first: it fails with LeaseLost before any point is written by a lost worker
-            self.cancel = jobs.record_progress(session, self.claim, self.step, self.total)
-            if n:
-                write_points(session, self.claim.experiment_id, self.index, self.buffer)
+        # progress first: it fails with LeaseLost before any point is written by a lost worker
+        self.cancel = jobs.record_progress(self.url, self.claim, self.step, self.total,
+                                           points=self.buffer if n else None, start_index=self.index)
         self.index += n
         self.buffer = {}
         self.last_flush = time.monotonic()

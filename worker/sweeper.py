@@ -12,7 +12,6 @@ import logging
 import threading
 
 from store import jobs
-from store.db import session_scope
 from store.settings import Settings
 from worker.queue import queue_depths, ring
 
@@ -23,12 +22,10 @@ MAX_RINGS_PER_PASS = 200
 def sweep(settings: Settings, *, lost_worker: str | None = None) -> dict[str, int]:
     """One pass; ``lost_worker``: a worker name known to be gone (its leases are expired at once).
     Returns what it did: {"requeued": n, "rung": n}."""
-    with session_scope(settings.db_url) as session:
-        requeued = jobs.expire_leases(session, settings.max_attempts, owner_prefix=lost_worker)
+    requeued = jobs.expire_leases(settings.db_url, settings.max_attempts, owner_prefix=lost_worker)
     if requeued:
         log.warning("requeued %d job(s) whose worker was lost: %s", len(requeued), ", ".join(requeued))
-    with session_scope(settings.db_url) as session:
-        waiting = jobs.queued_counts(session)
+    waiting = jobs.queued_counts(settings.db_url)
     rung = 0
     if waiting:
         depths = queue_depths(settings)

@@ -6,14 +6,14 @@ import signal
 import socket
 import threading
 
-from celery import signals
+from celery import shared_task, signals
 
 from store.settings import get_settings
-from worker.celery_app import RUN_NEXT_TASK, celery_app
+from worker.celery_app import RUN_NEXT_TASK
 from worker.runner import execute_next, running, shutting_down
 
 
-@celery_app.task(name=RUN_NEXT_TASK)
+@shared_task(name=RUN_NEXT_TASK)  # registered in the process's app (worker.celery_app)
 def run_next(queue: str) -> str:
     """A job is waiting on ``queue``: claim the oldest one there and run it (its outcome is written
     to the database); a doorbell that finds nothing to claim does nothing."""

@@ -2,7 +2,7 @@
 
 ``GET /v1/experiments/{id}/events`` answers ``text/event-stream``. Every event is a snapshot of
 the experiment (its revision is the event id); the stream polls the database, each poll a short
-session in a worker thread (the event loop never waits on the database and no connection is held
+store read (its own transaction) in a worker thread (the event loop never waits on the database and no connection is held
 between polls), and ends after the event that reports a terminal status.
 """
 from __future__ import annotations
@@ -10,19 +10,17 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 
 from api.deps import ExperimentDep, SettingsDep
-from api.schemas import ErrorOut
-from store.db import session_factory
+from api.responses import NOT_FOUND
+from store import jobs
 from store.models import TERMINAL, Experiment, as_utc
 
 log = logging.getLogger(__name__)
@@ -32,7 +30,6 @@ RETRY_MS = 2000  # how long an EventSource waits before it reconnects (sent as `
 KEEPALIVE = b": keep-alive\n\n"
 _FIELDS = ("id", "status", "progress", "step", "total_steps", "revision", "error", "cancel_requested",
            "attempts", "started_at", "finished_at", "updated_at")
-_COLUMNS = tuple(getattr(Experiment, name) for name in _FIELDS)
 _LAST_EVENT_ID = re.compile(r"\s*(-?\d{1,18})\s*")
 
 
@@ -58,30 +55,24 @@ EVENT_FORMAT = (
     "runs out.")
 
 
-def _utc(value: datetime | None) -> str | None:
-    """ISO 8601 in UTC, as ExperimentOut writes it (SQLite returns naive datetimes; every stored time is UTC)."""
-    if value is None:
-        return None
-    value = as_utc(value).astimezone(UTC)
-    return value.isoformat().replace("+00:00", "Z")
-
-
-def _state(source: Any) -> dict[str, Any]:
-    """The event payload from an Experiment or a row mapping of _COLUMNS."""
-    get = source.__getitem__ if isinstance(source, Mapping) else lambda name: getattr(source, name)
-    state = {name: get(name) for name in _FIELDS}
+def _state(fields: dict[str, Any]) -> dict[str, Any]:
+    """The event payload from the values of _FIELDS (times in ISO 8601 UTC, as ExperimentOut writes them)."""
+    state = dict(fields)
     for name in ("started_at", "finished_at", "updated_at"):
-        state[name] = _utc(state[name])
+        value = as_utc(state[name])
+        state[name] = None if value is None else value.isoformat().replace("+00:00", "Z")
     state["cancel_requested"] = bool(state["cancel_requested"])
     return state
 
 
+def _of(experiment: Experiment) -> dict[str, Any]:
+    return _state({name: getattr(experiment, name) for name in _FIELDS})
+
+
 def _read(url: str, experiment_id: str) -> dict[str, Any] | None:
     """One poll (in a worker thread): the current state, None once the experiment is deleted."""
-    with session_factory(url)() as session:
-        row = session.execute(select(*_COLUMNS).where(Experiment.id == experiment_id)).one_or_none()
-        session.commit()  # end the transaction: the connection goes back to the pool at once
-    return None if row is None else _state(row._mapping)
+    fields = jobs.read_fields(url, experiment_id, _FIELDS)
+    return None if fields is None else _state(fields)
 
 
 def _event(state: dict[str, Any], kind: str) -> bytes:
@@ -155,9 +146,7 @@ async def _stream(request: Request, url: str, first: dict[str, Any], known: int 
                                  "properties": {"event": {"type": "string", "enum": ["status", "progress", "deleted"]},
                                                 "id": {"type": "string"}, "data": {"type": "string"},
                                                 "retry": {"type": "integer"}}}}}},
-                       401: {"model": ErrorOut, "description": "Missing, invalid or revoked API key "
-                                                               "(WWW-Authenticate: Bearer)."},
-                       404: {"model": ErrorOut, "description": "No experiment with that id that you may see."}})
+                       **NOT_FOUND})
 async def stream_events(experiment: ExperimentDep, request: Request, settings: SettingsDep,
                         timeout: Annotated[float | None, Query(
                             gt=0, le=3600, description="Close the stream after this many seconds "
@@ -167,6 +156,6 @@ async def stream_events(experiment: ExperimentDep, request: Request, settings: S
                                                                "EventSource on reconnect): the current state "
                                                                "is sent only if it is newer.")] = None):
     """Stream the experiment's status and progress changes as Server-Sent Events until it ends."""
-    body = _stream(request, settings.db_url, _state(experiment), _known_revision(last_event_id),
+    body = _stream(request, settings.db_url, _of(experiment), _known_revision(last_event_id),
                    settings.events_poll_seconds, settings.events_keepalive_seconds, timeout)
     return EventStream(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

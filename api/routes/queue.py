@@ -7,9 +7,11 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, Field
 
-from api.deps import CurrentUserDep, SessionDep
+from api.deps import CurrentUserDep, DbDep
+from api.responses import UNAUTHORIZED
 from api.schemas import ErrorOut, Priority
 from store import queue_stats
+from store.models import Status
 
 router = APIRouter(prefix="/v1/queue", tags=["queue"])
 
@@ -32,7 +34,7 @@ class QueuedJob(BaseModel):
     id: str
     name: str | None
     kind: str
-    status: Literal["queued", "running"]
+    status: Literal[Status.queued, Status.running]
     queue: Literal["cpu", "gpu"]
     priority: Priority = Field(..., description="Orders its owner's own queued jobs.")
     owner: str | None = Field(None, description="Name of the user who submitted it.")
@@ -61,18 +63,16 @@ def _job(state: queue_stats.JobState) -> QueuedJob:
 
 
 @router.get("", response_model=QueueOut, operation_id="getQueue",
-            responses={401: {"model": ErrorOut, "description": "Missing, invalid or revoked API key "
-                                                               "(WWW-Authenticate: Bearer)."},
+            responses={**UNAUTHORIZED,
                        403: {"model": ErrorOut, "description": "all=true is for admins only."}})
-def get_queue(session: SessionDep, user: CurrentUserDep,
+def get_queue(db: DbDep, user: CurrentUserDep,
               everyone: Annotated[bool, Query(alias="all", description="Every user's queued and running jobs "
                                                                         "(admins only).")] = False):
     """Queue lengths, workers and recent run times, and your queued and running jobs with their estimated start."""
     if everyone and not user.is_admin:
         raise HTTPException(status_code=403, detail=f"all=true lists every user's jobs and is for admins only; "
                                                     f"{user.name} is not an admin: leave it out to see your own jobs")
-    snap = queue_stats.snapshot(session, user.id, everyone=everyone)
-    session.commit()  # release the connection (api.deps._session)
+    snap = queue_stats.snapshot(db, user.id, everyone=everyone)
     return QueueOut(queues={name: QueueInfo(queued=q.queued, running=q.running, workers=q.workers,
                                             mean_duration_seconds=q.mean_duration_seconds)
                             for name, q in snap.queues.items()},
