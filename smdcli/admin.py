@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from datetime import datetime
 
 from store import users
 from store.migrate import upgrade_head
+from store.models import as_utc
 from store.settings import Settings
 
 
@@ -97,8 +99,9 @@ def _keys_list(db: str, args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _when(value) -> str:
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
+def _when(value: datetime | None) -> str:
+    """A stored time in UTC, to the second."""
+    return as_utc(value).strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
 
 def _keys_revoke(db: str, args: argparse.Namespace, settings: Settings) -> int:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
@@ -71,7 +71,7 @@ def submit_experiment(submission: Submission, db: DbDep, settings: SettingsDep, 
     return experiment
 
 
-_MAX_MICROS = (datetime.max.replace(tzinfo=UTC) - EPOCH) // timedelta(microseconds=1)
+_MAX_MICROS = (as_utc(datetime.max) - EPOCH) // timedelta(microseconds=1)
 # A keyset position: "<created_at in microseconds since the epoch>.<id>" of the last item of a page. Every
 # string of this form is a position in the (created_at, id) order, so every one the pattern admits is valid.
 CURSOR_PATTERN = r"^[0-9]{1,18}\.[0-9a-f]{1,32}$"
