@@ -101,8 +101,3 @@ def transaction(fn: Callable[Concatenate[Session, P], T]) -> Callable[Concatenat
 def ping(session: Session) -> None:
     """Raise when the database cannot be reached (health and readiness probes)."""
     session.execute(text("SELECT 1"))
-
-
-def dialect(url: str) -> str:
-    """The SQL dialect of ``url`` (sqlite, postgresql), without connecting."""
-    return get_engine(url).dialect.name

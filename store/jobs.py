@@ -243,7 +243,7 @@ def begin_attempt(session: Session, claim: Claim, *, theory: dict[str, Any],
     _hold(session, claim)
     if resume_points is not None:
         write_points(session, claim.experiment_id, 0, resume_points)
-        note_resume(session, claim, resume_step)
+        _note_resume(session, claim, resume_step)
     else:
         truncate_points(session, claim.experiment_id, 0)
     record_theory(session, claim, theory)
@@ -261,8 +261,8 @@ def forget_checkpoint(session: Session, claim: Claim) -> None:
     """Under the lease (raises :class:`LeaseLost`): drop a checkpoint that cannot be resumed; the
     attempt starts from scratch."""
     _hold(session, claim)
-    drop_checkpoint(session, claim.experiment_id)
-    note_resume(session, claim, None)
+    _drop_checkpoint(session, claim.experiment_id)
+    _note_resume(session, claim, None)
 
 
 @dataclass(frozen=True)
@@ -394,13 +394,11 @@ def load_checkpoint(session: Session, experiment_id: str) -> Checkpoint | None:
     return session.get(Checkpoint, experiment_id)
 
 
-@transaction
-def drop_checkpoint(session: Session, experiment_id: str) -> None:
+def _drop_checkpoint(session: Session, experiment_id: str) -> None:
     session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == experiment_id))
 
 
-@transaction
-def note_resume(session: Session, claim: Claim, step: int | None) -> None:
+def _note_resume(session: Session, claim: Claim, step: int | None) -> None:
     session.execute(update(Attempt).where(Attempt.experiment_id == claim.experiment_id,
                                           Attempt.number == claim.attempt).values(resumed_from_step=step))
 
