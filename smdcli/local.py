@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 import smdengine
+from store.models import Status
 from store.settings import get_settings
 
 
@@ -46,7 +47,7 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False) -> int:
         print(f"smd run: failed: {exc}", file=sys.stderr)
         return 1
     bar.close()
-    doc = {"id": None, "kind": spec.kind, "status": "succeeded", "spec": spec.model_dump(mode="json"),
+    doc = {"id": None, "kind": spec.kind, "status": Status.succeeded, "spec": spec.model_dump(mode="json"),
            **result.to_document()}
     document = json.dumps(doc, allow_nan=False)
     if output is None:

@@ -12,7 +12,7 @@ from typing import Any
 import smdengine
 from smdengine.runtime import json_safe
 from store import jobs
-from store.models import QUEUES
+from store.models import QUEUES, Status
 from store.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,7 @@ def _run(settings: Settings, claim: jobs.Claim, writer: _SeriesWriter) -> str:
         raise
     except smdengine.Cancelled:
         _flush_quietly(writer)
-        return _finish(url, claim, "cancelled")
+        return _finish(url, claim, Status.cancelled)
     except smdengine.IncompatibleCheckpoint as exc:  # e.g. the job moved from a GPU to a CPU worker
         log.warning("experiment %s: %s; starting from scratch", claim.experiment_id, exc)
         jobs.forget_checkpoint(url, claim)
@@ -91,9 +91,9 @@ def _run(settings: Settings, claim: jobs.Claim, writer: _SeriesWriter) -> str:
         log.exception("experiment %s failed", claim.experiment_id)
         _flush_quietly(writer)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return _finish(url, claim, "failed", error=detail)
+        return _finish(url, claim, Status.failed, error=detail)
     doc = result.to_document()
-    return _finish(url, claim, "succeeded", summary=doc["summary"], theory=doc["theory"],
+    return _finish(url, claim, Status.succeeded, summary=doc["summary"], theory=doc["theory"],
                    distributions=doc["distributions"])
 
 
