@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import torch
 
-from smdengine.runtime import saved
+from smdengine._runtime import saved
 
 SPLIT_MIN = 32768     # shortest row (elements) cut into one piece per thread for the Gram product
 
