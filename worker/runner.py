@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import update
 
 import smdengine
-from smdengine.runtime import json_safe
+from smdengine import json_safe
 from store import jobs
 from store.db import session_scope
 from store.models import Experiment

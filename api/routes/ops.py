@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from api.deps import SessionDep, SettingsDep, release
 from api.schemas import ReadyOut
-from smdengine.spec import KINDS
+from smdengine import KINDS
 from store.models import TERMINAL, Experiment
 from store.settings import Settings
 from worker import queue as broker_queue
