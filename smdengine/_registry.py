@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import TypeAdapter
 
@@ -26,21 +26,25 @@ from smdengine.nrq.spec import MODEL as NRQ_MODEL
 from smdengine.nrq.spec import NRQSpec
 from smdengine.sde import norm_map, normalized_linear, toy2d
 from smdengine.sde import nrq as sde_nrq
+from smdengine.sde._common import SDEModelParams
 from smdengine.train.spec import MODEL as TRAIN_MODEL
 from smdengine.train.spec import TrainSpec
 
 SDE_MODELS: tuple[Model, ...] = (sde_nrq.MODEL, normalized_linear.MODEL, norm_map.MODEL, toy2d.MODEL)
-SDEParams = tagged_union("model", {m.name: m.params for m in SDE_MODELS})
+
+if TYPE_CHECKING:
+    SDEParams = SDEModelParams   # what every model's params provide; a simulator narrows with params_of
+else:   # the union of the models' params, discriminated by ``model``
+    SDEParams = tagged_union("model", {m.name: m.params for m in SDE_MODELS})
 
 
 class SDESpec(SpecBase):
     kind: Literal["sde"]
-    params: SDEParams  # type: ignore[valid-type]  # a union built from SDE_MODELS
+    params: SDEParams
 
     @property
     def work(self) -> int:
-        work: int = self.params.work
-        return work
+        return self.params.work
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,7 @@ class NRQParams(NRQPhysics):
 
 class NRQSpec(SpecBase):
     kind: Literal["nrq"]
-    params: NRQParams = Field(default_factory=NRQParams)
+    params: NRQParams = Field(default_factory=lambda: NRQParams.model_validate({}))
 
     @property
     def work(self) -> int:

@@ -2,12 +2,17 @@
 fields. Each model's params live in its own file; the ``model``-tagged union is built by the registry."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from pydantic import Field
 
 from smdengine._science import check_recording
 from smdengine._spec_base import StrictModel
+
+if TYPE_CHECKING:
+    from smdengine._registry import SDESpec
+
+P = TypeVar("P")
 
 DT_DESCRIPTION = "Euler–Maruyama step in units of SGD steps; 1/k for an integer k (1, 0.5, 0.1, …)."
 
@@ -31,3 +36,22 @@ class Recording(StrictModel):
 
     def _check_recording(self) -> None:
         check_recording(self.steps, self.record_every)
+
+
+class SDEModelParams(Protocol):
+    """What every sde model's params provide (the static type of ``SDESpec.params``)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def work(self) -> int: ...
+
+
+def params_of(spec: SDESpec, cls: type[P]) -> P:
+    """The spec's params as the model's params class (the registry dispatched on ``model``)."""
+    params = spec.params
+    if not isinstance(params, cls):
+        raise TypeError(f"params: expected {cls.__name__}, got {type(params).__name__}")
+    return params

@@ -72,7 +72,7 @@ from smdengine._runtime import saved
 from smdengine._science import tail_means
 from smdengine._simulator import Context, Row, Simulator
 from smdengine._spec_base import StrictModel
-from smdengine.sde._common import Recording
+from smdengine.sde._common import Recording, params_of
 
 if TYPE_CHECKING:
     import torch
@@ -123,7 +123,7 @@ class NormMapParams(Recording):
     momentum: float = Field(0.0, ge=0, lt=1, description="α; 0 selects the SGD map, > 0 the SGDM map.")
     init_norm_sq: float = Field(10.0, gt=0, le=1e12, description="x₀ = |w₀|² (and |w₋₁|² = ⟨w₀, w₋₁⟩ = x₀).")
     trials: int = Field(1, ge=1, le=1_000_000, description="Independent noise sequences, averaged.")
-    unit_grad_sq: UnitGradSq = Field(default_factory=UnitGradSq)
+    unit_grad_sq: UnitGradSq = Field(default_factory=lambda: UnitGradSq.model_validate({}))
     steps: int = Field(100_000, ge=1, le=100_000_000, description="Number of map iterations.")
 
     @model_validator(mode="after")
@@ -160,7 +160,7 @@ class NormMap(Simulator["SDESpec"]):
 
     def __new__(cls, spec: SDESpec, ctx: Context) -> NormMap:
         if cls is NormMap:
-            p: NormMapParams = spec.params
+            p = params_of(spec, NormMapParams)
             if p.momentum == 0:
                 cls = _SGD
             elif ctx.device.type != "cpu" or p.trials <= MM_MAX_TRIALS:
@@ -171,7 +171,7 @@ class NormMap(Simulator["SDESpec"]):
 
     def __init__(self, spec: SDESpec, ctx: Context):
         super().__init__(spec, ctx)
-        p: NormMapParams = spec.params
+        p = params_of(spec, NormMapParams)
         self.p = p
         self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
         self.chunk = max(1, min(CHUNK, CHUNK_ELEMENTS // p.trials))
@@ -223,7 +223,7 @@ class NormMap(Simulator["SDESpec"]):
     @classmethod
     def predict(cls, spec: SDESpec) -> dict[str, Any]:
         """``norm_sq_equilibrium``: the map's fixed point for L = E[L_t] at each recorded step."""
-        p: NormMapParams = spec.params
+        p = params_of(spec, NormMapParams)
         t = np.arange(0, p.steps, p.record_every, dtype=np.float64)
         mean_l = _drive_mean(p.unit_grad_sq, t)
         return {"norm_sq_equilibrium": equilibrium(mean_l, p.lr, p.weight_decay, p.momentum).tolist()}

@@ -30,7 +30,7 @@ from smdengine._lazy import lazy_import
 from smdengine._runtime import saved
 from smdengine._science import tail_means
 from smdengine._simulator import Context, Row, Simulator
-from smdengine.sde._common import DT_DESCRIPTION, Recording, substeps
+from smdengine.sde._common import DT_DESCRIPTION, Recording, params_of, substeps
 
 if TYPE_CHECKING:
     import torch
@@ -89,7 +89,7 @@ class NormalizedLinear(Simulator["SDESpec"]):
 
     def __init__(self, spec: SDESpec, ctx: Context):
         super().__init__(spec, ctx)
-        p: NormalizedLinearParams = spec.params
+        p = params_of(spec, NormalizedLinearParams)
         self.p = p
         self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
         self.k = p.substeps()
@@ -126,7 +126,7 @@ class NormalizedLinear(Simulator["SDESpec"]):
     @classmethod
     def predict(cls, spec: SDESpec) -> dict[str, Any]:
         """R(t), τ(t) and ηt on the record steps."""
-        p: NormalizedLinearParams = spec.params
+        p = params_of(spec, NormalizedLinearParams)
         t = np.arange(0, p.steps, p.record_every, dtype=np.float64)
         return {"tau": time_change(t, p.lr, p.weight_decay, p.init_norm).tolist(),
                 "norm_scale": norm_scale(t, p.lr, p.weight_decay, p.init_norm).tolist(),

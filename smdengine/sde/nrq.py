@@ -25,7 +25,7 @@ from smdengine._simulator import Context, Row, Simulator
 from smdengine.nrq import theory
 from smdengine.nrq.predict import predict_physics
 from smdengine.nrq.spec import NORM_PLOT, RISK_PLOT, NRQPhysics
-from smdengine.sde._common import DT_DESCRIPTION, substeps
+from smdengine.sde._common import DT_DESCRIPTION, params_of, substeps
 
 if TYPE_CHECKING:
     import torch
@@ -79,7 +79,7 @@ class NRQSDE(Simulator["SDESpec"]):
         from smdengine.nrq.stepper import Stepper
 
         super().__init__(spec, ctx)
-        p: NRQSDEParams = spec.params
+        p = params_of(spec, NRQSDEParams)
         self.p = p
         self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
         self.k = substeps(p.dt)
@@ -154,7 +154,7 @@ def predict(spec: SDESpec, init_norms_sq: np.ndarray | None = None) -> dict[str,
     plus gamma_theory = (M_t/η)² (seed 001 Lemma 5.2 with Tr Σ = (p−1)σ²) and
     au_theory = √((p−1)σ²)·η/M_t (seed 000 Lemma 1). ``init_norms_sq``: as for
     :func:`smdengine.nrq.predict.predict_nrq`."""
-    p: NRQSDEParams = spec.params
+    p = params_of(spec, NRQSDEParams)
     out = predict_physics(p, 0.0, init_norms_sq)
     all_phases = p.phases()
     lrs = [phase_at(all_phases, n).lr for n in record_steps(p.steps, p.record_every)]

@@ -54,7 +54,7 @@ from smdengine._lazy import lazy_import
 from smdengine._runtime import saved
 from smdengine._science import tail_means
 from smdengine._simulator import Context, Row, Simulator
-from smdengine.sde._common import Recording, substeps
+from smdengine.sde._common import Recording, params_of, substeps
 
 if TYPE_CHECKING:
     import torch
@@ -115,7 +115,7 @@ class Toy2D(Simulator["SDESpec"]):
 
     def __init__(self, spec: SDESpec, ctx: Context):
         super().__init__(spec, ctx)
-        p: Toy2DParams = spec.params
+        p = params_of(spec, Toy2DParams)
         self.p = p
         self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
         self.k = p.substeps()
@@ -149,7 +149,7 @@ class Toy2D(Simulator["SDESpec"]):
     def predict(cls, spec: SDESpec) -> dict[str, Any]:
         """``loss_flow`` and ``norm_sq_flow`` (exact gradient flow from the centre) on the record steps,
         and the scalar ``stable_until`` for the spec's integrator."""
-        p: Toy2DParams = spec.params
+        p = params_of(spec, Toy2DParams)
         x0, y0 = p.center
         t = np.arange(0, p.steps, p.record_every, dtype=np.float64)
         loss, norm_sq = flow_from(x0, y0, p.lr, p.weight_decay, t)

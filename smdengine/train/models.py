@@ -84,10 +84,10 @@ class Net:
         w = self.params[name]
         return L.standardize(w, gain) if self.p.norm == "weight_standardization" else w
 
-    def _affine(self, name: str):
+    def _affine(self, name: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         return self.params.get(f"{name}.gamma"), self.params.get(f"{name}.beta")
 
-    def _running(self, name: str):
+    def _running(self, name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
         if self.p.norm != "batch":
             return None
         return self.buffers[f"{name}.running_mean"], self.buffers[f"{name}.running_var"]
@@ -106,6 +106,10 @@ class Net:
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """(T, B, F) → (T, B, classes) through the classifier (never standardized)."""
         return L.linear(features, self.params["classifier.weight"], self.params["classifier.bias"])
+
+    def build(self) -> Net:
+        """Create the parameters (in a fixed order: the generator's draws depend on it)."""
+        raise NotImplementedError
 
     def forward(self, x: torch.Tensor, training: bool) -> torch.Tensor:
         """x: per-trial inputs (T, B, *input_shape) or shared (B, *input_shape) → logits (T, B, classes)."""

@@ -14,6 +14,7 @@ storage, the normalization buffers, the generator, the batch order, the window's
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -216,14 +217,23 @@ def check_scale_invariance(net: models.Net, data: Dataset, batch_size: int, gen:
     worst = 0.0
     with torch.no_grad():
         for group, group_members in net.groups.items():
-            dot = sum(torch.linalg.vecdot(net.params[m].flatten(1), grads[m].flatten(1)) for m in group_members)
-            wn = sum(net.params[m].flatten(1).square().sum(1) for m in group_members).sqrt()
-            gn = sum(grads[m].flatten(1).square().sum(1) for m in group_members).sqrt()
+            dot = _total(torch.linalg.vecdot(net.params[m].flatten(1), grads[m].flatten(1)) for m in group_members)
+            wn = _total(net.params[m].flatten(1).square().sum(1) for m in group_members).sqrt()
+            gn = _total(grads[m].flatten(1).square().sum(1) for m in group_members).sqrt()
             cos = (dot / (wn * gn).clamp_min(1e-300)).abs().max().item()
             if cos > tol:
                 raise RuntimeError(f"scale invariance: expected ⟨w, ∇_w L⟩ ≈ 0 for {group}, got cos = {cos:.3g}")
             worst = max(worst, cos)
     return worst
+
+
+def _total(parts: Iterable[torch.Tensor]) -> torch.Tensor:
+    """The sum of the tensors, left to right."""
+    it = iter(parts)
+    out = next(it)
+    for part in it:
+        out = out + part
+    return out
 
 
 def summarize(series: dict[str, list], theory: dict[str, list], groups: list[str], start: float) -> dict[str, Any]:

@@ -3,7 +3,7 @@ angular update of every scale-invariant weight tracked against its theory."""
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
@@ -53,7 +53,10 @@ class Cifar10Data(StrictModel):
 
 
 DATASETS = ("digits", "synthetic", "cifar10")
-DatasetSpec = tagged_union("name", dict(zip(DATASETS, (DigitsData, SyntheticData, Cifar10Data), strict=False)))
+if TYPE_CHECKING:
+    DatasetSpec = DigitsData | SyntheticData | Cifar10Data
+else:   # the same union, discriminated by name, naming the field and the choices in its error
+    DatasetSpec = tagged_union("name", dict(zip(DATASETS, (DigitsData, SyntheticData, Cifar10Data), strict=True)))
 
 
 class ScheduleEntry(StrictModel):
@@ -76,7 +79,7 @@ class ScheduleEntry(StrictModel):
 
 
 class TrainParams(StrictModel):
-    dataset: DatasetSpec = Field(default_factory=lambda: DigitsData(name="digits"))
+    dataset: DatasetSpec = Field(default_factory=lambda: DigitsData.model_validate({"name": "digits"}))
     data_seed: int = Field(0, ge=0, le=2**63 - 1, description="Seed of the split, label noise and synthetic data "
                                                              "(shared by all trials).")
     label_noise: float = Field(0.0, ge=0, lt=1, description="Fraction of training labels replaced by random ones.")
@@ -162,7 +165,7 @@ class TrainParams(StrictModel):
 
 class TrainSpec(SpecBase):
     kind: Literal["train"]
-    params: TrainParams = Field(default_factory=TrainParams)
+    params: TrainParams = Field(default_factory=lambda: TrainParams.model_validate({}))
 
     @property
     def work(self) -> int:
