@@ -86,13 +86,12 @@ CHUNK = 4096
 
 CHUNK_ELEMENTS = 1 << 14
 """...and at most about this many values (steps × trials) per chunk: below PyTorch's CPU grain size,
-so the chunk's ops stay single-threaded (bench/README.md: multi-threaded they cost far more on a
-loaded machine)."""
+so the chunk's ops stay single-threaded (bench/README.md, "Engine timings")."""
 
 MM_MAX_TRIALS = 64
 """SGDM on the CPU: up to this many trials the linear part is one (trials × 3)·(3 × 3) addmm
 (fastest for few trials); above it, elementwise column updates (the CPU BLAS goes multi-threaded on
-larger matmuls; bench/README.md). On CUDA always addmm. Both paths compute the same map."""
+larger matmuls; bench/README.md, "Engine timings"). On CUDA always addmm. Both paths compute the same map."""
 
 
 class UnitGradSq(StrictModel):

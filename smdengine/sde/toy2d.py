@@ -126,7 +126,7 @@ class Toy2D(Simulator["SDESpec"]):
             p.trials, 2, generator=ctx.gen, dtype=torch.float64, device=device)
         self.w = w.to(dtype)
         # the update is w ← (1 − ηλh)w − ηh·(2xy/|w|⁴)·(y, −x), with (y, −x) = flip(w)·(1, −1)
-        # (elementwise ops only: a CPU BLAS matmul per step is far slower on a busy machine)
+        # (elementwise ops only, no CPU BLAS matmul per step: bench/README.md, "Engine timings")
         self.shrink = 1.0 - p.lr * p.weight_decay * h
         self.kick = torch.tensor([-2.0 * p.lr * h, 2.0 * p.lr * h], dtype=dtype, device=device)
 
