@@ -3,8 +3,8 @@
 then step, record, emit progress, poll for cancellation and take checkpoints, and at the end flush,
 predict and summarise. The simulator protocol is :mod:`smdengine._simulator`.
 
-Checkpoint contract, enforced here: a resume is refused (:class:`IncompatibleCheckpoint`) unless its
-fingerprint matches this spec and device type and it holds every series of the run; a checkpoint is
+Checkpoint contract, enforced here: a resume is refused unless its fingerprint matches this spec and
+device type (:class:`IncompatibleCheckpoint`) and it holds every series of the run (``ValueError``); a checkpoint is
 taken only right after a progress event (so the points it holds were delivered), at most every
 ``CheckpointHooks.interval`` seconds, between two updates, from ``Simulator.state()``; a resumed run
 calls ``Simulator.load_state`` once before its first update and delivers only the points after it.
@@ -70,8 +70,7 @@ class _Recorder:
         if resumed is not None:
             missing = set(self.series) - set(resumed.series)
             if missing:
-                raise IncompatibleCheckpoint(f"checkpoint: expected series {sorted(self.series)}, "
-                                             f"got none for {sorted(missing)}")
+                raise ValueError(f"checkpoint: expected series {sorted(self.series)}, got none for {sorted(missing)}")
             self.series = {k: list(resumed.series[k]) for k in self.series}
 
     def record(self, step: int, row: Row) -> None:
