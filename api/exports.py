@@ -21,7 +21,7 @@ import csv
 import io
 from typing import Any
 
-from smdengine.runtime import LAYER_SEPARATOR
+from smdengine import LAYER_SEPARATOR
 
 CSV_MEDIA_TYPE = "text/csv; charset=utf-8"
 PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"

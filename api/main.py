@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from api.routes import events, experiments, exports, health, ops, plots, queue
-from smdengine.runtime import json_safe
+from smdengine import json_safe
 from store.migrate import upgrade_head
 from store.settings import Settings, get_settings
 from store.users import local_user

@@ -1,7 +1,8 @@
 """PNG/SVG plots of an experiment's results, theory drawn dashed (matplotlib, Agg backend).
 
-Plots are looked up by :func:`plot_key`: the kind, or ``sde/<model>`` for the sde kind.
-Styles: ``line`` (series against step), ``histogram`` (a distribution beside its theory density),
+Which plots exist, and what each draws, is declared by the engine beside each kind's or model's
+metrics (:class:`smdengine.PlotDef`), looked up by :func:`plot_key` (the kind, or ``<kind>/<model>``);
+this module knows no kind or model by name and renders by style: ``line`` (series against step), ``histogram`` (a distribution beside its theory density),
 ``angles`` (per-trial angles against ηt and against the time change τ, seed 002 Fig. 2),
 ``layers`` (a per-layer metric of every layer against step, one colour per layer, with its per-layer
 theory dashed in the same colour and global theory dashed black).
@@ -9,8 +10,7 @@ theory dashed in the same colour and global theory dashed black).
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -18,61 +18,9 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
+import smdengine
 from api.results import downsample_indices
-
-
-@dataclass(frozen=True)
-class PlotDef:
-    title: str
-    ylabel: str
-    series: tuple[str, ...] = ()
-    theory: tuple[str, ...] = ()
-    log_y: bool = False
-    style: Literal["line", "histogram", "angles", "layers"] = "line"
-    times: tuple[str, ...] = ()   # scalar theory values that are times: drawn as vertical lines
-    sparse: tuple[str, ...] = ()  # series defined only at some steps: drawn at those, with markers
-    layer_theory: tuple[str, ...] = ()  # layers style: per-layer theory metrics, dashed in the layer's colour
-
-
-_RISK = PlotDef("Risk r_t = 1 − E[X̄₁²]", "risk", ("risk",), ("risk_stationary",), log_y=True)
-_NORM_NRQ = PlotDef("Squared weight norm", "|X|²", ("norm_sq",), ("norm_sq_theory",), log_y=True)
-
-PLOTS: dict[str, dict[str, PlotDef]] = {
-    "nrq": {
-        "risk": _RISK,
-        "au": PlotDef("Angular update per step", "radians", ("au_rms", "au_mean"), ("au_equilibrium",), log_y=True),
-        "norm": _NORM_NRQ,
-    },
-    "sde/nrq": {
-        "risk": _RISK,
-        "au": PlotDef("Continuous angular update (seed 000 Def. 1)", "radians per step", ("au_rms",),
-                      ("au_theory", "au_equilibrium"), log_y=True),
-        "norm": _NORM_NRQ,
-        "f_histogram": PlotDef("Stationary law of f = X̄₁² (tail of the run)", "density", ("f_histogram",),
-                               style="histogram"),
-    },
-    "sde/normalized_linear": {
-        "angles": PlotDef("Angle θ on the solution circle Γ₁", "θ (rad)", ("theta",), style="angles"),
-        "norm": PlotDef("Weight norm", "|x|", ("norm",), ("norm_scale",)),
-    },
-    "sde/norm_map": {
-        "norm": PlotDef("Squared weight norm (seed 004 App. G map)", "|w|²", ("norm_sq",), ("norm_sq_equilibrium",)),
-    },
-    "sde/toy2d": {
-        "spread": PlotDef("Spread of the cloud of directions", "RMS distance", ("spread",), log_y=True,
-                          times=("stable_until",)),
-        "loss": PlotDef("Loss x²/(x²+y²)", "loss", ("loss",), ("loss_flow",), log_y=True),
-        "norm": PlotDef("Squared norm", "|w|²", ("norm_sq",), ("norm_sq_flow",), log_y=True),
-    },
-    "train": {
-        "au": PlotDef("Angular update per step (RMS over the window), per layer", "radians", ("au_rms",),
-                      ("au_equilibrium",), log_y=True, style="layers"),
-        "norm": PlotDef("Weight norm per layer", "|w|", ("norm",), layer_theory=("norm_theory",), log_y=True,
-                        style="layers"),
-        "loss": PlotDef("Loss", "cross-entropy", ("train_loss", "test_loss"), log_y=True, sparse=("test_loss",)),
-        "accuracy": PlotDef("Accuracy", "accuracy", ("train_acc", "test_acc"), sparse=("test_acc",)),
-    },
-}
+from smdengine import PlotDef
 
 LEGEND_MAX_LAYERS = 10   # more layers: coloured by depth with a colour bar instead of a legend
 DRAW_MAX_POINTS = 4000   # most points drawn per line
@@ -81,25 +29,24 @@ MEDIA_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
 
 
 def plot_key(kind: str, spec: dict[str, Any]) -> str:
-    if kind == "sde":
-        return f"sde/{(spec.get('params') or {}).get('model')}"
-    return kind
+    """The key of an experiment's plots: the kind, or ``<kind>/<model>`` (smdengine.plot_key)."""
+    return smdengine.plot_key(kind, spec)
 
 
 def available(key: str) -> list[str]:
-    return sorted(PLOTS.get(key, {}))
+    return sorted(smdengine.plots(key))
 
 
 def document_max_points(key: str) -> int | None:
-    """``max_points`` for the result document a plot is drawn from. The ``train`` plots take the full
-    document and thin each line themselves, so the sparse evaluation points (test loss/accuracy,
-    every ``eval_every`` steps) are not lost to an even downsampling of the steps."""
-    return None if key == "train" else DRAW_MAX_POINTS
+    """``max_points`` for the result document a plot is drawn from: the whole document when the
+    kind declares that its plots thin themselves (so sparse evaluation points are not lost to an
+    even downsampling of the steps), else :data:`DRAW_MAX_POINTS`."""
+    return None if smdengine.full_document_plots(key) else DRAW_MAX_POINTS
 
 
 def render(key: str, name: str, doc: dict[str, Any], fmt: str) -> bytes:
     """Draw plot ``name`` of a result document; returns the encoded image."""
-    plot = PLOTS[key][name]
+    plot = smdengine.plots(key)[name]
     wide = plot.style == "angles"
     fig = Figure(figsize=(11, 4.2) if wide else (7, 4.2), dpi=100)
     FigureCanvasAgg(fig)

@@ -8,8 +8,7 @@ from typing import Any
 
 from fastapi import HTTPException
 
-from smdengine import output_names
-from smdengine.runtime import LAYER_SEPARATOR, json_safe, split_layers
+from smdengine import LAYER_SEPARATOR, json_safe, output_names, split_layers
 from store.models import Experiment
 from store.series import read_series
 

@@ -7,8 +7,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator
 
-from smdengine.spec import SPECS
-from smdengine.spec_base import tagged_union
+from smdengine import SPECS, tagged_union
 from store.models import Status, as_utc
 
 Visibility = Literal["private", "lab"]

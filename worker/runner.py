@@ -10,7 +10,7 @@ import traceback
 from typing import Any
 
 import smdengine
-from smdengine.runtime import json_safe
+from smdengine import json_safe
 from store import jobs
 from store.models import QUEUES, Status
 from store.settings import Settings

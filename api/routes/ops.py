@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from api.deps import DbDep, SettingsDep
 from api.schemas import ReadyOut
-from smdengine.spec import KINDS
+from smdengine import KINDS
 from store.db import ping
 from store.metrics import Durations, job_metrics
 from store.models import QUEUES

@@ -5,8 +5,8 @@ from typing import Any
 
 import numpy as np
 
+from smdengine._science import Phase, au_equilibrium, phase_at, record_steps
 from smdengine.nrq import theory
-from smdengine.nrq.schedule import phase_at, phases, record_steps
 from smdengine.nrq.spec import NRQPhysics, NRQSpec
 
 
@@ -23,10 +23,10 @@ def predict_nrq(spec: NRQSpec, init_norms_sq: np.ndarray | None = None) -> dict[
 def predict_physics(p: NRQPhysics, momentum: float = 0.0,
                     init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
     """:func:`predict_nrq` for the NRQ problem ``p`` run with momentum ``momentum``."""
-    steps = record_steps(p)
-    all_phases = phases(p)
+    steps = record_steps(p.steps, p.record_every)
+    all_phases = p.phases()
     out: dict[str, Any] = {
-        "au_equilibrium": [theory.au_equilibrium(phase_at(all_phases, n).lr, phase_at(all_phases, n).weight_decay,
+        "au_equilibrium": [au_equilibrium(phase_at(all_phases, n).lr, phase_at(all_phases, n).weight_decay,
                                                  momentum) for n in steps],
     }
     if momentum != 0.0:
@@ -50,7 +50,7 @@ def predict_physics(p: NRQPhysics, momentum: float = 0.0,
     return out
 
 
-def _norm_sq_series(p: NRQPhysics, steps: list[int], all_phases, nodes: np.ndarray,
+def _norm_sq_series(p: NRQPhysics, steps: list[int], all_phases: list[Phase], nodes: np.ndarray,
                     weights: np.ndarray) -> list[float]:
     """E M_t, M_t = |X_t|² by the closed form from each initial value in ``nodes`` (weighted),
     restarted at each phase from the values carried over (times the rescale factor², when the

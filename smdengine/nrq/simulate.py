@@ -2,60 +2,63 @@
 (the update itself is :class:`smdengine.nrq.stepper.Stepper`)."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
+from smdengine._science import tail_means
+from smdengine._simulator import Context, Row, Simulator
 from smdengine.nrq.predict import predict_nrq
-from smdengine.nrq.schedule import phases, tail_start
-from smdengine.nrq.spec import NRQSpec
+from smdengine.nrq.spec import OUTPUTS, NRQSpec
 from smdengine.nrq.stepper import Stepper, angle
-from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import CheckpointHooks, ProgressCallback, RunResult, StopCheck, resolve_device, resolve_dtype
-
-METRICS = ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr")
-THEORY = ("au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa")
 
 
-def simulate_nrq(spec: NRQSpec, *, on_progress: ProgressCallback | None = None,
-                 should_stop: StopCheck | None = None, progress_interval: float = 0.5,
-                 checkpoint: CheckpointHooks | None = None) -> RunResult:
-    """Run an ``nrq`` spec; series ``step`` + :data:`METRICS` (means over trials), theory from
-    :func:`predict_nrq` given the realized initial norms, summary = tail means (last half of the
-    final phase)."""
-    p = spec.params
-    device, dtype = resolve_device(spec.device), resolve_dtype(p.dtype)
-    gen = torch.Generator(device=device).manual_seed(spec.seed)
-    a = torch.tensor(p.spectrum(), dtype=dtype, device=device)
-    x = p.init_std * torch.randn(p.trials, p.dim, generator=gen, dtype=dtype, device=device)
-    init_norms_sq = x.square().sum(dim=1).cpu().numpy()
-    stepper = Stepper(x, a, p.noise_std, p.momentum, gen)
-    phase_by_start = {ph.start: ph for ph in phases(p)}
-    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval, checkpoint)
+class NRQRun(Simulator[NRQSpec]):
+    """Series: means over trials of the state X_n and its update n → n+1 at the record steps; theory
+    :func:`predict_nrq` given the realized initial norms; summary: tail means (last half of the final
+    phase). Checkpoint state: the stepper's (X, v, the generator, the rates in force)."""
 
-    lr = wd = 0.0
-    start = 0
-    if recorder.resumed is not None:
-        start = recorder.resumed.step
-        lr, wd = stepper.load_state(recorder.resumed.state)
-    recorder.snapshot = lambda _step: stepper.state()
-    for n in range(start, p.steps):
-        phase = phase_by_start.get(n)
+    def __init__(self, spec: NRQSpec, ctx: Context):
+        super().__init__(spec, ctx)
+        p = spec.params
+        self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
+        a = torch.tensor(p.spectrum(), dtype=ctx.dtype, device=ctx.device)
+        x = p.init_std * torch.randn(p.trials, p.dim, generator=ctx.gen, dtype=ctx.dtype, device=ctx.device)
+        self.init_norms_sq = x.square().sum(dim=1).cpu().numpy()
+        self.stepper = Stepper(x, a, p.noise_std, p.momentum, ctx.gen)
+        self.phase_by_start = {ph.start: ph for ph in p.phases()}
+        self.lr = self.wd = 0.0
+
+    def step(self, n: int, record: bool) -> Row | None:
+        phase = self.phase_by_start.get(n)
         if phase is not None:
-            lr, wd = stepper.enter(phase)
-        if n % p.record_every == 0:
-            before = stepper.x.clone()
-            sq = stepper.step(lr, wd)
-            recorder.record(n, _metrics(before, stepper.x, sq, lr))
-        else:
-            stepper.step(lr, wd)
-        recorder.tick(n + 1)
-    recorder.flush(p.steps)
-    theory = predict_nrq(spec, init_norms_sq)
-    return RunResult(series=recorder.series, theory=theory,
-                     summary=tail_means(recorder.series, theory, tail_start(p)))
+            self.lr, self.wd = self.stepper.enter(phase)
+        if record:
+            before = self.stepper.x.clone()
+            sq = self.stepper.step(self.lr, self.wd)
+            return _metrics(before, self.stepper.x, sq, self.lr)
+        self.stepper.step(self.lr, self.wd)
+        return None
+
+    def state(self) -> dict[str, Any]:
+        return self.stepper.state()
+
+    def load_state(self, state: dict[str, Any], step: int) -> None:
+        self.lr, self.wd = self.stepper.load_state(state)
+
+    @classmethod
+    def predict(cls, spec: NRQSpec) -> dict[str, Any]:
+        return predict_nrq(spec)
+
+    def theory(self) -> dict[str, Any]:
+        return predict_nrq(self.spec, self.init_norms_sq)
+
+    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
+        return tail_means(series, theory, self.spec.params.tail_start())
 
 
-def _metrics(before: torch.Tensor, after: torch.Tensor, sq: torch.Tensor, lr: float) -> dict[str, torch.Tensor]:
-    """The METRICS row of the state ``before`` and its update (means over trials)."""
+def _metrics(before: torch.Tensor, after: torch.Tensor, sq: torch.Tensor, lr: float) -> Row:
+    """The metrics row of the state ``before`` and its update (means over trials)."""
     s, q = sq[:, 0], sq[:, 1]
     au = angle(before, after)
     return {
@@ -66,7 +69,3 @@ def _metrics(before: torch.Tensor, after: torch.Tensor, sq: torch.Tensor, lr: fl
         "norm_sq": s.mean(),
         "eff_lr": (lr / s).mean(),
     }
-
-
-simulate = simulate_nrq
-predict = predict_nrq

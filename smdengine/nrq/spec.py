@@ -5,7 +5,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from smdengine.spec_base import SpecBase, StrictModel
+from smdengine._declare import Model, Outputs, PlotDef
+from smdengine._science import Phase, check_recording, check_schedule, rate_phases, tail_start
+from smdengine._spec_base import SpecBase, StrictModel
 
 
 class ScheduleEntry(StrictModel):
@@ -56,25 +58,25 @@ class NRQPhysics(StrictModel):
                 raise ValueError("eig_low/eig_high: expected both or neither")
             if not self.eig_low < self.eig_high:
                 raise ValueError(f"eig_low: expected eig_low < eig_high, got {self.eig_low} ≥ {self.eig_high}")
-        if self.record_every > self.steps:
-            raise ValueError(f"record_every: expected ≤ steps ({self.steps}), got {self.record_every}")
-        if self.steps // self.record_every > 1_000_000:
-            raise ValueError("record_every: expected at most 1 000 000 recorded points (steps/record_every)")
-        last, lr, wd = 0, self.lr, self.weight_decay
-        for entry in self.lr_schedule:
-            if entry.step <= last or entry.step >= self.steps:
-                raise ValueError(f"lr_schedule: expected strictly increasing steps in [1, steps), got {entry.step}")
-            last, lr, wd = entry.step, lr * entry.lr_factor, wd * entry.weight_decay_factor
-            if not (1e-12 <= lr <= 1e3 and (wd == 0 or 1e-12 <= wd <= 1e3)):
-                raise ValueError(f"lr_schedule: expected the rates in force to stay in [1e-12, 1e3], "
-                                 f"got lr={lr:.3g}, weight_decay={wd:.3g} from step {entry.step}")
+        check_recording(self.steps, self.record_every)
+        check_schedule("lr_schedule", self.lr_schedule, self.lr, self.weight_decay, self.steps, lr_max=1e3,
+                       weight_decay_max=1e3, strict_weight_decay=True, bounds="[1e-12, 1e3]")
         return self
 
     def spectrum(self) -> list[float]:
         """a_1..a_p as a list (length dim)."""
         if self.eigenvalues is not None:
             return list(self.eigenvalues)
+        assert self.eig_low is not None and self.eig_high is not None   # set by the validator
         return [self.eig_low] + [self.eig_high] * (self.dim - 1)
+
+    def phases(self) -> list[Phase]:
+        """The rates in force from each schedule entry on (factors are cumulative)."""
+        return rate_phases(self.lr, self.weight_decay, self.lr_schedule)
+
+    def tail_start(self) -> float:
+        """Summaries average over the last half of the final phase: steps ≥ this value."""
+        return tail_start(self.phases(), self.steps)
 
     def two_level(self) -> tuple[float, float] | None:
         """(a_l, a_h) when the spectrum has two levels a_1 < a_2 = … = a_p, else None."""
@@ -88,9 +90,25 @@ class NRQParams(NRQPhysics):
 
 class NRQSpec(SpecBase):
     kind: Literal["nrq"]
-    params: NRQParams = Field(default_factory=NRQParams)
+    params: NRQParams = Field(default_factory=lambda: NRQParams.model_validate({}))
 
     @property
     def work(self) -> int:
         p = self.params
         return p.trials * p.steps * p.dim
+
+
+# plots shared with the sde kind's nrq model
+RISK_PLOT = PlotDef("Risk r_t = 1 − E[X̄₁²]", "risk", ("risk",), ("risk_stationary",), log_y=True)
+NORM_PLOT = PlotDef("Squared weight norm", "|X|²", ("norm_sq",), ("norm_sq_theory",), log_y=True)
+
+OUTPUTS = Outputs(
+    metrics=("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr"),
+    theory=("au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa"),
+    plots={
+        "risk": RISK_PLOT,
+        "au": PlotDef("Angular update per step", "radians", ("au_rms", "au_mean"), ("au_equilibrium",), log_y=True),
+        "norm": NORM_PLOT,
+    },
+)
+MODEL = Model("nrq", NRQParams, "smdengine.nrq.simulate:NRQRun", OUTPUTS)

@@ -9,9 +9,12 @@ SGDM (seed 003 Thm 2): v ← αv + g + λX; X ← X − ηv.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from smdengine.runtime import saved
+from smdengine._runtime import saved
+from smdengine._science import Phase
 
 
 class Stepper:
@@ -24,9 +27,9 @@ class Stepper:
         self.buf = torch.empty_like(x)
         self.v = torch.zeros_like(x) if momentum else None
         self.reduce = torch.stack([torch.ones_like(a), a], dim=1)  # (p, 2): |X|², XᵀAX in one matmul
-        self.rates = (0.0, 0.0)  # (lr, weight_decay) of the phase entered last
+        self.rates: tuple[float, float] = (0.0, 0.0)  # (lr, weight_decay) of the phase entered last
 
-    def state(self) -> dict:
+    def state(self) -> dict[str, Any]:
         """What a checkpoint needs: X (and v), the generator state and the rates of the phase in
         force (CPU copies)."""
         out = {"x": saved(self.x), "rng": self.gen.get_state(), "rates": self.rates}
@@ -34,17 +37,18 @@ class Stepper:
             out["v"] = saved(self.v)
         return out
 
-    def load_state(self, state: dict) -> tuple[float, float]:
+    def load_state(self, state: dict[str, Any]) -> tuple[float, float]:
         """Restore :meth:`state`; returns the (lr, weight_decay) in force."""
         self.x.copy_(state["x"])
         if self.v is not None:
             self.v.copy_(state["v"])
         self.gen.set_state(state["rng"])
-        self.rates = tuple(state["rates"])
+        lr, wd = state["rates"]
+        self.rates = (lr, wd)
         return self.rates
 
-    def enter(self, phase) -> tuple[float, float]:
-        """Start a schedule phase (:class:`smdengine.nrq.schedule.Phase`): apply its rescale of X
+    def enter(self, phase: Phase) -> tuple[float, float]:
+        """Start a schedule phase (:class:`smdengine._science.Phase`): apply its rescale of X
         and return its (lr, weight_decay)."""
         if phase.rescale != 1.0:
             self.rescale(phase.rescale)
@@ -81,7 +85,6 @@ class Stepper:
             self.v.mul_(self.alpha).addcmul_(x, coef).addcmul_(eps, rs, value=self.sigma)
             x.add_(self.v, alpha=-lr)
         return sq
-
 
 
 def angle(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

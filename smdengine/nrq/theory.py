@@ -9,10 +9,10 @@ import math
 import numpy as np
 from scipy import integrate, special
 
+from smdengine._science import au_equilibrium
 
-def au_equilibrium(lr: float, weight_decay: float, momentum: float = 0.0) -> float:
-    """Root-mean-square angular update at equilibrium, √(2λη/(1+α)) (radians per update)."""
-    return math.sqrt(2.0 * weight_decay * lr / (1.0 + momentum))
+__all__ = ["au_equilibrium", "f_density_bins", "init_norm_sq_law", "kappa", "norm_sq_equilibrium",
+           "norm_sq_relaxation", "risk_stationary", "risk_stationary_asymptote"]
 
 
 def norm_sq_equilibrium(dim: int, noise_std: float, lr: float, weight_decay: float) -> float:

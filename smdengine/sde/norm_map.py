@@ -60,127 +60,204 @@ a few τ·2⁻²⁴ (an increment below about an ulp of x is lost): at seed 004'
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
+from pydantic import Field, model_validator
 
-from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import (
-    CheckpointHooks,
-    ProgressCallback,
-    RunResult,
-    StopCheck,
-    resolve_device,
-    resolve_dtype,
-    saved,
-)
-from smdengine.sde.spec import NormMapParams, SDESpec
+from smdengine._declare import Model, Outputs, PlotDef
+from smdengine._lazy import lazy_import
+from smdengine._runtime import saved
+from smdengine._science import tail_means
+from smdengine._simulator import Context, Row, Simulator
+from smdengine._spec_base import StrictModel
+from smdengine.sde._common import Recording, params_of
 
-METRICS = ("norm_sq", "unit_grad_sq_mean")
-THEORY = ("norm_sq_equilibrium",)
-DISTRIBUTIONS = ()
+if TYPE_CHECKING:
+    import torch
+
+    from smdengine._registry import SDESpec
+else:
+    torch = lazy_import("torch", globals())
 
 CHUNK = 4096
 """Most steps of drive (deterministic part and noise) generated per tensor op."""
 
 CHUNK_ELEMENTS = 1 << 14
 """...and at most about this many values (steps × trials) per chunk: below PyTorch's CPU grain size,
-so the chunk's ops stay single-threaded (multi-threaded they cost ~100× more on a loaded machine)."""
+so the chunk's ops stay single-threaded (bench/README.md, "Engine timings")."""
 
 MM_MAX_TRIALS = 64
 """SGDM on the CPU: up to this many trials the linear part is one (trials × 3)·(3 × 3) addmm
 (fastest for few trials); above it, elementwise column updates (the CPU BLAS goes multi-threaded on
-larger matmuls and then costs ~100× more per step on a loaded machine). On CUDA always addmm. Both
-paths compute the same map."""
+larger matmuls; bench/README.md, "Engine timings"). On CUDA always addmm. Both paths compute the same map."""
 
 
-def simulate(spec: SDESpec, *, on_progress: ProgressCallback | None = None,
-             should_stop: StopCheck | None = None, progress_interval: float = 0.5,
-             checkpoint: CheckpointHooks | None = None) -> RunResult:
-    """Iterate the SGD or SGDM norm map; series ``step`` + :data:`METRICS`, theory from
-    :func:`predict`, summary = tail means + ``rel_error_max_tail``."""
-    p: NormMapParams = spec.params
-    device, dtype = resolve_device(spec.device), resolve_dtype(p.dtype)
-    gen = torch.Generator(device=device).manual_seed(spec.seed)
-    saving = checkpoint is not None and checkpoint.save is not None
-    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval, checkpoint)
-    if p.momentum == 0:
-        stepper = _SGD(p, device, dtype)
-    elif device.type != "cpu" or p.trials <= MM_MAX_TRIALS:
-        stepper = _SGDMMatmul(p, device, dtype)
-    else:
-        stepper = _SGDMColumns(p, device, dtype)
+class UnitGradSq(StrictModel):
+    """L_t, the squared unit-gradient norm fed to the map: mean + amplitude·sin(2πt/period) + U(−h, h)."""
 
-    g = p.unit_grad_sq
-    chunk = max(1, min(CHUNK, CHUNK_ELEMENTS // p.trials))
-    first = skip = 0   # the first chunk's start, and the rows of it already applied before a resume
-    if recorder.resumed is not None:
-        state = recorder.resumed.state
-        chunk, first = int(state["chunk"]), int(state["chunk_start"])
-        skip = recorder.resumed.step - first
-        stepper.load_state(state)
-        gen.set_state(state["rng"])
-    start = run_start = first
-    chunk_rng = None
+    mean: float = Field(10.0, gt=0, le=1e6)
+    noise: Literal["none", "uniform"] = "none"
+    noise_half_width: float = Field(3.0, ge=0, le=1e6, description="h of the uniform noise (used when noise is uniform).")
+    sine_amplitude: float = Field(0.0, ge=0, le=1e6)
+    sine_period: float = Field(2 * math.pi * 1e5, gt=0, le=1e12, description="In steps; seed 004 uses sin(t/10⁵).")
 
-    def snapshot(step: int) -> dict[str, Any]:
-        return {"chunk": chunk, "chunk_start": start, "rng": chunk_rng, **stepper.state(step - run_start)}
+    @model_validator(mode="after")
+    def _positive(self) -> UnitGradSq:
+        low = self.mean - self.sine_amplitude - (self.noise_half_width if self.noise == "uniform" else 0.0)
+        if low <= 0:
+            raise ValueError(f"unit_grad_sq: expected mean > sine_amplitude + noise_half_width so that L_t > 0, "
+                             f"got a lowest value of {low:.6g}")
+        return self
 
-    recorder.snapshot = snapshot
-    for start in range(first, p.steps, chunk):
-        m = min(chunk, p.steps - start)
-        if saving:
-            chunk_rng = gen.get_state()
+
+
+class NormMapParams(Recording):
+    """Seed 004 App. G: x ← (1−2λη)x + L_t η²/x (SGD, x = |w|²) or the 3-state SGDM map (eq. 72–76)."""
+
+    model: Literal["norm_map"]
+    lr: float = Field(0.1, gt=0, le=10, description="η.")
+    weight_decay: float = Field(0.001, gt=0, le=100, description="λ.")
+    momentum: float = Field(0.0, ge=0, lt=1, description="α; 0 selects the SGD map, > 0 the SGDM map.")
+    init_norm_sq: float = Field(10.0, gt=0, le=1e12, description="x₀ = |w₀|² (and |w₋₁|² = ⟨w₀, w₋₁⟩ = x₀).")
+    trials: int = Field(1, ge=1, le=1_000_000, description="Independent noise sequences, averaged.")
+    unit_grad_sq: UnitGradSq = Field(default_factory=lambda: UnitGradSq.model_validate({}))
+    steps: int = Field(100_000, ge=1, le=100_000_000, description="Number of map iterations.")
+
+    @model_validator(mode="after")
+    def _check(self) -> NormMapParams:
+        self._check_recording()
+        if not 0 < 2 * self.weight_decay * self.lr < 1:
+            raise ValueError(f"weight_decay: expected 2λη < 1 so the map contracts, got {2 * self.weight_decay * self.lr:.6g}")
+        return self
+
+    @property
+    def work(self) -> int:
+        return self.trials * self.steps * 3
+
+
+
+OUTPUTS = Outputs(
+    metrics=("norm_sq", "unit_grad_sq_mean"),
+    theory=("norm_sq_equilibrium",),
+    plots={"norm": PlotDef("Squared weight norm (seed 004 App. G map)", "|w|²", ("norm_sq",), ("norm_sq_equilibrium",))},
+)
+
+
+class NormMap(Simulator["SDESpec"]):
+    """Iterates the SGD or SGDM map (the subclass is chosen at construction: :class:`_SGD`,
+    :class:`_SGDMMatmul` or :class:`_SGDMColumns`); the drive is generated in chunks of steps.
+    Summary: tail means + ``rel_error_max_tail``.
+
+    Each subclass's ``step(n, record)`` applies the drive row ``n − chunk_start`` of the current
+    chunk (drawing the next chunk when the current one is used up); its ``map_state``/``load_map``
+    give and take the map's state between two steps."""
+
+    scale: float                  # the factor of the drive rows (set by the subclass)
+    column_rows: bool = False     # drive rows as (trials, 1) columns (the matmul stepper)
+
+    def __new__(cls, spec: SDESpec, ctx: Context) -> NormMap:
+        if cls is NormMap:
+            p = params_of(spec, NormMapParams)
+            if p.momentum == 0:
+                cls = _SGD
+            elif ctx.device.type != "cpu" or p.trials <= MM_MAX_TRIALS:
+                cls = _SGDMMatmul
+            else:
+                cls = _SGDMColumns
+        return super().__new__(cls)
+
+    def __init__(self, spec: SDESpec, ctx: Context):
+        super().__init__(spec, ctx)
+        p = params_of(spec, NormMapParams)
+        self.p = p
+        self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
+        self.chunk = max(1, min(CHUNK, CHUNK_ELEMENTS // p.trials))
+        self.chunk_start = self.chunk_length = 0     # no chunk drawn yet: step 0 draws the first
+        self.chunk_rng: torch.Tensor | None = None  # the generator state before the current chunk's draw
+        self.rows: Sequence[torch.Tensor] = ()
+        self.means: Sequence[torch.Tensor] = ()
+
+    def _draw(self, start: int) -> int:
+        """Generate the chunk of drive rows from step ``start``; returns 0, its first row."""
+        p, ctx, g = self.p, self.ctx, self.p.unit_grad_sq
+        m = min(self.chunk, p.steps - start)
+        if ctx.checkpointing:
+            self.chunk_rng = ctx.gen.get_state()
         # E[L_t] in numpy (the same expression as predict's; torch.sin goes multi-threaded on a
-        # chunk and then costs ~100× more on a loaded machine)
-        mean_l = torch.from_numpy(_drive_mean(g, np.arange(start, start + m, dtype=np.float64))).to(device)
+        # chunk, see CHUNK_ELEMENTS)
+        mean_l = torch.from_numpy(_drive_mean(g, np.arange(start, start + m, dtype=np.float64))).to(ctx.device)
         drive = mean_l.unsqueeze(1).expand(m, p.trials)
         if g.noise == "uniform":
-            u = torch.rand(m, p.trials, generator=gen, dtype=torch.float64, device=device)
+            u = torch.rand(m, p.trials, generator=ctx.gen, dtype=torch.float64, device=ctx.device)
             drive = drive + g.noise_half_width * (2.0 * u - 1.0)
-        rows, means = (drive * stepper.scale).to(dtype), mean_l.to(dtype)
-        if skip:
-            rows, means = rows[skip:], means[skip:]
-        run_start = start + skip
-        stepper.run(run_start, rows, means.unbind(0), p.record_every, recorder)
-        skip = 0
-    recorder.flush(p.steps)
+        rows = (drive * self.scale).to(ctx.dtype)
+        self.rows = rows.unsqueeze(2).unbind(0) if self.column_rows else rows.unbind(0)
+        self.means = mean_l.to(ctx.dtype).unbind(0)
+        self.chunk_start, self.chunk_length = start, m
+        return 0
 
-    prediction = predict(spec)
-    tail = p.steps / 2.0
-    summary = tail_means(recorder.series, prediction, tail)
-    summary["rel_error_max_tail"] = _rel_error_max(recorder.series, prediction["norm_sq_equilibrium"], tail)
-    return RunResult(series=recorder.series, theory=prediction, summary=summary)
+    def state(self) -> dict[str, Any]:
+        return {"chunk": self.chunk, "chunk_start": self.chunk_start, "rng": self.chunk_rng, **self.map_state()}
+
+    def load_state(self, state: dict[str, Any], step: int) -> None:
+        """Draw the checkpoint's chunk again from the generator state before it (the same numbers); the
+        steps after ``step`` use its remaining rows."""
+        self.chunk = int(state["chunk"])
+        self.load_map(state)
+        if state["rng"] is not None:
+            self.ctx.gen.set_state(state["rng"])
+        self._draw(int(state["chunk_start"]))
+
+    def map_state(self) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def load_map(self, state: dict[str, torch.Tensor]) -> None:
+        raise NotImplementedError
+
+    def step(self, n: int, record: bool) -> Row | None:
+        raise NotImplementedError
+
+    @classmethod
+    def predict(cls, spec: SDESpec) -> dict[str, Any]:
+        """``norm_sq_equilibrium``: the map's fixed point for L = E[L_t] at each recorded step."""
+        p = params_of(spec, NormMapParams)
+        t = np.arange(0, p.steps, p.record_every, dtype=np.float64)
+        mean_l = _drive_mean(p.unit_grad_sq, t)
+        return {"norm_sq_equilibrium": equilibrium(mean_l, p.lr, p.weight_decay, p.momentum).tolist()}
+
+    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
+        tail = self.p.steps / 2.0
+        summary: dict[str, Any] = tail_means(series, theory, tail)
+        summary["rel_error_max_tail"] = _rel_error_max(series, theory["norm_sq_equilibrium"], tail)
+        return summary
 
 
-# The steppers' run(start, drive, ...) applies the drive rows to steps start, start + 1, …; their
-# state(done) is the map's state (CPU copies) after ``done`` rows of the run in progress, and
-# load_state sets it before the first run.
-
-
-class _SGD:
+class _SGD(NormMap):
     """x ← (1 − 2λη)x + L_tη²/x, evaluated as c·(x + (L_tη²/c)/x) with c = 1 − 2λη: two in-place ops."""
 
-    def __init__(self, p: NormMapParams, device: torch.device, dtype: torch.dtype):
+    def __init__(self, spec: SDESpec, ctx: Context):
+        super().__init__(spec, ctx)
+        p = self.p
         self.shrink = 1.0 - 2.0 * p.weight_decay * p.lr
         self.scale = p.lr * p.lr / self.shrink  # the drive rows hold L_tη²/c
-        self.x = torch.full((p.trials,), p.init_norm_sq, dtype=dtype, device=device)
+        self.x = torch.full((p.trials,), p.init_norm_sq, dtype=ctx.dtype, device=ctx.device)
 
-    def state(self, done: int) -> dict[str, torch.Tensor]:
+    def map_state(self) -> dict[str, torch.Tensor]:
         return {"x": saved(self.x)}
 
-    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+    def load_map(self, state: dict[str, torch.Tensor]) -> None:
         self.x.copy_(state["x"])
 
-    def run(self, start: int, drive: torch.Tensor, means, every: int, recorder: Recorder) -> None:
-        x, shrink = self.x, self.shrink
-        for i, row in enumerate(drive.unbind(0)):
-            n = start + i
-            if n % every == 0:
-                recorder.record(n, {"norm_sq": x.mean(), "unit_grad_sq_mean": means[i]})
-            x.addcdiv_(row, x).mul_(shrink)
-            recorder.tick(n + 1)
+    def step(self, n: int, record: bool) -> Row | None:
+        i = n - self.chunk_start
+        if i == self.chunk_length:
+            i = self._draw(n)
+        x = self.x
+        row = {"norm_sq": x.mean(), "unit_grad_sq_mean": self.means[i]} if record else None
+        x.addcdiv_(self.rows[i], x).mul_(self.shrink)
+        return row
 
 
 def _sgdm_increment_matrix(p: NormMapParams) -> list[list[float]]:
@@ -192,7 +269,7 @@ def _sgdm_increment_matrix(p: NormMapParams) -> list[list[float]]:
             [le * le, -2.0 * alpha * le, alpha * alpha]]
 
 
-class _SGDMMatmul:
+class _SGDMMatmul(NormMap):
     """Eq. 186 in the coordinates Y = (a, p, q) = (|w_t|², ⟨w_t, w_t − w_{t−1}⟩, |w_t − w_{t−1}|²)
     = (a, a − b, a − 2b + c) of X = (a, b, c). With γ = 1 − λη and F = L_tη²/a, X ← AX + F e becomes
 
@@ -206,77 +283,75 @@ class _SGDMMatmul:
     here every coefficient is computed as the small number it is and only a accumulates increments.
     Start: Y₀ = (x₀, 0, 0). One step: F = drive/a, Y' = F + Y Bᵀ (one addmm), a' += a."""
 
-    def __init__(self, p: NormMapParams, device: torch.device, dtype: torch.dtype):
+    column_rows = True
+
+    def __init__(self, spec: SDESpec, ctx: Context):
+        super().__init__(spec, ctx)
+        p = self.p
         self.scale = p.lr * p.lr
-        self.bt = torch.tensor(_sgdm_increment_matrix(p), dtype=torch.float64).T.contiguous().to(device, dtype)
-        y = torch.zeros((p.trials, 3), dtype=dtype, device=device)
+        self.bt = torch.tensor(_sgdm_increment_matrix(p), dtype=torch.float64).T.contiguous().to(ctx.device, ctx.dtype)
+        y = torch.zeros((p.trials, 3), dtype=ctx.dtype, device=ctx.device)
         y[:, 0] = p.init_norm_sq
-        self.buffers = [y, torch.empty_like(y)]
-        self.force = torch.empty((p.trials, 1), dtype=dtype, device=device)
+        # (Y, its column a as a (trials, 1) view) of the current state and of the next one: swapped every step
+        self.src, self.dst = [(b, b[:, :1]) for b in (y, torch.empty_like(y))]
+        self.force = torch.empty((p.trials, 1), dtype=ctx.dtype, device=ctx.device)
 
-    def state(self, done: int) -> dict[str, torch.Tensor]:
-        # run swaps the two buffers after every row and stores their order only at its end
-        return {"y": saved(self.buffers[done % 2])}
+    def map_state(self) -> dict[str, torch.Tensor]:
+        return {"y": saved(self.src[0])}
 
-    def load_state(self, state: dict[str, torch.Tensor]) -> None:
-        self.buffers[0].copy_(state["y"])
+    def load_map(self, state: dict[str, torch.Tensor]) -> None:
+        self.src[0].copy_(state["y"])
 
-    def run(self, start: int, drive: torch.Tensor, means, every: int, recorder: Recorder) -> None:
-        (src, src_a), (dst, dst_a) = [(y, y[:, :1]) for y in self.buffers]  # a as a (trials, 1) view
-        bt, force = self.bt, self.force
-        rows = drive.unsqueeze(2).unbind(0)  # (trials, 1) each
-        for i, row in enumerate(rows):
-            n = start + i
-            if n % every == 0:
-                recorder.record(n, {"norm_sq": src_a.mean(), "unit_grad_sq_mean": means[i]})
-            torch.div(row, src_a, out=force)
-            torch.addmm(force, src, bt, out=dst)
-            dst_a.add_(src_a)
-            src, src_a, dst, dst_a = dst, dst_a, src, src_a
-            recorder.tick(n + 1)
-        self.buffers = [src, dst]
+    def step(self, n: int, record: bool) -> Row | None:
+        i = n - self.chunk_start
+        if i == self.chunk_length:
+            i = self._draw(n)
+        (src, src_a), (dst, dst_a) = self.src, self.dst
+        row = {"norm_sq": src_a.mean(), "unit_grad_sq_mean": self.means[i]} if record else None
+        torch.div(self.rows[i], src_a, out=self.force)
+        torch.addmm(self.force, src, self.bt, out=dst)
+        dst_a.add_(src_a)
+        self.src, self.dst = self.dst, self.src
+        return row
 
 
-class _SGDMColumns:
+class _SGDMColumns(NormMap):
     """The map of :class:`_SGDMMatmul` with the columns a, p, q as separate tensors, elementwise."""
 
-    def __init__(self, p: NormMapParams, device: torch.device, dtype: torch.dtype):
+    def __init__(self, spec: SDESpec, ctx: Context):
+        super().__init__(spec, ctx)
+        p = self.p
         self.scale = p.lr * p.lr
-        self.b = _sgdm_increment_matrix(p)
-        full = dict(dtype=dtype, device=device)
-        self.cols = [torch.full((p.trials,), p.init_norm_sq, **full)] + [torch.zeros((p.trials,), **full)
-                                                                        for _ in range(2)]
-        self.work = [torch.empty((p.trials,), **full) for _ in range(4)]
+        (b00, b01, b02), (b10, b11, _), (b20, b21, _) = _sgdm_increment_matrix(p)
+        self.b = (b00, b01, b02, b10, b11, b20, b21)
+        full: dict[str, Any] = dict(dtype=ctx.dtype, device=ctx.device)
+        self.a = torch.full((p.trials,), p.init_norm_sq, **full)
+        self.pp, self.q = torch.zeros((p.trials,), **full), torch.zeros((p.trials,), **full)
+        self.force, self.common, self.da, self.spare = (torch.empty((p.trials,), **full) for _ in range(4))
 
-    def state(self, done: int) -> dict[str, torch.Tensor]:
-        # run updates a and p in place, swaps q with the spare work column after every row and
-        # stores the columns only at its end
-        q = self.cols[2] if done % 2 == 0 else self.work[3]
-        return {"a": saved(self.cols[0]), "p": saved(self.cols[1]), "q": saved(q)}
+    def map_state(self) -> dict[str, torch.Tensor]:
+        return {"a": saved(self.a), "p": saved(self.pp), "q": saved(self.q)}
 
-    def load_state(self, state: dict[str, torch.Tensor]) -> None:
-        for column, key in zip(self.cols, "apq", strict=False):
-            column.copy_(state[key])
+    def load_map(self, state: dict[str, torch.Tensor]) -> None:
+        self.a.copy_(state["a"])
+        self.pp.copy_(state["p"])
+        self.q.copy_(state["q"])
 
-    def run(self, start: int, drive: torch.Tensor, means, every: int, recorder: Recorder) -> None:
-        a, pp, q = self.cols
-        force, common, da, spare = self.work
-        (b00, b01, b02), (b10, b11, _), (b20, b21, _) = self.b
-        alpha_sq = b02
-        for i, row in enumerate(drive.unbind(0)):
-            n = start + i
-            if n % every == 0:
-                recorder.record(n, {"norm_sq": a.mean(), "unit_grad_sq_mean": means[i]})
-            torch.div(row, a, out=force)
-            torch.add(force, q, alpha=alpha_sq, out=common)  # α²q + F, shared by all three rows
-            torch.mul(a, b00, out=da).add_(pp, alpha=b01).add_(common)
-            torch.add(common, a, alpha=b20, out=spare).add_(pp, alpha=b21)  # q'
-            pp.mul_(b11).add_(a, alpha=b10).add_(common)  # p'
-            a.add_(da)
-            q, spare = spare, q
-            recorder.tick(n + 1)
-        self.cols = [a, pp, q]
-        self.work = [force, common, da, spare]
+    def step(self, n: int, record: bool) -> Row | None:
+        i = n - self.chunk_start
+        if i == self.chunk_length:
+            i = self._draw(n)
+        a, pp, q, force, common, da, spare = self.a, self.pp, self.q, self.force, self.common, self.da, self.spare
+        b00, b01, alpha_sq, b10, b11, b20, b21 = self.b
+        row = {"norm_sq": a.mean(), "unit_grad_sq_mean": self.means[i]} if record else None
+        torch.div(self.rows[i], a, out=force)
+        torch.add(force, q, alpha=alpha_sq, out=common)  # α²q + F, shared by all three rows
+        torch.mul(a, b00, out=da).add_(pp, alpha=b01).add_(common)
+        torch.add(common, a, alpha=b20, out=spare).add_(pp, alpha=b21)  # q'
+        pp.mul_(b11).add_(a, alpha=b10).add_(common)  # p'
+        a.add_(da)
+        self.q, self.spare = spare, q
+        return row
 
 
 def _drive_mean(g, t: np.ndarray) -> np.ndarray:
@@ -296,14 +371,6 @@ def equilibrium(mean_unit_grad_sq, lr: float, weight_decay: float, momentum: flo
     return np.sqrt(np.asarray(mean_unit_grad_sq, dtype=np.float64) * lr / denom)
 
 
-def predict(spec: SDESpec) -> dict[str, Any]:
-    """``norm_sq_equilibrium``: the map's fixed point for L = E[L_t] at each recorded step."""
-    p: NormMapParams = spec.params
-    t = np.arange(0, p.steps, p.record_every, dtype=np.float64)
-    mean_l = _drive_mean(p.unit_grad_sq, t)
-    return {"norm_sq_equilibrium": equilibrium(mean_l, p.lr, p.weight_decay, p.momentum).tolist()}
-
-
 def _rel_error_max(series: dict[str, list], expected: list[float], start: float) -> float:
     """max over recorded steps ≥ start of |norm_sq/expected − 1| (NaN when a value is not finite)."""
     worst = 0.0
@@ -314,3 +381,6 @@ def _rel_error_max(series: dict[str, list], expected: list[float], start: float)
                 return math.nan
             worst = max(worst, err)
     return worst
+
+
+MODEL = Model("norm_map", NormMapParams, "smdengine.sde.norm_map:NormMap", OUTPUTS)

@@ -20,79 +20,123 @@ Theory (seed 002 eq. 11–12, with R(0) = init_norm): ``norm_scale`` R(t), ``tau
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
+from pydantic import Field, model_validator
 
-from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import (
-    CheckpointHooks,
-    ProgressCallback,
-    RunResult,
-    StopCheck,
-    resolve_device,
-    resolve_dtype,
-    saved,
+from smdengine._declare import Model, Outputs, PlotDef
+from smdengine._lazy import lazy_import
+from smdengine._runtime import saved
+from smdengine._science import tail_means
+from smdengine._simulator import Context, Row, Simulator
+from smdengine.sde._common import DT_DESCRIPTION, Recording, params_of, substeps
+
+if TYPE_CHECKING:
+    import torch
+
+    from smdengine._registry import SDESpec
+else:
+    torch = lazy_import("torch", globals())
+
+
+class NormalizedLinearParams(Recording):
+    """Seed 002 §6.1: F_z(x) = ⟨x/|x|, z⟩, N = D − 2 random inputs, ℓ2 loss plus the noise ⟨x/|x|, ε⟩."""
+
+    model: Literal["normalized_linear"]
+    dim: int = Field(10, ge=3, le=10_000, description="D; N = D − 2 samples, so Γ₁ is a circle.")
+    noise_std: float = Field(0.3, gt=0, le=1e3, description="σ̂, with ε ~ N(0, σ̂²I).")
+    lr: float = Field(1e-2, gt=0, le=10, description="η.")
+    weight_decay: float = Field(0.05, gt=0, le=100, description="λ.")
+    trials: int = Field(60, ge=1, le=1_000_000, description="Independent runs from the same start.")
+    integrator: Literal["sgd", "sde"] = Field("sgd", description="sgd: eq. 18 (discrete); sde: eq. 19 by Euler–Maruyama.")
+    dt: float = Field(1.0, gt=0, le=1, description=DT_DESCRIPTION + " Used by integrator sde.")
+    init_norm: float = Field(1.0, gt=0, le=1e3, description="|x₀|; every trial starts at init_norm·x*/|x*| on Γ.")
+    data_seed: int = Field(0, ge=0, le=2**63 - 1, description="Seed of the inputs z_i and target x* (kept fixed across η).")
+    record_trials: int = Field(60, ge=1, le=1000, description="Trials whose angle θ is stored at every record.")
+    steps: int = Field(20_000, ge=1, le=100_000_000, description="Horizon, in SGD steps.")
+
+    @model_validator(mode="after")
+    def _check(self) -> NormalizedLinearParams:
+        self._check_recording()
+        substeps(self.dt)
+        if self.integrator == "sgd" and self.dt != 1.0:
+            raise ValueError(f"dt: expected 1 with integrator sgd (it has no step size), got {self.dt}")
+        return self
+
+    def substeps(self) -> int:
+        return substeps(self.dt) if self.integrator == "sde" else 1
+
+    @property
+    def work(self) -> int:
+        return self.trials * self.steps * self.substeps() * self.dim * (self.dim - 2)
+
+
+
+
+OUTPUTS = Outputs(
+    metrics=("theta", "circular_variance", "norm", "loss"),
+    theory=("tau", "norm_scale", "lr_time"),
+    plots={
+        "angles": PlotDef("Angle θ on the solution circle Γ₁", "θ (rad)", ("theta",), style="angles"),
+        "norm": PlotDef("Weight norm", "|x|", ("norm",), ("norm_scale",)),
+    },
 )
-from smdengine.sde.spec import SDESpec
-
-METRICS = ("theta", "circular_variance", "norm", "loss")
-THEORY = ("tau", "norm_scale", "lr_time")
-DISTRIBUTIONS = ()
 
 
-def simulate(spec: SDESpec, *, on_progress: ProgressCallback | None = None,
-             should_stop: StopCheck | None = None, progress_interval: float = 0.5,
-             checkpoint: CheckpointHooks | None = None) -> RunResult:
-    """Run the model; series ``step`` + :data:`METRICS`, theory from :func:`predict`, summary = tail
-    means + ``circular_variance_final``. Resumable after any whole step (state: x and the RNG)."""
-    p = spec.params
-    k = p.substeps()
-    dt = 1.0 / k
-    device, dtype = resolve_device(spec.device), resolve_dtype(p.dtype)
-    problem = Problem(p.dim, p.data_seed, device, dtype)
-    gen = torch.Generator(device=device).manual_seed(spec.seed)
-    x = (p.init_norm * problem.x_star).expand(p.trials, p.dim).clone()
-    eps = torch.empty_like(x)
-    drift, noise = p.lr * dt, p.lr * math.sqrt(dt) * p.noise_std
-    shown = min(p.record_trials, p.trials)
-    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval, checkpoint)
+class NormalizedLinear(Simulator["SDESpec"]):
+    """The (trials, D) states. Resumable after any whole step (state: x and the RNG)."""
 
-    first = 0
-    if recorder.resumed is not None:
-        state = recorder.resumed.state
-        first = recorder.resumed.step
-        x.copy_(state["x"])
-        gen.set_state(state["rng"])
-    recorder.snapshot = lambda _step: {"x": saved(x), "rng": gen.get_state()}
-    for n in range(first, p.steps):
-        if n % p.record_every == 0:
+    def __init__(self, spec: SDESpec, ctx: Context):
+        super().__init__(spec, ctx)
+        p = params_of(spec, NormalizedLinearParams)
+        self.p = p
+        self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
+        self.k = p.substeps()
+        dt = 1.0 / self.k
+        self.problem = Problem(p.dim, p.data_seed, ctx.device, ctx.dtype)
+        self.x = (p.init_norm * self.problem.x_star).expand(p.trials, p.dim).clone()
+        self.eps = torch.empty_like(self.x)
+        self.drift, self.noise = p.lr * dt, p.lr * math.sqrt(dt) * p.noise_std
+        self.shown = min(p.record_trials, p.trials)
+
+    def step(self, n: int, record: bool) -> Row | None:
+        x, problem, gen = self.x, self.problem, self.ctx.gen
+        row = None
+        if record:
             theta, loss = problem.angle(x), problem.loss(x)
-            recorder.record(n, {
-                "theta": theta[:shown],
+            row = {
+                "theta": theta[:self.shown],
                 "circular_variance": 1.0 - torch.stack([theta.cos().mean(), theta.sin().mean()]).norm(),
                 "norm": torch.linalg.vector_norm(x, dim=1).mean(),
                 "loss": loss.mean(),
-            })
-        for _ in range(k):
-            torch.randn(x.shape, generator=gen, out=eps)
-            problem.step(x, eps, drift, p.weight_decay, noise)
-        recorder.tick(n + 1)
-    recorder.flush(p.steps)
-    prediction = predict(spec)
-    summary = tail_means(recorder.series, prediction, p.steps / 2.0)
-    summary["circular_variance_final"] = recorder.series["circular_variance"][-1]
-    return RunResult(series=recorder.series, theory=prediction, summary=summary)
+            }
+        for _ in range(self.k):
+            torch.randn(x.shape, generator=gen, out=self.eps)
+            problem.step(x, self.eps, self.drift, self.p.weight_decay, self.noise)
+        return row
 
+    def state(self) -> dict[str, Any]:
+        return {"x": saved(self.x), "rng": self.ctx.gen.get_state()}
 
-def predict(spec: SDESpec) -> dict[str, Any]:
-    """R(t), τ(t) and ηt on the record steps."""
-    p = spec.params
-    t = np.arange(0, p.steps, p.record_every, dtype=np.float64)
-    return {"tau": time_change(t, p.lr, p.weight_decay, p.init_norm).tolist(),
-            "norm_scale": norm_scale(t, p.lr, p.weight_decay, p.init_norm).tolist(),
-            "lr_time": (p.lr * t).tolist()}
+    def load_state(self, state: dict[str, Any], step: int) -> None:
+        self.x.copy_(state["x"])
+        self.ctx.gen.set_state(state["rng"])
+
+    @classmethod
+    def predict(cls, spec: SDESpec) -> dict[str, Any]:
+        """R(t), τ(t) and ηt on the record steps."""
+        p = params_of(spec, NormalizedLinearParams)
+        t = np.arange(0, p.steps, p.record_every, dtype=np.float64)
+        return {"tau": time_change(t, p.lr, p.weight_decay, p.init_norm).tolist(),
+                "norm_scale": norm_scale(t, p.lr, p.weight_decay, p.init_norm).tolist(),
+                "lr_time": (p.lr * t).tolist()}
+
+    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
+        """Tail means + ``circular_variance_final``."""
+        summary: dict[str, Any] = tail_means(series, theory, self.p.steps / 2.0)
+        summary["circular_variance_final"] = series["circular_variance"][-1]
+        return summary
 
 
 def norm_scale(t: np.ndarray, lr: float, weight_decay: float, init_norm: float = 1.0) -> np.ndarray:
@@ -162,3 +206,6 @@ class Problem:
         v = torch.addmm(eps, residual, self.z, beta=noise, alpha=drift / self.n)
         v.sub_(unit * torch.linalg.vecdot(v, unit).unsqueeze(1)).div_(r)
         x.mul_(1.0 - drift * weight_decay).sub_(v)
+
+
+MODEL = Model("normalized_linear", NormalizedLinearParams, "smdengine.sde.normalized_linear:NormalizedLinear", OUTPUTS)

@@ -44,73 +44,128 @@ over the recorded points and the final state). Non-finite values propagate (a w 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import torch
+from pydantic import Field, model_validator
 
-from smdengine.recorder import Recorder, tail_means
-from smdengine.runtime import (
-    CheckpointHooks,
-    ProgressCallback,
-    RunResult,
-    StopCheck,
-    resolve_device,
-    resolve_dtype,
-    saved,
+from smdengine._declare import Model, Outputs, PlotDef
+from smdengine._lazy import lazy_import
+from smdengine._runtime import saved
+from smdengine._science import tail_means
+from smdengine._simulator import Context, Row, Simulator
+from smdengine.sde._common import Recording, params_of, substeps
+
+if TYPE_CHECKING:
+    import torch
+
+    from smdengine._registry import SDESpec
+else:
+    torch = lazy_import("torch", globals())
+
+
+class Toy2DParams(Recording):
+    """Seed 001 §4: GD + weight decay on L(x, y) = x²/(x² + y²) from a cloud of nearby starts."""
+
+    model: Literal["toy2d"]
+    lr: float = Field(0.1, gt=0, le=10, description="η.")
+    weight_decay: float = Field(0.5, ge=0, le=100, description="λ.")
+    center: tuple[float, float] = Field((0.1, 1.0), strict=False,  # a JSON list makes the pair
+                                        description="Centre (x₀, y₀) of the cloud of starts.")
+    cloud_radius: float = Field(1e-6, ge=0, le=1e3, description="Starts are centre + N(0, radius²I).")
+    trials: int = Field(100, ge=1, le=1_000_000, description="Points in the cloud.")
+    integrator: Literal["gd", "flow"] = Field("gd", description="gd: one step per unit time; flow: Euler with small dt.")
+    dt: float = Field(0.01, gt=0, le=1, description="Flow step in units of GD steps; 1/k. Used by integrator flow.")
+    steps: int = Field(400, ge=1, le=100_000_000, description="Horizon, in GD steps.")
+    record_every: int = Field(1, ge=1, description="Record every this many GD steps.")
+
+    @model_validator(mode="after")
+    def _check(self) -> Toy2DParams:
+        self._check_recording()
+        substeps(self.dt)
+        if not all(math.isfinite(c) and abs(c) <= 1e6 for c in self.center) or self.center == (0.0, 0.0):
+            raise ValueError(f"center: expected a finite point other than the origin, got {self.center}")
+        return self
+
+    def substeps(self) -> int:
+        return substeps(self.dt) if self.integrator == "flow" else 1
+
+    @property
+    def work(self) -> int:
+        return self.trials * self.steps * self.substeps() * 2
+
+
+
+
+OUTPUTS = Outputs(
+    metrics=("spread", "loss", "norm_sq"),
+    theory=("loss_flow", "norm_sq_flow", "stable_until"),
+    plots={
+        "spread": PlotDef("Spread of the cloud of directions", "RMS distance", ("spread",), log_y=True,
+                          times=("stable_until",)),
+        "loss": PlotDef("Loss x²/(x²+y²)", "loss", ("loss",), ("loss_flow",), log_y=True),
+        "norm": PlotDef("Squared norm", "|w|²", ("norm_sq",), ("norm_sq_flow",), log_y=True),
+    },
 )
-from smdengine.sde.spec import SDESpec, Toy2DParams
-
-METRICS = ("spread", "loss", "norm_sq")
-THEORY = ("loss_flow", "norm_sq_flow", "stable_until")
-DISTRIBUTIONS = ()
 
 
-def simulate(spec: SDESpec, *, on_progress: ProgressCallback | None = None,
-             should_stop: StopCheck | None = None, progress_interval: float = 0.5,
-             checkpoint: CheckpointHooks | None = None) -> RunResult:
-    """Run the cloud; series ``step`` + :data:`METRICS`, theory from :func:`predict`, summary =
-    tail means + ``spread_final``, ``spread_max``. Resumable after any whole step (state: the cloud
-    w; the generator only draws the starts)."""
-    p: Toy2DParams = spec.params
-    device, dtype = resolve_device(spec.device), resolve_dtype(p.dtype)
-    gen = torch.Generator(device=device).manual_seed(spec.seed)
-    k = p.substeps()
-    h = 1.0 / k
-    # drawn in float64 so that float32 and float64 runs start from the same cloud (up to rounding)
-    w = torch.tensor(p.center, dtype=torch.float64, device=device) + p.cloud_radius * torch.randn(
-        p.trials, 2, generator=gen, dtype=torch.float64, device=device)
-    w = w.to(dtype)
-    # the update is w ← (1 − ηλh)w − ηh·(2xy/|w|⁴)·(y, −x), with (y, −x) = flip(w)·(1, −1)
-    # (elementwise ops only: a CPU BLAS matmul per step is far slower on a busy machine)
-    shrink = 1.0 - p.lr * p.weight_decay * h
-    kick = torch.tensor([-2.0 * p.lr * h, 2.0 * p.lr * h], dtype=dtype, device=device)
-    recorder = Recorder(METRICS, p.steps, on_progress, should_stop, progress_interval, checkpoint)
-    first = 0
-    if recorder.resumed is not None:
-        first = recorder.resumed.step
-        w = recorder.resumed.state["w"].to(device=device, dtype=dtype)
-    recorder.snapshot = lambda _step: {"w": saved(w)}  # w is rebound by every update: the lambda reads the current one
-    every = p.record_every
-    for n in range(first, p.steps):
-        if n % every == 0:
-            recorder.record(n, _metrics(w))
-        for _ in range(k):
+class Toy2D(Simulator["SDESpec"]):
+    """The cloud as a (trials, 2) tensor. Resumable after any whole step (state: the cloud w; the
+    generator only draws the starts)."""
+
+    def __init__(self, spec: SDESpec, ctx: Context):
+        super().__init__(spec, ctx)
+        p = params_of(spec, Toy2DParams)
+        self.p = p
+        self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
+        self.k = p.substeps()
+        h = 1.0 / self.k
+        device, dtype = ctx.device, ctx.dtype
+        # drawn in float64 so that float32 and float64 runs start from the same cloud (up to rounding)
+        w = torch.tensor(p.center, dtype=torch.float64, device=device) + p.cloud_radius * torch.randn(
+            p.trials, 2, generator=ctx.gen, dtype=torch.float64, device=device)
+        self.w = w.to(dtype)
+        # the update is w ← (1 − ηλh)w − ηh·(2xy/|w|⁴)·(y, −x), with (y, −x) = flip(w)·(1, −1)
+        # (elementwise ops only, no CPU BLAS matmul per step: bench/README.md, "Engine timings")
+        self.shrink = 1.0 - p.lr * p.weight_decay * h
+        self.kick = torch.tensor([-2.0 * p.lr * h, 2.0 * p.lr * h], dtype=dtype, device=device)
+
+    def step(self, n: int, record: bool) -> Row | None:
+        w = self.w
+        row = _metrics(w) if record else None
+        for _ in range(self.k):
             coef = w.prod(dim=1).div_(w.square().sum(dim=1).square_()).unsqueeze_(1)  # xy/|w|⁴
-            w = torch.addcmul(w * shrink, coef * kick, w.flip(1))
-        recorder.tick(n + 1)
-    recorder.flush(p.steps)
+            w = torch.addcmul(w * self.shrink, coef * self.kick, w.flip(1))
+        self.w = w
+        return row
 
-    prediction = predict(spec)
-    summary = tail_means(recorder.series, prediction, p.steps / 2.0)
-    final = _metrics(w)["spread"].item()
-    summary["spread_final"] = final
-    summary["spread_max"] = max([final, *recorder.series["spread"]],
-                                key=lambda v: math.inf if math.isnan(v) else v)
-    return RunResult(series=recorder.series, theory=prediction, summary=summary)
+    def state(self) -> dict[str, Any]:
+        return {"w": saved(self.w)}
+
+    def load_state(self, state: dict[str, Any], step: int) -> None:
+        self.w = state["w"].to(device=self.ctx.device, dtype=self.ctx.dtype)
+
+    @classmethod
+    def predict(cls, spec: SDESpec) -> dict[str, Any]:
+        """``loss_flow`` and ``norm_sq_flow`` (exact gradient flow from the centre) on the record steps,
+        and the scalar ``stable_until`` for the spec's integrator."""
+        p = params_of(spec, Toy2DParams)
+        x0, y0 = p.center
+        t = np.arange(0, p.steps, p.record_every, dtype=np.float64)
+        loss, norm_sq = flow_from(x0, y0, p.lr, p.weight_decay, t)
+        return {"loss_flow": loss.tolist(), "norm_sq_flow": norm_sq.tolist(),
+                "stable_until": stable_until(x0 * x0 + y0 * y0, p.lr, p.weight_decay, 1.0 / p.substeps())}
+
+    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
+        """Tail means + ``spread_final`` (the final state) and ``spread_max``."""
+        summary: dict[str, Any] = tail_means(series, theory, self.p.steps / 2.0)
+        final = _metrics(self.w)["spread"].item()
+        summary["spread_final"] = final
+        summary["spread_max"] = max([final, *series["spread"]], key=lambda v: math.inf if math.isnan(v) else v)
+        return summary
 
 
-def _metrics(w: torch.Tensor) -> dict[str, torch.Tensor]:
+def _metrics(w: torch.Tensor) -> Row:
     sq = w.square()
     r2 = sq.sum(dim=1)
     u = w / r2.sqrt().unsqueeze(1)
@@ -149,12 +204,4 @@ def stable_until(r0_sq: float, lr: float, weight_decay: float, h: float) -> floa
     return h * math.log(ratio) / (-2.0 * math.log(shrink))
 
 
-def predict(spec: SDESpec) -> dict[str, Any]:
-    """``loss_flow`` and ``norm_sq_flow`` (exact gradient flow from the centre) on the record steps,
-    and the scalar ``stable_until`` for the spec's integrator."""
-    p: Toy2DParams = spec.params
-    x0, y0 = p.center
-    t = np.arange(0, p.steps, p.record_every, dtype=np.float64)
-    loss, norm_sq = flow_from(x0, y0, p.lr, p.weight_decay, t)
-    return {"loss_flow": loss.tolist(), "norm_sq_flow": norm_sq.tolist(),
-            "stable_until": stable_until(x0 * x0 + y0 * y0, p.lr, p.weight_decay, 1.0 / p.substeps())}
+MODEL = Model("toy2d", Toy2DParams, "smdengine.sde.toy2d:Toy2D", OUTPUTS)

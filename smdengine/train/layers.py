@@ -39,6 +39,7 @@ def dense_norm(x: torch.Tensor, kind: str, groups: int, gamma: torch.Tensor | No
     """Normalize (T, B, F). batch: over B with running statistics (T, F) for evaluation; layer: over F;
     group: over F/groups features. gamma, beta (T, F) or None (fixed at 1, 0)."""
     if kind == "batch":
+        assert running is not None, "batch norm keeps running statistics"
         if training:
             var, mean = torch.var_mean(x, dim=1, unbiased=False, keepdim=True)
             with torch.no_grad():
@@ -57,6 +58,7 @@ def dense_norm(x: torch.Tensor, kind: str, groups: int, gamma: torch.Tensor | No
         var, mean = torch.var_mean(g, dim=3, unbiased=False, keepdim=True)
         y = ((g - mean) * torch.rsqrt(var + EPS)).view(t, b, f)
     if gamma is not None:
+        assert beta is not None, "gamma and beta come together"
         y = torch.addcmul(beta.unsqueeze(1), y, gamma.unsqueeze(1))
     return y
 
@@ -75,6 +77,7 @@ def image_norm(x: torch.Tensor, kind: str, trials: int, groups: int, gamma: torc
     weight = gamma.reshape(-1) if gamma is not None else None
     bias = beta.reshape(-1) if beta is not None else None
     if kind == "batch":
+        assert running is not None, "batch norm keeps running statistics"
         return F.batch_norm(x, running[0].view(-1), running[1].view(-1), weight, bias, training,
                             RUNNING_MOMENTUM, EPS)
     return F.group_norm(x, trials * (groups if kind == "group" else 1), weight, bias, EPS)

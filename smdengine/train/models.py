@@ -11,21 +11,16 @@ affine parameters are frozen (seed 001 §6.1), so every trainable weight belongs
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 
 from smdengine.train import layers as L
+from smdengine.train.shapes import cnn_plan, forward_macs, input_shape_and_classes, resnet_blocks
 from smdengine.train.spec import TrainParams
 
-INPUT = {"digits": ((1, 8, 8), 10), "cifar10": ((3, 32, 32), 10)}
-
-
-def input_shape_and_classes(p: TrainParams) -> tuple[tuple[int, ...], int]:
-    if p.dataset.name == "synthetic":
-        return (p.dataset.input_dim,), p.dataset.classes
-    return INPUT[p.dataset.name]
+__all__ = ["CNN", "MLP", "MODELS", "Net", "ResNet", "build", "forward_macs"]
 
 
 class Net:
@@ -89,10 +84,10 @@ class Net:
         w = self.params[name]
         return L.standardize(w, gain) if self.p.norm == "weight_standardization" else w
 
-    def _affine(self, name: str):
+    def _affine(self, name: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         return self.params.get(f"{name}.gamma"), self.params.get(f"{name}.beta")
 
-    def _running(self, name: str):
+    def _running(self, name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
         if self.p.norm != "batch":
             return None
         return self.buffers[f"{name}.running_mean"], self.buffers[f"{name}.running_var"]
@@ -112,13 +107,14 @@ class Net:
         """(T, B, F) → (T, B, classes) through the classifier (never standardized)."""
         return L.linear(features, self.params["classifier.weight"], self.params["classifier.bias"])
 
+    def build(self) -> Net:
+        """Create the parameters (in a fixed order: the generator's draws depend on it)."""
+        raise NotImplementedError
+
     def forward(self, x: torch.Tensor, training: bool) -> torch.Tensor:
         """x: per-trial inputs (T, B, *input_shape) or shared (B, *input_shape) → logits (T, B, classes)."""
         raise NotImplementedError
 
-    def macs(self) -> int:
-        """Forward multiply-adds per sample and trial (for the job size)."""
-        raise NotImplementedError
 
 
 class MLP(Net):
@@ -139,9 +135,6 @@ class MLP(Net):
             h = F.relu(self.dense_norm(h, f"layers.{i}.norm", training))
         return self.logits(h)
 
-    def macs(self) -> int:
-        d, w = self.p.depth, self.p.width
-        return math.prod(self.shape) * w + (d - 1) * w * w + w * self.classes
 
 
 class CNN(Net):
@@ -150,11 +143,7 @@ class CNN(Net):
 
     def _plan(self) -> list[tuple[int, int, int]]:
         """(in channels, out channels, stride) per layer."""
-        plan, c_in = [], self.shape[0]
-        for i, c_out in enumerate(self.p.widths()):
-            plan.append((c_in, c_out, 2 if i in (1, 2) else 1))
-            c_in = c_out
-        return plan
+        return cnn_plan(self.p)
 
     def build(self) -> CNN:
         for i, (c_in, c_out, _) in enumerate(self._plan()):
@@ -170,12 +159,6 @@ class CNN(Net):
             h = F.relu(self.image_norm(h, f"conv.{i}.norm", training))
         return self.logits(L.unfold_pooled(h, self.trials))
 
-    def macs(self) -> int:
-        total, (_, hgt, wid) = 0, self.shape
-        for c_in, c_out, stride in self._plan():
-            hgt, wid = -(-hgt // stride), -(-wid // stride)
-            total += c_in * c_out * 9 * hgt * wid
-        return total + self.p.widths()[-1] * self.classes
 
 
 class ResNet(Net):
@@ -184,14 +167,8 @@ class ResNet(Net):
     2 and 3 downsamples by 2 with a 1×1 conv on the pre-activated input), final norm → ReLU →
     average pool → classifier."""
 
-    def _blocks(self):
-        n = (self.p.depth - 2) // 6
-        c_in = self.p.width
-        for s, c_out in enumerate(self.p.widths()):
-            for b in range(n):
-                stride = 2 if s > 0 and b == 0 else 1
-                yield s, b, c_in, c_out, stride
-                c_in = c_out
+    def _blocks(self) -> Iterator[tuple[int, int, int, int, int]]:
+        return resnet_blocks(self.p)
 
     def _stream(self, s: int) -> str:
         # with weight standardization every conv is scale-invariant on its own ('' = own group)
@@ -224,13 +201,6 @@ class ResNet(Net):
         h = F.relu(self.image_norm(h, "final.norm", training))
         return self.logits(L.unfold_pooled(h, self.trials))
 
-    def macs(self) -> int:
-        _, hgt, wid = self.shape
-        total = self.shape[0] * self.p.width * 9 * hgt * wid
-        for _, _, c_in, c_out, stride in self._blocks():
-            hgt, wid = -(-hgt // stride), -(-wid // stride)
-            total += (c_in * c_out * 9 + c_out * c_out * 9 + (c_in * c_out if stride != 1 or c_in != c_out else 0)) * hgt * wid
-        return total + self.p.widths()[-1] * self.classes
 
 
 def _fold_input(x: torch.Tensor, trials: int, image_dims: int) -> torch.Tensor:
@@ -245,9 +215,3 @@ MODELS: dict[str, Callable[..., Net]] = {"mlp": MLP, "cnn": CNN, "resnet": ResNe
 
 def build(p: TrainParams, trials: int, device: torch.device, dtype: torch.dtype, gen: torch.Generator) -> Net:
     return MODELS[p.model](p, trials, device, dtype, gen).build()
-
-
-def forward_macs(p: TrainParams) -> int:
-    """Forward multiply-adds per sample of one trial, without building any tensor."""
-    net = MODELS[p.model](p, 1, torch.device("cpu"), torch.float32, None)
-    return net.macs()

@@ -8,9 +8,8 @@ needs — the Gram matrix of the rows, per trial — in one pass over memory and
 the weights. The parameter tensors the network uses are views of row 0.
 
 On the CPU, with several torch threads, a long row is cut into one piece per thread and the pieces' Gram
-matrices are summed: a (rows, n)·(n, rows) product is a single GEMM that runs on one thread
-(measured at 2 threads, n = 65 536: 19 → 13 µs for SGD, 41 → 23 µs for SGDM), whereas a batch of
-pieces is spread over the threads.
+matrices are summed: a (rows, n)·(n, rows) product is a single GEMM that runs on one thread, whereas a
+batch of pieces is spread over the threads (timings: bench/README.md, "Engine timings").
 """
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from smdengine.runtime import saved
+from smdengine._runtime import saved
 
 SPLIT_MIN = 32768     # shortest row (elements) cut into one piece per thread for the Gram product
 

@@ -5,175 +5,152 @@ norm against the equilibrium of the running unit-gradient norm (seed 003 Thm 1/2
 Recorded on windows of ``record_every`` updates [n, n + r), labelled by their first step n:
 global ``train_loss``/``train_acc`` (means over the window's minibatches and the trials), ``test_loss``/
 ``test_acc`` (the state at step n, when n is a multiple of ``eval_every``; NaN between), ``lr``,
-``weight_decay``; per group ``<group>/<metric>`` for the tracker's metrics (tracker.METRICS).
+``weight_decay``; per group ``<group>/<metric>`` for the tracker's metrics (spec.LAYER_METRICS).
 
-Checkpoints (smdengine.recorder protocol) may be taken after any update, mid-window included: the
-state holds the optimizer's storage, the normalization buffers, the generator, the batch order, the
-window's accumulators (losses, hits, the pending evaluation, the tracker's Gram matrices and EMA).
+Checkpoints may be taken after any update, mid-window included: the state holds the optimizer's
+storage, the normalization buffers, the generator, the batch order, the window's accumulators
+(losses, hits, the pending evaluation, the tracker's Gram matrices and EMA).
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from smdengine.nrq.schedule import Phase, phase_at, rate_phases
-from smdengine.recorder import Recorder
-from smdengine.runtime import (
-    CheckpointHooks,
-    ProgressCallback,
-    RunResult,
-    StopCheck,
-    layer_key,
-    resolve_device,
-    resolve_dtype,
-    saved,
-)
+from smdengine._runtime import layer_key, saved
+from smdengine._science import au_equilibrium, phase_at
+from smdengine._simulator import Context, Row, Simulator
 from smdengine.train import models
 from smdengine.train.data import Dataset, load_dataset
 from smdengine.train.optimizer import SGD
-from smdengine.train.spec import TrainParams, TrainSpec
-from smdengine.train.tracker import METRICS as LAYER_METRICS
+from smdengine.train.spec import GLOBAL_METRICS, LAYER_METRICS, TrainSpec
 from smdengine.train.tracker import Tracker
 
-GLOBAL = ("train_loss", "train_acc", "test_loss", "test_acc", "lr", "weight_decay")
-METRICS = GLOBAL + LAYER_METRICS
-THEORY = ("au_equilibrium",)
-DISTRIBUTIONS = ()
 EVAL_BATCH = 1000
 INVARIANCE_TOL = {torch.float32: 1e-3, torch.float64: 1e-5}
 
 
-def phases(p: TrainParams) -> list[Phase]:
-    """Rates in force from each schedule entry on (factors are cumulative)."""
-    return rate_phases(p.lr, p.weight_decay, p.schedule)
-
-
-def au_equilibrium(lr: float, weight_decay: float, momentum: float) -> float:
-    """√(2λη/(1+α)), the equilibrium RMS angular update per step (seed 003)."""
-    return math.sqrt(2 * weight_decay * lr / (1 + momentum))
-
-
-def predict(spec: TrainSpec) -> dict[str, Any]:
-    """au_equilibrium on the record steps (the rates in force at each window's first step)."""
-    p = spec.params
-    all_phases = phases(p)
-    out = []
-    for n in range(0, p.steps - p.record_every + 1, p.record_every):
-        ph = phase_at(all_phases, n)
-        out.append(au_equilibrium(ph.lr, ph.weight_decay, p.momentum))
-    return {"au_equilibrium": out}
-
-
-def simulate(spec: TrainSpec, *, on_progress: ProgressCallback | None = None,
-             should_stop: StopCheck | None = None, progress_interval: float = 0.5,
-             data_dir: str | None = None, track: bool = True,
-             checkpoint: CheckpointHooks | None = None) -> RunResult:
+class TrainRun(Simulator[TrainSpec]):
     """Train ``trials`` networks together and record the series (module docstring).
 
-    track=False skips the per-weight tracking (for overhead benchmarks); layer series are then absent.
+    track=False skips the per-weight tracking (for the overhead bench); layer series are then absent.
     """
-    p = spec.params
-    device, dtype = resolve_device(spec.device), resolve_dtype(p.dtype)
-    data = load_dataset(p, device, dtype, data_dir)
-    gen = torch.Generator(device=device).manual_seed(spec.seed)
-    net = models.build(p, p.trials, device, dtype, gen)
-    groups = list(net.groups)
-    position = {name: i for i, name in enumerate(net.trainable)}
-    tracked = [(position[m], j) for j, g in enumerate(groups) for m in net.groups[g]]
-    max_cos = check_scale_invariance(net, data, p.batch_size, gen, INVARIANCE_TOL[dtype])
-    optimizer = SGD([net.params[name] for name in net.trainable], p.momentum, [i for i, _ in tracked])
-    params = optimizer.params
-    net.params.update(zip(net.trainable, params, strict=False))      # tracked weights are now views of the storage
 
-    names = GLOBAL + (tuple(layer_key(g, m) for g in groups for m in LAYER_METRICS) if track else ())
-    recorder = Recorder(names, p.steps, on_progress, should_stop, progress_interval, checkpoint)
-    tracker = (Tracker(groups, [j for _, j in tracked], p.trials, p.record_every, p.momentum, optimizer.rows,
-                       dtype, device) if track else None)
-    all_phases = phases(p)
-    phase_by_start = {ph.start: ph for ph in all_phases}
-    batches = _Batches(data, p.trials, p.batch_size, gen)
-    loss_sum = torch.zeros(p.trials, dtype=torch.float64, device=device)
-    hits = torch.zeros(p.trials, dtype=torch.float64, device=device)
-    window_end = p.steps - p.steps % p.record_every     # updates after the last full window are not recorded
-    pending: dict[str, torch.Tensor] = {}
-    phase = all_phases[0]
+    def __init__(self, spec: TrainSpec, ctx: Context, track: bool = True):
+        super().__init__(spec, ctx)
+        p = spec.params
+        self.p = p
+        device, dtype, gen = ctx.device, ctx.dtype, ctx.gen
+        self.data = data = load_dataset(p, device, dtype, ctx.data_dir)
+        self.net = net = models.build(p, p.trials, device, dtype, gen)
+        self.groups = groups = list(net.groups)
+        position = {name: i for i, name in enumerate(net.trainable)}
+        tracked = [(position[m], j) for j, g in enumerate(groups) for m in net.groups[g]]
+        self.max_cos = check_scale_invariance(net, data, p.batch_size, gen, INVARIANCE_TOL[dtype])
+        self.optimizer = SGD([net.params[name] for name in net.trainable], p.momentum, [i for i, _ in tracked])
+        self.params = self.optimizer.params
+        net.params.update(zip(net.trainable, self.params, strict=True))  # tracked weights are now views of the storage
 
-    start = 0
-    if recorder.resumed is not None:
-        state = recorder.resumed.state
-        start = recorder.resumed.step
-        # the phase in force at the last update done; a phase starting at `start` (and its rescale)
-        # is entered by the loop, exactly once
-        phase = phase_at(all_phases, start - 1) if start > 0 else all_phases[0]
-        optimizer.load_state(state["optimizer"])
-        with torch.no_grad():
-            for k, b in state["buffers"].items():
-                net.buffers[k].copy_(b)
-        gen.set_state(state["rng"])
-        batches.load_state(state["batches"])
-        loss_sum.copy_(state["loss_sum"])
-        hits.copy_(state["hits"])
-        pending = {k: v.to(device if k in ("test_loss", "test_acc") else "cpu") for k, v in state["pending"].items()}
-        if tracker is not None:
-            tracker.load_state(state["tracker"])
+        self.track = track
+        self.names = GLOBAL_METRICS + (tuple(layer_key(g, m) for g in groups for m in LAYER_METRICS) if track else ())
+        self.total_steps, self.record_every = p.total_steps, p.record_every
+        self.tracker = (Tracker(groups, [j for _, j in tracked], p.trials, p.record_every, p.momentum,
+                                self.optimizer.rows, dtype, device) if track else None)
+        self.all_phases = p.phases()
+        self.phase_by_start = {ph.start: ph for ph in self.all_phases}
+        self.batches = _Batches(data, p.trials, p.batch_size, gen)
+        self.loss_sum = torch.zeros(p.trials, dtype=torch.float64, device=device)
+        self.hits = torch.zeros(p.trials, dtype=torch.float64, device=device)
+        # updates after the last full window are not recorded
+        self.window_end = p.total_steps - p.total_steps % p.record_every
+        self.pending: dict[str, torch.Tensor] = {}
+        self.phase = self.all_phases[0]
 
-    def snapshot(_step: int) -> dict[str, Any]:
-        return {"optimizer": optimizer.state(), "buffers": {k: saved(b) for k, b in net.buffers.items()},
-                "rng": gen.get_state(), "batches": batches.state(), "loss_sum": saved(loss_sum),
-                "hits": saved(hits), "pending": {k: saved(v) for k, v in pending.items()},
-                "tracker": tracker.state() if tracker is not None else None}
-
-    recorder.snapshot = snapshot
-
-    for n in range(start, p.steps):
-        if n in phase_by_start and n > 0:
-            phase = phase_by_start[n]
+    def step(self, n: int, record: bool) -> Row | None:
+        p, net, phase, tracker = self.p, self.net, self.phase, self.tracker
+        if n in self.phase_by_start and n > 0:
+            phase = self.phase = self.phase_by_start[n]
             if phase.rescale != 1.0:
                 with torch.no_grad():
-                    for g in groups:
+                    for g in self.groups:
                         for m in net.groups[g]:
                             net.params[m].mul_(phase.rescale)
-        if n % p.record_every == 0 and n < window_end:
-            nan = torch.tensor(math.nan, device=device, dtype=torch.float64)
-            test_loss, test_acc = evaluate(net, data.x_test, data.y_test) if n % p.eval_every == 0 else (nan, nan)
-            pending = {"test_loss": test_loss, "test_acc": test_acc,
-                       "lr": torch.tensor(phase.lr, dtype=torch.float64),
-                       "weight_decay": torch.tensor(phase.weight_decay, dtype=torch.float64)}
-        x, y = batches.next()
+        in_window = n < self.window_end
+        if record and in_window:
+            nan = torch.tensor(math.nan, device=self.ctx.device, dtype=torch.float64)
+            assert p.eval_every is not None   # set by the validator
+            test_loss, test_acc = (evaluate(net, self.data.x_test, self.data.y_test) if n % p.eval_every == 0
+                                   else (nan, nan))
+            self.pending = {"test_loss": test_loss, "test_acc": test_acc,
+                            "lr": torch.tensor(phase.lr, dtype=torch.float64),
+                            "weight_decay": torch.tensor(phase.weight_decay, dtype=torch.float64)}
+        x, y = self.batches.next()
         logits = net.forward(x, training=True)                                   # (T, B, K)
         per_trial = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)
-        grads = torch.autograd.grad(per_trial.sum(), params)
+        grads = torch.autograd.grad(per_trial.sum(), self.params)
         with torch.no_grad():
-            loss_sum += per_trial
-            hits += (logits.argmax(-1) == y).to(torch.float64).mean(1)
+            self.loss_sum += per_trial
+            self.hits += (logits.argmax(-1) == y).to(torch.float64).mean(1)
             gram = None
-            if tracker is not None and n < window_end:
-                gram = tracker.slot(phase.lr, phase.weight_decay, optimizer.next_velocity_row())
-            optimizer.step(grads, phase.lr, phase.weight_decay, gram)
-        if (n + 1) % p.record_every == 0 and n < window_end:
-            start = n + 1 - p.record_every
-            row = {"train_loss": loss_sum.mean() / p.record_every, "train_acc": hits.mean() / p.record_every,
-                   **pending}
-            loss_sum.zero_()
-            hits.zero_()
-            if tracker is not None:
-                for g, metrics in tracker.reduce(phase.lr, phase.weight_decay).items():
-                    row.update({layer_key(g, m): value for m, value in metrics.items()})
-            recorder.record(start, row)
-        recorder.tick(n + 1)
-    recorder.flush(p.steps)
+            if tracker is not None and in_window:
+                gram = tracker.slot(phase.lr, phase.weight_decay, self.optimizer.next_velocity_row())
+            self.optimizer.step(grads, phase.lr, phase.weight_decay, gram)
+        if (n + 1) % p.record_every or not in_window:
+            return None
+        row = {"train_loss": self.loss_sum.mean() / p.record_every, "train_acc": self.hits.mean() / p.record_every,
+               **self.pending}
+        self.loss_sum.zero_()
+        self.hits.zero_()
+        if tracker is not None:
+            for g, metrics in tracker.reduce(phase.lr, phase.weight_decay).items():
+                row.update({layer_key(g, m): value for m, value in metrics.items()})
+        return row
 
-    final_loss, final_acc = evaluate(net, data.x_test, data.y_test)
-    prediction = predict(spec)
-    summary = summarize(recorder.series, prediction, groups if track else [], tail_start(p, all_phases))
-    summary.update(test_loss_final=float(final_loss), test_acc_final=float(final_acc),
-                   scale_invariance_max_cos=max_cos, train_samples=int(data.y_train.shape[0]),
-                   noisy_labels=int(data.noisy.sum()))
-    return RunResult(series=recorder.series, theory=prediction, summary=summary)
+    def state(self) -> dict[str, Any]:
+        return {"optimizer": self.optimizer.state(), "buffers": {k: saved(b) for k, b in self.net.buffers.items()},
+                "rng": self.ctx.gen.get_state(), "batches": self.batches.state(), "loss_sum": saved(self.loss_sum),
+                "hits": saved(self.hits), "pending": {k: saved(v) for k, v in self.pending.items()},
+                "tracker": self.tracker.state() if self.tracker is not None else None}
+
+    def load_state(self, state: dict[str, Any], step: int) -> None:
+        # the phase in force at the last update done; a phase starting at `step` (and its rescale) is
+        # entered by the next update, exactly once
+        self.phase = phase_at(self.all_phases, step - 1) if step > 0 else self.all_phases[0]
+        self.optimizer.load_state(state["optimizer"])
+        with torch.no_grad():
+            for k, b in state["buffers"].items():
+                self.net.buffers[k].copy_(b)
+        self.ctx.gen.set_state(state["rng"])
+        self.batches.load_state(state["batches"])
+        self.loss_sum.copy_(state["loss_sum"])
+        self.hits.copy_(state["hits"])
+        self.pending = {k: v.to(self.ctx.device if k in ("test_loss", "test_acc") else "cpu")
+                        for k, v in state["pending"].items()}
+        if self.tracker is not None:
+            self.tracker.load_state(state["tracker"])
+
+    @classmethod
+    def predict(cls, spec: TrainSpec) -> dict[str, Any]:
+        """au_equilibrium on the record steps (the rates in force at each window's first step)."""
+        p = spec.params
+        all_phases = p.phases()
+        out = []
+        for n in range(0, p.total_steps - p.record_every + 1, p.record_every):
+            ph = phase_at(all_phases, n)
+            out.append(au_equilibrium(ph.lr, ph.weight_decay, p.momentum))
+        return {"au_equilibrium": out}
+
+    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
+        final_loss, final_acc = evaluate(self.net, self.data.x_test, self.data.y_test)
+        summary = summarize(series, theory, self.groups if self.track else [], self.p.tail_start())
+        summary.update(test_loss_final=float(final_loss), test_acc_final=float(final_acc),
+                       scale_invariance_max_cos=self.max_cos, train_samples=int(self.data.y_train.shape[0]),
+                       noisy_labels=int(self.data.noisy.sum()))
+        return summary
 
 
 class _Batches:
@@ -240,9 +217,9 @@ def check_scale_invariance(net: models.Net, data: Dataset, batch_size: int, gen:
     worst = 0.0
     with torch.no_grad():
         for group, group_members in net.groups.items():
-            dot = sum(torch.linalg.vecdot(net.params[m].flatten(1), grads[m].flatten(1)) for m in group_members)
-            wn = sum(net.params[m].flatten(1).square().sum(1) for m in group_members).sqrt()
-            gn = sum(grads[m].flatten(1).square().sum(1) for m in group_members).sqrt()
+            dot = _total(torch.linalg.vecdot(net.params[m].flatten(1), grads[m].flatten(1)) for m in group_members)
+            wn = _total(net.params[m].flatten(1).square().sum(1) for m in group_members).sqrt()
+            gn = _total(grads[m].flatten(1).square().sum(1) for m in group_members).sqrt()
             cos = (dot / (wn * gn).clamp_min(1e-300)).abs().max().item()
             if cos > tol:
                 raise RuntimeError(f"scale invariance: expected ⟨w, ∇_w L⟩ ≈ 0 for {group}, got cos = {cos:.3g}")
@@ -250,10 +227,13 @@ def check_scale_invariance(net: models.Net, data: Dataset, batch_size: int, gen:
     return worst
 
 
-def tail_start(p: TrainParams, all_phases: list[Phase]) -> float:
-    """Summaries average the last half of the final phase."""
-    final = all_phases[-1].start
-    return final + (p.steps - final) / 2.0
+def _total(parts: Iterable[torch.Tensor]) -> torch.Tensor:
+    """The sum of the tensors, left to right."""
+    it = iter(parts)
+    out = next(it)
+    for part in it:
+        out = out + part
+    return out
 
 
 def summarize(series: dict[str, list], theory: dict[str, list], groups: list[str], start: float) -> dict[str, Any]:
@@ -273,7 +253,7 @@ def summarize(series: dict[str, list], theory: dict[str, list], groups: list[str
         # au_rms over the tail is the RMS of every tail step's angle: windows are of equal length
         return float(np.sqrt(np.mean(v * v))) if rms else float(v.mean())
 
-    out: dict[str, Any] = {k: mean(series[k]) for k in GLOBAL}
+    out: dict[str, Any] = {k: mean(series[k]) for k in GLOBAL_METRICS}
     au_theory = np.asarray(theory["au_equilibrium"], dtype=np.float64)
     out["au_equilibrium"] = mean(au_theory)
     layers = {}

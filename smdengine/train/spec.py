@@ -3,11 +3,14 @@ angular update of every scale-invariant weight tracked against its theory."""
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, model_validator
 
-from smdengine.spec_base import SpecBase, StrictModel, tagged_union
+from smdengine._declare import Model, Outputs, PlotDef
+from smdengine._science import Phase, check_recording, check_schedule, rate_phases, tail_start
+from smdengine._spec_base import SpecBase, StrictModel, tagged_union
+from smdengine.train import shapes
 
 DIGITS_SAMPLES = 1797          # scikit-learn's bundled 8×8 digits
 CIFAR10_TRAIN, CIFAR10_TEST = 50_000, 10_000
@@ -50,7 +53,10 @@ class Cifar10Data(StrictModel):
 
 
 DATASETS = ("digits", "synthetic", "cifar10")
-DatasetSpec = tagged_union("name", dict(zip(DATASETS, (DigitsData, SyntheticData, Cifar10Data), strict=False)))
+if TYPE_CHECKING:
+    DatasetSpec = DigitsData | SyntheticData | Cifar10Data
+else:   # the same union, discriminated by name, naming the field and the choices in its error
+    DatasetSpec = tagged_union("name", dict(zip(DATASETS, (DigitsData, SyntheticData, Cifar10Data), strict=True)))
 
 
 class ScheduleEntry(StrictModel):
@@ -73,7 +79,7 @@ class ScheduleEntry(StrictModel):
 
 
 class TrainParams(StrictModel):
-    dataset: DatasetSpec = Field(default_factory=lambda: DigitsData(name="digits"))
+    dataset: DatasetSpec = Field(default_factory=lambda: DigitsData.model_validate({"name": "digits"}))
     data_seed: int = Field(0, ge=0, le=2**63 - 1, description="Seed of the split, label noise and synthetic data "
                                                              "(shared by all trials).")
     label_noise: float = Field(0.0, ge=0, lt=1, description="Fraction of training labels replaced by random ones.")
@@ -121,47 +127,68 @@ class TrainParams(StrictModel):
                 if width % self.norm_groups:
                     raise ValueError(f"norm_groups: expected a divisor of every width {self.widths()}, "
                                      f"got {self.norm_groups}")
-        if self.record_every > self.steps:
-            raise ValueError(f"record_every: expected ≤ steps ({self.steps}), got {self.record_every}")
-        if self.steps // self.record_every > 100_000:
-            raise ValueError("record_every: expected at most 100 000 recorded points (steps/record_every)")
+        check_recording(self.steps, self.record_every, max_points=100_000)
         if self.eval_every is None:
             self.eval_every = min(10 * self.record_every, self.steps // self.record_every * self.record_every)
         if self.eval_every % self.record_every:
             raise ValueError(f"eval_every: expected a multiple of record_every ({self.record_every}), "
                              f"got {self.eval_every}")
-        last, lr, wd = 0, self.lr, self.weight_decay
         for entry in self.schedule:
             if entry.epoch is not None:
                 entry.step, entry.epoch = entry.epoch * self.steps_per_epoch, None
-            if entry.step <= last or entry.step >= self.steps:
-                raise ValueError(f"schedule: expected strictly increasing steps in [1, steps), got {entry.step}")
-            last, lr, wd = entry.step, lr * entry.lr_factor, wd * entry.weight_decay_factor
-            if not (1e-12 <= lr <= 100 and wd <= 10):
-                raise ValueError(f"schedule: expected the rates in force to stay in lr ∈ [1e-12, 100], "
-                                 f"weight_decay ≤ 10, got lr={lr:.3g}, weight_decay={wd:.3g} from step {entry.step}")
+        check_schedule("schedule", self.schedule, self.lr, self.weight_decay, self.steps, lr_max=100,
+                       weight_decay_max=10, strict_weight_decay=False, bounds="lr ∈ [1e-12, 100], weight_decay ≤ 10")
         return self
 
     @property
     def steps_per_epoch(self) -> int:
         return self.dataset.sizes()[0] // self.batch_size
 
+    @property
+    def total_steps(self) -> int:
+        """``steps`` (set from ``epochs`` by the validator)."""
+        assert self.steps is not None
+        return self.steps
+
     def widths(self) -> list[int]:
         """Widths of the normalized layers (hidden units or channels), in order."""
-        if self.model == "mlp":
-            return [self.width] * self.depth
-        if self.model == "cnn":
-            return [self.width * 2 ** min(i, 2) for i in range(self.depth)]
-        return [self.width * 2 ** s for s in range(3)]
+        return shapes.widths(self.model, self.depth, self.width)
+
+    def phases(self) -> list[Phase]:
+        """The rates in force from each schedule entry on (factors are cumulative)."""
+        return rate_phases(self.lr, self.weight_decay, self.schedule)
+
+    def tail_start(self) -> float:
+        """Summaries average over the last half of the final phase: steps ≥ this value."""
+        return tail_start(self.phases(), self.total_steps)
 
 
 class TrainSpec(SpecBase):
     kind: Literal["train"]
-    params: TrainParams = Field(default_factory=TrainParams)
+    params: TrainParams = Field(default_factory=lambda: TrainParams.model_validate({}))
 
     @property
     def work(self) -> int:
         """trials · steps · batch_size · forward multiply-adds per sample ÷ 10⁴."""
-        from smdengine.train.models import forward_macs
         p = self.params
-        return p.trials * p.steps * p.batch_size * forward_macs(p) // 10_000
+        return p.trials * p.total_steps * p.batch_size * shapes.forward_macs(p) // 10_000
+
+
+GLOBAL_METRICS = ("train_loss", "train_acc", "test_loss", "test_acc", "lr", "weight_decay")
+LAYER_METRICS = ("au_rms", "au_mean", "norm", "unit_grad_sq", "eff_lr", "norm_theory")
+"""Per scale-invariant group: series ``"<group>/<metric>"``, under ``layers`` in the result document."""
+
+OUTPUTS = Outputs(
+    metrics=GLOBAL_METRICS + LAYER_METRICS,
+    theory=("au_equilibrium",),
+    plots={
+        "au": PlotDef("Angular update per step (RMS over the window), per layer", "radians", ("au_rms",),
+                      ("au_equilibrium",), log_y=True, style="layers"),
+        "norm": PlotDef("Weight norm per layer", "|w|", ("norm",), layer_theory=("norm_theory",), log_y=True,
+                        style="layers"),
+        "loss": PlotDef("Loss", "cross-entropy", ("train_loss", "test_loss"), log_y=True, sparse=("test_loss",)),
+        "accuracy": PlotDef("Accuracy", "accuracy", ("train_acc", "test_acc"), sparse=("test_acc",)),
+    },
+    full_document_plots=True,
+)
+MODEL = Model("train", TrainParams, "smdengine.train.simulate:TrainRun", OUTPUTS)

@@ -19,10 +19,11 @@ from collections.abc import Sequence
 
 import torch
 
-from smdengine.runtime import saved
+from smdengine._runtime import saved
+from smdengine.train.spec import LAYER_METRICS
 
 SLOT_CACHE = 1024     # longest window whose per-step buffer views are made in advance
-METRICS = ("au_rms", "au_mean", "norm", "unit_grad_sq", "eff_lr", "norm_theory")
+METRICS = LAYER_METRICS   # the keys of each group's entry in :meth:`Tracker.reduce`
 
 
 def norm_theory(unit_grad_sq: torch.Tensor, lr: float, weight_decay: float, momentum: float) -> torch.Tensor:

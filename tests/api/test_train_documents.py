@@ -13,7 +13,7 @@ import pytest
 
 from api import plots
 from api.results import downsample_indices
-from smdengine.runtime import layer_key
+from smdengine import layer_key
 from store import jobs
 from store.series import write_points
 from tests.api.test_experiments import submit

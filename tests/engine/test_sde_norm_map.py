@@ -308,9 +308,9 @@ def test_should_stop_raises_cancelled_after_delivering_everything(momentum):
 def test_names_predict_and_document():
     s = spec(momentum=ALPHA, unit_grad_sq=patterns(FAST_PERIOD)["c_sine"], steps=1000, record_every=100)
     result = smdengine.run(s)
-    assert set(result.series) == SERIES_KEYS == {"step", *norm_map.METRICS}
-    assert set(result.theory) == set(norm_map.THEORY) and norm_map.DISTRIBUTIONS == ()
-    assert set(smdengine.output_names(s)) == SERIES_KEYS | set(norm_map.THEORY)
+    assert set(result.series) == SERIES_KEYS == {"step", *norm_map.OUTPUTS.metrics}
+    assert set(result.theory) == set(norm_map.OUTPUTS.theory) and norm_map.OUTPUTS.distributions == ()
+    assert set(smdengine.output_names(s)) == SERIES_KEYS | set(norm_map.OUTPUTS.theory)
     assert smdengine.predict(s) == result.theory
     assert result.series["step"] == list(range(0, 1000, 100))
     assert len(result.theory["norm_sq_equilibrium"]) == 10

@@ -169,9 +169,9 @@ def test_progress_points_concatenate_and_cancel():
 def test_names_predict_and_summary():
     s = spec(steps=40, record_every=4)
     result = smdengine.run(s)
-    assert set(result.series) == SERIES_KEYS == {"step", *toy2d.METRICS}
-    assert set(result.theory) == set(toy2d.THEORY) and toy2d.DISTRIBUTIONS == ()
-    assert set(smdengine.output_names(s)) == SERIES_KEYS | set(toy2d.THEORY)
+    assert set(result.series) == SERIES_KEYS == {"step", *toy2d.OUTPUTS.metrics}
+    assert set(result.theory) == set(toy2d.OUTPUTS.theory) and toy2d.OUTPUTS.distributions == ()
+    assert set(smdengine.output_names(s)) == SERIES_KEYS | set(toy2d.OUTPUTS.theory)
     assert smdengine.predict(s) == result.theory
     assert result.series["step"] == list(range(0, 40, 4)) and len(result.theory["loss_flow"]) == 10
     assert set(result.summary) == {"spread", "loss", "norm_sq", "loss_flow", "norm_sq_flow",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import smdengine
-from smdengine.runtime import Checkpoint, CheckpointHooks
-from smdengine.train import simulate as train_sim
+from smdengine import Checkpoint, CheckpointHooks
+from smdengine._driver import integrate
 from tests.engine.checkpointing import assert_same_result, interrupted, merged, resumed
 from tests.engine.checkpointing import check_resume as shared_check_resume
 
@@ -44,7 +44,7 @@ def test_cnn_group_norm_momentum_resumes_exactly():
 
 def test_untracked_run_resumes_exactly():
     def run(s, **kw):
-        return train_sim.simulate(smdengine.parse_spec(s), track=False, **kw)
+        return integrate(s, track=False, **kw)
 
     check_resume(spec(momentum=0.5), 33, run=run)
 

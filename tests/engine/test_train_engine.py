@@ -8,11 +8,12 @@ import torch
 from pydantic import ValidationError
 
 import smdengine
-from smdengine.train import models
+from smdengine._driver import integrate
+from smdengine.train import models, shapes
 from smdengine.train import simulate as train_sim
 from smdengine.train.data import DatasetUnavailable, load_dataset
 from smdengine.train.optimizer import SGD
-from smdengine.train.spec import TrainParams
+from smdengine.train.spec import LAYER_METRICS, TrainParams
 from smdengine.train.tracker import Tracker
 from tests.engine.test_train_data import cifar  # noqa: F401  (fixture: tiny CIFAR-10 pickle files)
 
@@ -119,7 +120,7 @@ def test_trials_never_mix(model, depth, width, dataset, norm):
 
 def test_forward_macs_counts_the_mlp():
     p = TrainParams(depth=2, width=256)
-    assert models.forward_macs(p) == 64 * 256 + 256 * 256 + 256 * 10
+    assert shapes.forward_macs(p) == 64 * 256 + 256 * 256 + 256 * 10
 
 
 # -- optimizer and tracker ------------------------------------------------------------------------
@@ -195,7 +196,7 @@ def test_run_records_global_and_layer_series_and_is_reproducible():
     assert doc == b.to_document() and doc != c.to_document()
     assert doc["series"]["step"] == [0, 10, 20, 30]
     assert set(doc["layers"]) == {"layers.0.weight"}
-    assert set(doc["layers"]["layers.0.weight"]) == set(train_sim.LAYER_METRICS)
+    assert set(doc["layers"]["layers.0.weight"]) == set(LAYER_METRICS)
     assert [v is None for v in doc["series"]["test_acc"]] == [False, True, False, True]
     assert len(doc["theory"]["au_equilibrium"]) == 4
     assert doc["summary"]["layers"]["layers.0.weight"]["au_rms"] > 0
@@ -205,7 +206,7 @@ def test_run_records_global_and_layer_series_and_is_reproducible():
 
 def test_track_false_trains_identically_without_layer_series():
     a = smdengine.run(spec())
-    b = train_sim.simulate(smdengine.parse_spec(spec()), track=False)
+    b = integrate(spec(), track=False)
     assert a.series["train_loss"] == b.series["train_loss"]
     assert not b.to_document().get("layers")
 

@@ -1,4 +1,6 @@
-"""Shared runtime pieces of every simulator: device choice, progress events, results."""
+"""The records of a run, torch-free: progress events, checkpoints and their hooks, results, and the
+result document helpers (layer keys, JSON safety). torch is imported only to (de)serialise a
+checkpoint."""
 from __future__ import annotations
 
 import hashlib
@@ -6,9 +8,10 @@ import io
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 class Cancelled(Exception):
@@ -68,6 +71,8 @@ class Checkpoint:
     fingerprint: str = ""
 
     def to_bytes(self) -> bytes:
+        import torch
+
         buffer = io.BytesIO()
         torch.save({"step": self.step, "n_points": self.n_points, "state": self.state, "series": self.series,
                     "fingerprint": self.fingerprint}, buffer)
@@ -76,6 +81,8 @@ class Checkpoint:
     @classmethod
     def from_bytes(cls, data: bytes) -> Checkpoint:
         """Tensors, numbers, strings and lists only (``weights_only``): a checkpoint cannot run code."""
+        import torch
+
         try:
             raw = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
             return cls(step=int(raw["step"]), n_points=int(raw["n_points"]), state=raw["state"],
@@ -96,9 +103,9 @@ class CheckpointHooks:
     fingerprint: str = ""   # set by smdengine.run
 
 
-def fingerprint(spec_json: str, device: torch.device) -> str:
+def fingerprint(spec_json: str, device_type: str) -> str:
     """What a checkpoint must match to be resumed: the spec, the device type and the format."""
-    text = f"{CHECKPOINT_FORMAT}|{device.type}|{spec_json}"
+    text = f"{CHECKPOINT_FORMAT}|{device_type}|{spec_json}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -122,7 +129,7 @@ class RunResult:
 
     def to_document(self) -> dict[str, Any]:
         series, layers = split_layers(self.series)
-        doc = {"series": json_safe(series), "theory": json_safe(self.theory),
+        doc: dict[str, Any] = {"series": json_safe(series), "theory": json_safe(self.theory),
                "summary": json_safe(self.summary), "distributions": json_safe(self.distributions)}
         if layers:
             doc["layers"] = json_safe(layers)
@@ -159,16 +166,3 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
     return value
-
-
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` → cuda when available, else cpu; ``"cuda"`` fails fast when there is none."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device: expected a CUDA device, got none available on this worker")
-    return torch.device(device)
-
-
-def resolve_dtype(dtype: str) -> torch.dtype:
-    return {"float64": torch.float64, "float32": torch.float32}[dtype]

@@ -1,0 +1,140 @@
+"""The one registry of kinds and models, from which everything else is derived: spec parsing (the
+``kind``- and ``model``-tagged unions and their error names), output names, theory and distribution
+names, and the plots the API draws.
+
+Adding an ``sde`` model is one new file in ``smdengine/sde/`` (its params class, :class:`Outputs` with
+its plots, its :class:`~smdengine._simulator.Simulator` and a ``MODEL`` line naming them) plus one line
+in :data:`SDE_MODELS`. Adding a kind is one new subpackage (a torch-free ``spec.py`` with its spec
+class and ``MODEL``, and the simulator module) plus one line in :data:`REGISTRY`.
+
+Imports: this module, and so spec parsing, imports no torch. Declarations (params classes, outputs,
+plots) are torch-free and imported here; simulators are named by ``"module:Class"`` and imported
+when a run starts (:meth:`Model.load_simulator`). A file that holds both, an sde model, imports torch
+through :func:`smdengine._lazy.lazy_import`, which loads it on first use.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import TypeAdapter
+
+from smdengine._declare import Model, PlotDef
+from smdengine._spec_base import SpecBase, tagged_union
+from smdengine.nrq.spec import MODEL as NRQ_MODEL
+from smdengine.nrq.spec import NRQSpec
+from smdengine.sde import norm_map, normalized_linear, toy2d
+from smdengine.sde import nrq as sde_nrq
+from smdengine.sde._common import SDEModelParams
+from smdengine.train.spec import MODEL as TRAIN_MODEL
+from smdengine.train.spec import TrainSpec
+
+SDE_MODELS: tuple[Model, ...] = (sde_nrq.MODEL, normalized_linear.MODEL, norm_map.MODEL, toy2d.MODEL)
+
+if TYPE_CHECKING:
+    SDEParams = SDEModelParams   # what every model's params provide; a simulator narrows with params_of
+else:   # the union of the models' params, discriminated by ``model``
+    SDEParams = tagged_union("model", {m.name: m.params for m in SDE_MODELS})
+
+
+class SDESpec(SpecBase):
+    kind: Literal["sde"]
+    params: SDEParams
+
+    @property
+    def work(self) -> int:
+        return self.params.work
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind: its spec class (the envelope + its params) and its models; ``tag`` names the params
+    field that selects the model (None: the kind is one model, named after it)."""
+
+    name: str
+    spec: type[SpecBase]
+    models: tuple[Model, ...]
+    tag: str | None = None
+
+    def model(self, name: str) -> Model:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise ValueError(f"{self.tag}: expected one of {', '.join(repr(m.name) for m in self.models)}, got {name!r}")
+
+
+REGISTRY: dict[str, Kind] = {k.name: k for k in (
+    Kind("nrq", NRQSpec, (NRQ_MODEL,)),
+    Kind("sde", SDESpec, SDE_MODELS, tag="model"),
+    Kind("train", TrainSpec, (TRAIN_MODEL,)),
+)}
+
+SPECS: dict[str, type[SpecBase]] = {name: kind.spec for name, kind in REGISTRY.items()}   # the spec model of each kind
+KINDS = tuple(SPECS)
+ExperimentSpec = tagged_union("kind", SPECS)
+AnySpec = NRQSpec | SDESpec | TrainSpec
+_adapter: TypeAdapter[Any] = TypeAdapter(ExperimentSpec)
+
+
+def parse_spec(data: Any) -> AnySpec:
+    """Validate a JSON-like spec; raises ``pydantic.ValidationError`` naming field and reason."""
+    if isinstance(data, (NRQSpec, SDESpec, TrainSpec)):
+        return data
+    parsed: AnySpec = _adapter.validate_python(data)
+    return parsed
+
+
+def spec_json_schema() -> dict[str, Any]:
+    return _adapter.json_schema()
+
+
+def model_of(spec: AnySpec) -> Model:
+    """The registered model that runs a validated spec."""
+    kind = REGISTRY[spec.kind]
+    return kind.model(getattr(spec.params, kind.tag)) if kind.tag else kind.models[0]
+
+
+def _kind(name: str) -> Kind:
+    if name not in REGISTRY:
+        raise ValueError(f"kind: expected one of {', '.join(map(repr, KINDS))}, got {name!r}")
+    return REGISTRY[name]
+
+
+def output_names(spec: AnySpec | dict[str, Any] | str) -> tuple[str, ...]:
+    """Every series, theory and distribution name a run of this spec can produce. A bare kind
+    string gives the names over all of that kind's models."""
+    models = _kind(spec).models if isinstance(spec, str) else (model_of(parse_spec(spec)),)
+    names: dict[str, None] = {}
+    for m in models:
+        names.update(dict.fromkeys(m.outputs.names()))
+    return tuple(names)
+
+
+def plot_key(kind: str, spec: Mapping[str, Any] | None) -> str:
+    """The key of a stored spec's plots: the kind, or ``"<kind>/<model>"`` for a kind with models
+    (read from the raw spec: a stored spec is not re-validated)."""
+    entry = REGISTRY.get(kind)
+    if entry is None or entry.tag is None:
+        return kind
+    return f"{kind}/{((spec or {}).get('params') or {}).get(entry.tag)}"
+
+
+def _model_by_key(key: str) -> Model | None:
+    kind, _, name = key.partition("/")
+    entry = REGISTRY.get(kind)
+    if entry is None or bool(entry.tag) != bool(name):
+        return None
+    return next((m for m in entry.models if m.name == (name or kind)), None)
+
+
+def plots(key: str) -> Mapping[str, PlotDef]:
+    """The plots declared for a plot key (none for an unknown key)."""
+    model = _model_by_key(key)
+    return model.outputs.plots if model is not None else {}
+
+
+def full_document_plots(key: str) -> bool:
+    """Whether the plots of a key are drawn from the whole result document (they thin themselves)."""
+    model = _model_by_key(key)
+    return model is not None and model.outputs.full_document_plots

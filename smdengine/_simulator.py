@@ -1,0 +1,83 @@
+"""The simulator protocol: what a kind or model writes; the run itself is :func:`smdengine._driver.integrate`.
+
+A simulator is built from a validated spec and a :class:`Context` (device, dtype and the run's seeded
+generator), builds its state, and then implements only what is its own:
+
+- ``step(n, record)``: advance the state by update n (n → n + 1). ``record`` is true when n is a
+  multiple of ``record_every``. Return a record row (a dict name → 0-d or 1-d tensor over every name
+  of :attr:`names`) or None. A row is labelled with the step ``n − n % record_every``: a simulator
+  that measures the state before update n returns it when ``record`` is true; one that aggregates a
+  window [m, m + r) returns it at the window's last update.
+- ``state()`` / ``load_state(state, step)``: the checkpoint contract. ``state()`` is called after any
+  update (never mid-update) and returns everything the rest of the run depends on — tensors as CPU
+  copies (:func:`smdengine._runtime.saved`), generator states, numbers. ``load_state`` is called
+  once, before the first ``step``, on a freshly built simulator, with the state of a run that had
+  done ``step`` updates; the run then continues at update ``step`` and must produce exactly the
+  points and result of an uninterrupted run (tests/engine/test_checkpoint.py,
+  test_train_checkpoint.py).
+- ``predict(spec)`` (class method): theory aligned on the record steps, without simulating;
+  ``theory()``: the run's own theory (default ``predict``; may use realised quantities).
+- ``summarize(series, theory)``, ``distributions()``: at the end.
+
+The driver owns everything else: device and dtype resolution, seeding, resume and the fingerprint
+check, recording, progress events, cancellation, checkpoint timing, the final flush and the result.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    import torch
+
+Row = dict[str, "torch.Tensor"]
+SpecT = TypeVar("SpecT")
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the driver gives a simulator: where it runs, its dtype, the run's generator (seeded with
+    the spec's seed), the data directory of datasets that are not bundled (``SMD_DATA_DIR``), and
+    whether checkpoints may be asked for (a simulator may skip bookkeeping that only they need)."""
+
+    device: torch.device
+    dtype: torch.dtype
+    gen: torch.Generator
+    data_dir: str | None = None
+    checkpointing: bool = False
+
+
+class Simulator(ABC, Generic[SpecT]):
+    """Base of every simulator (module docstring). Subclasses set :attr:`names`, :attr:`total_steps`
+    and :attr:`record_every` in ``__init__``."""
+
+    names: tuple[str, ...]
+    total_steps: int
+    record_every: int
+
+    def __init__(self, spec: SpecT, ctx: Context):
+        self.spec = spec
+        self.ctx = ctx
+
+    @abstractmethod
+    def step(self, n: int, record: bool) -> Row | None: ...
+
+    @abstractmethod
+    def state(self) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def load_state(self, state: dict[str, Any], step: int) -> None: ...
+
+    @classmethod
+    @abstractmethod
+    def predict(cls, spec: SpecT) -> dict[str, Any]: ...
+
+    def theory(self) -> dict[str, Any]:
+        return self.predict(self.spec)
+
+    @abstractmethod
+    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]: ...
+
+    def distributions(self) -> dict[str, Any]:
+        return {}

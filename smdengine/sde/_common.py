@@ -1,0 +1,57 @@
+"""What the ``sde`` kind's models share: the Euler–Maruyama step ``dt`` = 1/k and the horizon/recording
+fields. Each model's params live in its own file; the ``model``-tagged union is built by the registry."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+
+from pydantic import Field
+
+from smdengine._science import check_recording
+from smdengine._spec_base import StrictModel
+
+if TYPE_CHECKING:
+    from smdengine._registry import SDESpec
+
+P = TypeVar("P")
+
+DT_DESCRIPTION = "Euler–Maruyama step in units of SGD steps; 1/k for an integer k (1, 0.5, 0.1, …)."
+
+
+def substeps(dt: float) -> int:
+    """k = 1/dt, checked to be an integer so that every whole step lies on the integration grid."""
+    if not 1e-9 <= dt <= 1:  # 1/dt would overflow (or be absurd) before the integer check
+        raise ValueError(f"dt: expected 1/k for an integer k (1, 0.5, 0.1, …), got {dt}")
+    k = round(1.0 / dt)
+    if k < 1 or abs(k * dt - 1.0) > 1e-9:
+        raise ValueError(f"dt: expected 1/k for an integer k (1, 0.5, 0.1, …), got {dt}")
+    return k
+
+
+class Recording(StrictModel):
+    """Horizon and recording shared by the models: ``steps`` and ``record_every`` count SGD steps."""
+
+    steps: int = Field(10_000, ge=1, le=100_000_000, description="Horizon, in SGD steps.")
+    record_every: int = Field(100, ge=1, description="Record the series every this many SGD steps.")
+    dtype: Literal["float64", "float32"] = "float64"
+
+    def _check_recording(self) -> None:
+        check_recording(self.steps, self.record_every)
+
+
+class SDEModelParams(Protocol):
+    """What every sde model's params provide (the static type of ``SDESpec.params``)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def work(self) -> int: ...
+
+
+def params_of(spec: SDESpec, cls: type[P]) -> P:
+    """The spec's params as the model's params class (the registry dispatched on ``model``)."""
+    params = spec.params
+    if not isinstance(params, cls):
+        raise TypeError(f"params: expected {cls.__name__}, got {type(params).__name__}")
+    return params
