@@ -21,11 +21,12 @@ BENCHES       ?= $(wildcard bench/*.py)
 VPY   := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv run test redis postgres bench clean
+.PHONY: help venv run test lint redis postgres bench clean
 
 help:
 	@echo "make run    - start the service (API + embedded worker, SQLite, auth off) on 127.0.0.1:\$${SMD_PORT:-8000}"
 	@echo "make test   - run the test suite (PYTEST_ARGS='...' to pass options to pytest)"
+	@echo "make lint   - ruff and mypy (also run by make test, before pytest)"
 	@echo "make bench  - run the benchmarks in bench/"
 	@echo "make clean  - remove .venv and build/test caches (keeps .smd/ data)"
 
@@ -57,7 +58,12 @@ redis:
 postgres: | redis
 	@./scripts/ensure-postgres.sh
 
-test: venv redis postgres
+# ruff (pyflakes, isort, bugbear, pyupgrade) and mypy (smdengine, store): configured in pyproject.toml
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: venv redis postgres lint
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 bench: venv

@@ -128,7 +128,7 @@ def _layers(fig, ax, plot: PlotDef, doc: dict[str, Any]) -> None:
         if any(key in metrics for metrics in layers.values()):
             ax.plot([], [], "--", color="0.4", lw=1.0, label=f"{key} (theory, layer's colour)")
     if not layers:
-        ax.text(0.5, 0.5, "no layer recorded yet", ha="center", va="center", transform=ax.transAxes)
+        _note(ax, "no layer recorded yet")
     elif not few:
         bar = fig.colorbar(ScalarMappable(Normalize(0, len(layers) - 1), cmap), ax=ax, pad=0.02)
         bar.set_label(f"layer, input → output ({len(layers)} layers)", fontsize=8)
@@ -146,7 +146,7 @@ def _layers(fig, ax, plot: PlotDef, doc: dict[str, Any]) -> None:
 def _histogram(ax, plot: PlotDef, doc: dict[str, Any]) -> None:
     hist = doc.get("distributions", {}).get(plot.series[0])
     if not hist:
-        ax.text(0.5, 0.5, "available when the run has finished", ha="center", va="center", transform=ax.transAxes)
+        _note(ax, "available when the run has finished")
     else:
         edges = hist["bin_edges"]
         ax.stairs(_nan(hist["density"]), edges, fill=True, alpha=0.5, color="C0",
@@ -216,3 +216,8 @@ def _thinned(doc: dict[str, Any], max_points: int = DRAW_MAX_POINTS) -> dict[str
 def _positive(lines: list[list]) -> bool:
     vals = [v for line in lines for v in line if v is not None]
     return bool(vals) and min(vals) > 0
+
+
+def _note(ax, message: str) -> None:
+    """A message in the middle of an empty axes (annotate: the same as Axes.text at axes coordinates)."""
+    ax.annotate(message, xy=(0.5, 0.5), xycoords="axes fraction", ha="center", va="center")
