@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import TypeAdapter
 
@@ -73,14 +73,15 @@ REGISTRY: dict[str, Kind] = {k.name: k for k in (
 SPECS: dict[str, type[SpecBase]] = {name: kind.spec for name, kind in REGISTRY.items()}   # the spec model of each kind
 KINDS = tuple(SPECS)
 ExperimentSpec = tagged_union("kind", SPECS)
-AnySpec = NRQSpec | SDESpec | TrainSpec
+AnySpec = NRQSpec | SDESpec | TrainSpec   # the static type of a parsed spec (a new kind adds its class)
+_SPEC_CLASSES = tuple(SPECS.values())
 _adapter: TypeAdapter[Any] = TypeAdapter(ExperimentSpec)
 
 
 def parse_spec(data: Any) -> AnySpec:
     """Validate a JSON-like spec; raises ``pydantic.ValidationError`` naming field and reason."""
-    if isinstance(data, (NRQSpec, SDESpec, TrainSpec)):
-        return data
+    if isinstance(data, _SPEC_CLASSES):
+        return cast(AnySpec, data)   # every registered spec class is a member of AnySpec
     parsed: AnySpec = _adapter.validate_python(data)
     return parsed
 
