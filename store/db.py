@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+T = TypeVar("T")
 _engines: dict[tuple[int, str], Engine] = {}
 
 
@@ -51,3 +53,16 @@ def session_scope(url: str) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def transaction(url: str, fn: Callable[[Session], T]) -> T:
+    """``fn(session)`` as one unit of work under the retry policy (store/retry.py): on a transient
+    error the transaction is rolled back and the whole of ``fn`` runs again in a new one.
+    (Stand-in, on the outage branch, for the store's single door.)"""
+    from store import retry
+
+    def unit() -> T:
+        with session_scope(url) as session:
+            return fn(session)
+
+    return retry.run(unit)

@@ -1,5 +1,16 @@
 """Running jobs: claim one under a lease, run the engine (resuming from its checkpoint), and write
-progress, partial series, checkpoints and the outcome — each write conditioned on the lease."""
+progress, partial series, checkpoints and the outcome — each write conditioned on the lease.
+
+A database outage is not the job's fault (store/retry.py has the policy). While the database cannot
+be reached the engine keeps computing: progress and points stay buffered and are written, still
+under the lease, when it answers again; a checkpoint that cannot be stored is skipped; the lease
+keeper retries about every second. An ended job's last points and outcome wait for the database
+(up to ``max(SMD_WORKER_DB_WAIT_SECONDS, SMD_LEASE_SECONDS)``). Only past that wait is the attempt
+given up ("interrupted": nothing is written, its lease lapses during the outage and the sweeper
+ends it ``interrupted``, which does not count toward SMD_MAX_ATTEMPTS). A job is never failed
+because of the database. A lease truly lost (another worker holds it) still stops the run
+(``LeaseLost``).
+"""
 from __future__ import annotations
 
 import logging
@@ -12,8 +23,8 @@ from sqlalchemy import update
 
 import smdengine
 from smdengine.runtime import json_safe
-from store import jobs
-from store.db import session_scope
+from store import jobs, retry
+from store.db import transaction
 from store.models import Experiment
 from store.series import truncate_points, write_points
 from store.settings import Settings
@@ -30,12 +41,35 @@ class _Released(Exception):
     pass
 
 
+class _Interrupted(Exception):
+    """The database stayed unreachable longer than this worker waits: give the attempt up."""
+
+
+def _wait_seconds(settings: Settings) -> float:
+    """How long an ended job's last writes wait for the database: at least a lease, so that its
+    lease has lapsed within the outage by the time the attempt is given up."""
+    return max(settings.worker_db_wait_seconds, settings.lease_seconds)
+
+
+def _patiently(url: str, fn, seconds: float):
+    """``fn(session)`` in one transaction, retried for ``seconds`` while the database is unreachable;
+    :class:`_Interrupted` if it stays so."""
+    try:
+        with retry.patience(seconds):
+            return transaction(url, fn)
+    except Exception as exc:
+        if retry.is_transient(exc):
+            raise _Interrupted(str(exc)) from exc
+        raise
+
+
 def execute_next(settings: Settings, queues: list[str], worker: str = "local",
                  experiment_id: str | None = None) -> str:
     """Claim the oldest queued job of ``queues`` (or that job) and run it; returns its final
     status, "idle" when there was nothing to claim, "lost" when the lease was lost meanwhile."""
-    with session_scope(settings.db_url) as session:
-        claim = jobs.claim_next(session, queues, worker, settings.lease_seconds, experiment_id)
+    with retry.patience(settings.db_retry_seconds):
+        claim = transaction(settings.db_url, lambda session: jobs.claim_next(
+            session, queues, worker, settings.lease_seconds, experiment_id))
     if claim is None:
         return "idle"
     return run_claimed(settings, claim)
@@ -52,7 +86,7 @@ def run_claimed(settings: Settings, claim: jobs.Claim) -> str:
     log.info("experiment %s: attempt %d by %s", experiment_id, claim.attempt, claim.owner)
     lease = _LeaseKeeper(url, claim, settings.lease_seconds)
     lease.start()
-    writer = _SeriesWriter(url, claim, settings.flush_seconds, lease)
+    writer = _SeriesWriter(url, claim, settings.flush_seconds, lease, _wait_seconds(settings))
     running.set()
     try:
         return _run(settings, claim, writer)
@@ -60,53 +94,73 @@ def run_claimed(settings: Settings, claim: jobs.Claim) -> str:
         log.warning("experiment %s: lease lost (another worker owns it now); stopped", experiment_id)
         return "lost"
     except _Released:
-        with session_scope(url) as session:
-            jobs.release(session, claim)
+        try:
+            _patiently(url, lambda session: jobs.release(session, claim), settings.db_retry_seconds)
+        except _Interrupted:
+            log.warning("experiment %s: could not give it back (database unreachable); its lease will lapse "
+                        "and it resumes elsewhere, this attempt not counted", experiment_id)
+            return "released"
         log.warning("experiment %s: given back to the queue (worker shutting down)", experiment_id)
         return "released"
+    except _Interrupted as exc:
+        log.warning("experiment %s: attempt %d given up: the database stayed unreachable for %g s (%s); the job "
+                    "resumes from its last checkpoint in a new attempt, and this one does not count",
+                    experiment_id, claim.attempt, writer.wait, exc)
+        return "interrupted"
     finally:
         running.clear()
         lease.stop()
 
 
 def _run(settings: Settings, claim: jobs.Claim, writer: _SeriesWriter) -> str:
-    url = settings.db_url
-    with session_scope(url) as session:
-        spec_data = session.get(Experiment, claim.experiment_id).spec
+    url, wait = settings.db_url, writer.wait
+
+    def load(session) -> tuple[dict, tuple[bytes, int] | None]:
         stored = jobs.load_checkpoint(session, claim.experiment_id)
-        saved = (stored.data, stored.step) if stored is not None else None
+        return (session.get(Experiment, claim.experiment_id).spec,
+                (stored.data, stored.step) if stored is not None else None)
+
+    spec_data, saved = _patiently(url, load, wait)
     try:
         spec = smdengine.parse_spec(spec_data)
         resume = _usable_checkpoint(saved, claim)
-        with session_scope(url) as session:
+        theory = json_safe(smdengine.predict(spec))
+
+        def begin(session) -> None:
             writer.start(session, resume)
-            session.execute(update(Experiment).where(Experiment.id == claim.experiment_id)
-                            .values(theory=json_safe(smdengine.predict(spec))))
+            session.execute(update(Experiment).where(Experiment.id == claim.experiment_id).values(theory=theory))
+
+        _patiently(url, begin, wait)
         hooks = smdengine.CheckpointHooks(save=writer.save_checkpoint, interval=settings.checkpoint_seconds,
                                           resume=resume)
         writer.hooks = hooks
         result = smdengine.run(spec, on_progress=writer.on_progress, should_stop=writer.should_stop,
                                progress_interval=min(0.5, settings.flush_seconds), checkpoint=hooks,
                                data_dir=str(settings.data_dir) if settings.data_dir else None)
-        writer.flush()
-    except (jobs.LeaseLost, _Released):
+        writer.flush(wait=True)
+    except (jobs.LeaseLost, _Released, _Interrupted):
         raise
     except smdengine.Cancelled:
         _flush_quietly(writer)
-        return _finish(url, claim, "cancelled")
+        return _finish(url, claim, "cancelled", wait)
     except smdengine.IncompatibleCheckpoint as exc:  # e.g. the job moved from a GPU to a CPU worker
         log.warning("experiment %s: %s; starting from scratch", claim.experiment_id, exc)
-        with session_scope(url) as session:
+
+        def restart(session) -> None:
             jobs.drop_checkpoint(session, claim.experiment_id)
             jobs.note_resume(session, claim, None)
+
+        _patiently(url, restart, wait)
         return _run(settings, claim, writer)
     except Exception as exc:  # the job failed: record why, never retry a deterministic error
+        if retry.is_transient(exc):  # the database, not the job: never a reason to fail it
+            raise _Interrupted(str(exc)) from exc
         log.exception("experiment %s failed", claim.experiment_id)
         _flush_quietly(writer)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return _finish(url, claim, "failed", error=detail)
+        return _finish(url, claim, "failed", wait, error=detail)
     doc = result.to_document()
-    return _finish(url, claim, "succeeded", summary=doc["summary"], theory=doc["theory"],
+    return _finish(url, claim, "succeeded", wait, summary=doc["summary"], theory=doc["theory"],
                    distributions=doc["distributions"])
 
 
@@ -124,27 +178,53 @@ def _usable_checkpoint(saved: tuple[bytes, int] | None, claim: jobs.Claim) -> sm
 
 def _flush_quietly(writer: _SeriesWriter) -> None:
     try:
-        writer.flush()
-    except jobs.LeaseLost:
+        writer.flush(wait=True)
+    except (jobs.LeaseLost, _Interrupted):
         raise
     except Exception:  # the job's end must still be recorded
         log.exception("could not write the last points of experiment %s", writer.claim.experiment_id)
 
 
-def _finish(url: str, claim: jobs.Claim, status: str, **values: Any) -> str:
-    with session_scope(url) as session:
+def _finish(url: str, claim: jobs.Claim, status: str, wait: float, **values: Any) -> str:
+    """Write the outcome, waiting up to ``wait`` s for an unreachable database. A retry that finds
+    the lease gone may follow a first try whose COMMIT went through unseen (the connection broke
+    after it was sent): if the attempt row already has this outcome, it is ours."""
+    tries = 0
+
+    def unit(session) -> None:
+        nonlocal tries
+        tries += 1
         jobs.finish_claimed(session, claim, status, **values)
+
+    try:
+        _patiently(url, unit, wait)
+    except jobs.LeaseLost:
+        if tries < 2 or _recorded_outcome(url, claim, wait) != status:
+            raise
+        log.info("experiment %s: outcome %s was already written (its commit's answer was lost)",
+                 claim.experiment_id, status)
     log.info("experiment %s %s", claim.experiment_id, status)
     return status
 
 
+def _recorded_outcome(url: str, claim: jobs.Claim, wait: float) -> str | None:
+    def read(session) -> str | None:
+        return next((a.outcome for a in jobs.attempts(session, claim.experiment_id) if a.number == claim.attempt),
+                    None)
+
+    return _patiently(url, read, wait)
+
+
 class _LeaseKeeper:
     """Renews the lease every third of its length from a thread, so that a long engine step or a
-    slow write never lets it lapse while the job is alive."""
+    slow write never lets it lapse while the job is alive. While the database cannot be reached it
+    tries about every second (one try each, no waiting in the retry policy), so that it renews as
+    soon as the database is back, before the sweeper would expire the lease (worker/sweeper.py)."""
 
     def __init__(self, url: str, claim: jobs.Claim, lease_seconds: float):
         self.url, self.claim, self.lease_seconds = url, claim, lease_seconds
         self.lost = False
+        self.failing_since: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"lease-{claim.experiment_id}", daemon=True)
 
@@ -156,23 +236,41 @@ class _LeaseKeeper:
         self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.lease_seconds / 3):
+        every, retry_every = self.lease_seconds / 3, min(1.0, self.lease_seconds / 6)
+        wait = every
+        while not self._stop.wait(wait):
             try:
-                with session_scope(self.url) as session:
-                    jobs.renew(session, self.claim, self.lease_seconds)
+                with retry.patience(0):
+                    transaction(self.url, lambda session: jobs.renew(session, self.claim, self.lease_seconds))
             except jobs.LeaseLost:
                 self.lost = True
                 return
-            except Exception:  # a database hiccup: try again next time, the lease has slack
-                log.exception("could not renew the lease of %s", self.claim.experiment_id)
+            except Exception as exc:
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
+                    if retry.is_transient(exc):
+                        log.warning("experiment %s: cannot renew the lease (database unreachable); retrying every "
+                                    "%g s, the job goes on", self.claim.experiment_id, retry_every)
+                    else:
+                        log.exception("could not renew the lease of %s", self.claim.experiment_id)
+                wait = retry_every
+                continue
+            if self.failing_since is not None:
+                log.warning("experiment %s: lease renewed after %.1f s without the database",
+                            self.claim.experiment_id, time.monotonic() - self.failing_since)
+                self.failing_since = None
+            wait = every
 
 
 class _SeriesWriter:
     """Buffers engine progress and writes it to SQL at most every ``flush_seconds``, reading the
-    cancel flag at each write; saves checkpoints after writing every point they hold."""
+    cancel flag at each write; saves checkpoints after writing every point they hold. While the
+    database cannot be reached, points stay buffered (the next flush writes them all, from the
+    same index: idempotent) and checkpoints are skipped."""
 
-    def __init__(self, url: str, claim: jobs.Claim, flush_seconds: float, lease: _LeaseKeeper):
+    def __init__(self, url: str, claim: jobs.Claim, flush_seconds: float, lease: _LeaseKeeper, wait: float):
         self.url, self.claim, self.flush_seconds, self.lease = url, claim, flush_seconds, lease
+        self.wait = wait                  # how long the last writes of an ended job wait for the database
         self.index = 0                    # points stored so far
         self.buffer: dict[str, list] = {}
         self.step = 0
@@ -181,6 +279,7 @@ class _SeriesWriter:
         self.last_flush = time.monotonic()
         self.hooks: smdengine.CheckpointHooks | None = None
         self.release_requested = False
+        self.unreachable_since: float | None = None
 
     def start(self, session, resume: smdengine.Checkpoint | None) -> None:
         """The stored series becomes the checkpoint's points (none without one); this attempt writes
@@ -212,18 +311,55 @@ class _SeriesWriter:
         return self.cancel
 
     def save_checkpoint(self, checkpoint: smdengine.Checkpoint) -> None:
-        self.flush()  # the stored series must reach the checkpoint's n_points
+        if not self.flush():  # the stored series must reach the checkpoint's n_points
+            return            # the database is unreachable: the next checkpoint will do
         data = checkpoint.to_bytes()
-        with session_scope(self.url) as session:
-            jobs.save_checkpoint(session, self.claim, checkpoint.step, checkpoint.n_points, data)
+        try:
+            with retry.patience(0):
+                transaction(self.url, lambda session: jobs.save_checkpoint(
+                    session, self.claim, checkpoint.step, checkpoint.n_points, data))
+        except Exception as exc:
+            if not retry.is_transient(exc):
+                raise
+            self._unreachable()
 
-    def flush(self) -> None:
+    def flush(self, *, wait: bool = False) -> bool:
+        """Write the buffered progress and points under the lease. While the database is
+        unreachable they stay buffered and False is returned (one try, the engine goes on); with
+        ``wait`` (the job has ended) it retries for ``self.wait`` s, then raises _Interrupted."""
         n = len(self.buffer.get("step", []))
-        with session_scope(self.url) as session:
+        buffer, index, step, total = self.buffer, self.index, self.step, self.total
+
+        def unit(session) -> bool:
             # progress first: it fails with LeaseLost before any point is written by a lost worker
-            self.cancel = jobs.record_progress(session, self.claim, self.step, self.total)
+            cancel = jobs.record_progress(session, self.claim, step, total)
             if n:
-                write_points(session, self.claim.experiment_id, self.index, self.buffer)
+                write_points(session, self.claim.experiment_id, index, buffer)
+            return cancel
+
+        try:
+            if wait:
+                self.cancel = _patiently(self.url, unit, self.wait)
+            else:
+                with retry.patience(0):
+                    self.cancel = transaction(self.url, unit)
+        except Exception as exc:
+            if wait or not retry.is_transient(exc):
+                raise
+            self._unreachable()
+            self.last_flush = time.monotonic()
+            return False
+        if self.unreachable_since is not None:
+            log.warning("experiment %s: database reachable again after %.1f s; buffered points written",
+                        self.claim.experiment_id, time.monotonic() - self.unreachable_since)
+            self.unreachable_since = None
         self.index += n
         self.buffer = {}
         self.last_flush = time.monotonic()
+        return True
+
+    def _unreachable(self) -> None:
+        if self.unreachable_since is None:
+            self.unreachable_since = time.monotonic()
+            log.warning("experiment %s: database unreachable; the job goes on, its progress and points are kept "
+                        "in memory until it answers", self.claim.experiment_id)
