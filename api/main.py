@@ -44,7 +44,9 @@ ROUTERS = (experiments.router, exports.router, events.router, queue.router, plot
 # Retry-After, never 500: the request was fine, the database was away.
 DB_RETRY_AFTER_SECONDS = 5
 DB_UNAVAILABLE = {503: {"model": ErrorOut, "description": "The database is unreachable for now (an outage or a "
-                                                          "restart); retry after the Retry-After seconds."}}
+                                                          "restart); retry after the Retry-After seconds.",
+                        "headers": {"Retry-After": {"description": "Seconds to wait before retrying.",
+                                                    "schema": {"type": "integer"}}}}}
 
 
 class _RequestPatience:
@@ -120,10 +122,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                                                f"retry in {DB_RETRY_AFTER_SECONDS} s"})
 
     for router in ROUTERS:
+        for route in router.routes:  # documented on every route that reads or writes the database
+            if isinstance(route, APIRoute) and 503 not in route.responses and "503" not in route.responses:
+                route.responses[503] = DB_UNAVAILABLE[503]
         app.include_router(router)
-    for route in app.routes:  # documented on every route that reads or writes the database
-        if isinstance(route, APIRoute) and 503 not in route.responses:
-            route.responses[503] = DB_UNAVAILABLE[503]
     app.add_middleware(_RequestPatience, seconds=settings.db_request_retry_seconds)
     if settings.auth == "off":
         app.openapi = lambda: _without_auth(app)

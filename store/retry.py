@@ -192,7 +192,7 @@ class Journal:
             else:
                 outage.last_failure, outage.failures, first = now, outage.failures + 1, False
         if first:
-            log.warning("database unreachable (%s); retrying with backoff (SMD_DB_RETRY_SECONDS)", _short(exc))
+            log.warning("database unreachable (%s)", _short(exc))
 
     def answered(self) -> None:
         now = utcnow()

@@ -36,7 +36,7 @@ def sweep(settings: Settings, *, lost_worker: str | None = None, expire: bool = 
         requeued = transaction(settings.db_url, lambda session: jobs.expire_leases(
             session, settings.max_attempts, owner_prefix=lost_worker, outage=retry.journal.covers))
     if requeued:
-        log.warning("requeued %d job(s) whose worker was lost: %s", len(requeued), ", ".join(requeued))
+        log.warning("requeued %d job(s) whose lease expired: %s", len(requeued), ", ".join(requeued))
     waiting = transaction(settings.db_url, jobs.queued_counts)
     rung = 0
     if waiting:
