@@ -66,10 +66,18 @@ def _patiently(url: str, fn, seconds: float):
 def execute_next(settings: Settings, queues: list[str], worker: str = "local",
                  experiment_id: str | None = None) -> str:
     """Claim the oldest queued job of ``queues`` (or that job) and run it; returns its final
-    status, "idle" when there was nothing to claim, "lost" when the lease was lost meanwhile."""
-    with retry.patience(settings.db_retry_seconds):
-        claim = transaction(settings.db_url, lambda session: jobs.claim_next(
-            session, queues, worker, settings.lease_seconds, experiment_id))
+    status, "idle" when there was nothing to claim, "lost" when the lease was lost meanwhile,
+    "interrupted" when a database outage outlasted the worker's wait, "unavailable" when the
+    database could not be reached to claim."""
+    try:
+        with retry.patience(settings.db_retry_seconds):
+            claim = transaction(settings.db_url, lambda session: jobs.claim_next(
+                session, queues, worker, settings.lease_seconds, experiment_id))
+    except Exception as exc:
+        if not retry.is_transient(exc):
+            raise
+        log.warning("could not claim a job (database unreachable); it stays queued and the sweeper rings again")
+        return "unavailable"
     if claim is None:
         return "idle"
     return run_claimed(settings, claim)
@@ -98,7 +106,7 @@ def run_claimed(settings: Settings, claim: jobs.Claim) -> str:
             _patiently(url, lambda session: jobs.release(session, claim), settings.db_retry_seconds)
         except _Interrupted:
             log.warning("experiment %s: could not give it back (database unreachable); its lease will lapse "
-                        "and it resumes elsewhere, this attempt not counted", experiment_id)
+                        "and it resumes elsewhere", experiment_id)
             return "released"
         log.warning("experiment %s: given back to the queue (worker shutting down)", experiment_id)
         return "released"

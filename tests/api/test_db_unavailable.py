@@ -35,7 +35,6 @@ def test_other_database_errors_stay_500(sqlite_settings, monkeypatch):
     monkeypatch.setattr(users, "local_user", broken)
     app = create_app(sqlite_settings.model_copy(update={"sweeper": False}))
     with TestClient(app, raise_server_exceptions=False) as client:
-        monkeypatch.setattr("api.deps.users.local_user", broken)
         assert client.get("/v1/experiments").status_code == 500
 
 
