@@ -109,3 +109,38 @@ def test_attempt_given_up_in_a_long_outage_does_not_count(sqlite_settings, monke
     with session_scope(settings.db_url) as s:
         assert s.get(Experiment, exp).status == "queued"
         assert [a.outcome for a in jobs.attempts(s, exp)] == ["interrupted"]
+
+
+def test_sweeper_holds_back_after_an_outage_then_interrupts(sqlite_settings):
+    """Right after an outage the sweeper expires nothing for a lease period (live workers renew
+    meanwhile); a lease that lapsed within the outage then ends its attempt `interrupted`."""
+    from sqlalchemy import update
+
+    from worker.sweeper import Sweeper
+
+    settings = sqlite_settings.model_copy(update={"lease_seconds": 1.5, "sweep_seconds": 0.05, "max_attempts": 1})
+    exp = make(settings, small_spec())
+    with session_scope(settings.db_url) as s:
+        jobs.claim_next(s, ["cpu"], "w1", 60, exp)
+    retry.journal.failed(down())                              # the database goes away ...
+    with session_scope(settings.db_url) as s:                 # ... while the lease lapses
+        s.execute(update(Experiment).where(Experiment.id == exp).values(lease_expires_at=utcnow()))
+    time.sleep(0.05)
+    retry.journal.answered()                                  # and it is back
+    sweeper = Sweeper(settings).start()
+    try:
+        time.sleep(1.0)
+        with session_scope(settings.db_url) as s:
+            assert s.get(Experiment, exp).status == "running"   # held back: a worker could renew now
+        deadline = time.monotonic() + 10
+        while True:
+            with session_scope(settings.db_url) as s:
+                if s.get(Experiment, exp).status != "running":
+                    break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        sweeper.stop()
+    with session_scope(settings.db_url) as s:
+        assert s.get(Experiment, exp).status == "queued"       # SMD_MAX_ATTEMPTS=1, yet not failed
+        assert [a.outcome for a in jobs.attempts(s, exp)] == ["interrupted"]
