@@ -3,16 +3,22 @@ from __future__ import annotations
 
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder as jsonable
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.routes import events, experiments, exports, health, ops, plots, queue
+from api.schemas import ErrorOut
 from smdengine import json_safe
+from store import retry
 from store.migrate import upgrade_head
 from store.settings import Settings, get_settings
 from store.users import local_user
@@ -32,6 +38,30 @@ def _name_tags(errors) -> list:
 
 
 ROUTERS = (experiments.router, exports.router, events.router, queue.router, plots.router, health.router, ops.router)
+
+
+# A transient database error (store/retry.py: unreachable, refused, cut) is answered 503 with this
+# Retry-After, never 500: the request was fine, the database was away.
+DB_RETRY_AFTER_SECONDS = 5
+DB_UNAVAILABLE = {503: {"model": ErrorOut, "description": "The database is unreachable for now (an outage or a "
+                                                          "restart); retry after the Retry-After seconds.",
+                        "headers": {"Retry-After": {"description": "Seconds to wait before retrying.",
+                                                    "schema": {"type": "integer"}}}}}
+
+
+class _RequestPatience:
+    """Every request's store calls retry a transient database error for at most
+    SMD_DB_REQUEST_RETRY_SECONDS (store.retry.patience), then the 503 handler answers."""
+
+    def __init__(self, app: ASGIApp, seconds: float):
+        self.app, self.seconds = app, seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        with retry.patience(self.seconds):  # copied into the thread-pool calls of this request
+            await self.app(scope, receive, send)
 
 
 class UnsafeAuth(RuntimeError):
@@ -56,7 +86,8 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
         if migrate:
             upgrade_head(settings.db_url)
         if settings.auth == "off":  # create the local user now, not racing in concurrent first requests
-            local_user(settings.db_url)
+            # in a thread: a store call may wait for the database (store.retry), never on the event loop
+            await anyio.to_thread.run_sync(local_user, settings.db_url)
         sweeper = Sweeper(settings).start() if settings.sweeper else None
         try:
             yield
@@ -84,8 +115,21 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
                 exc.headers = {**(exc.headers or {}), "Allow": ", ".join(sorted(allowed))}
         return await http_exception_handler(request, exc)
 
+    @app.exception_handler(SQLAlchemyError)
+    async def _database_error(request: Request, exc: SQLAlchemyError) -> JSONResponse:
+        if not retry.is_transient(exc):
+            raise exc  # a bug or a constraint: a 500, as before
+        retry.journal.failed(exc)  # the sweeper of this process holds back lease expiry after an outage
+        return JSONResponse(status_code=503, headers={"Retry-After": str(DB_RETRY_AFTER_SECONDS)},
+                            content={"detail": "the database is unreachable for now (an outage or a restart); "
+                                               f"retry in {DB_RETRY_AFTER_SECONDS} s"})
+
     for router in ROUTERS:
+        for route in router.routes:  # documented on every route that reads or writes the database
+            if isinstance(route, APIRoute) and 503 not in route.responses and "503" not in route.responses:
+                route.responses[503] = DB_UNAVAILABLE[503]
         app.include_router(router)
+    app.add_middleware(_RequestPatience, seconds=settings.db_request_retry_seconds)
     if settings.auth == "off":
         app.openapi = lambda: _without_auth(app)
     return app

@@ -74,9 +74,10 @@ class AttemptOut(BaseModel):
     worker: str = Field(..., description="<worker name>/<lease token>.")
     started_at: datetime
     ended_at: datetime | None
-    outcome: Literal["succeeded", "failed", "cancelled", "lost", "released"] | None = Field(
-        None, description="Null while running; lost: its worker vanished (lease expired); released: its "
-                          "worker shut down and gave it back.")
+    outcome: Literal["succeeded", "failed", "cancelled", "lost", "interrupted", "released"] | None = Field(
+        None, description="Null while running; lost: its worker vanished (lease expired); interrupted: its "
+                          "lease expired while the database was unreachable (does not count toward "
+                          "SMD_MAX_ATTEMPTS); released: its worker shut down and gave it back.")
     resumed_from_step: int | None = Field(None, description="The checkpoint step it resumed from, if any.")
 
     @field_validator("started_at", "ended_at")

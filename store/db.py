@@ -4,8 +4,10 @@ A database handle is the database URL (as MLflow's SqlAlchemyStore takes a URI):
 ``store`` never hold a session. Every public store function is a unit of work decorated with
 :func:`transaction`: called with a URL it runs in a short transaction of its own, opened,
 committed (or rolled back) and closed by :func:`run` — the only place where that happens — and
-run through :func:`store.retry.run`, which may run the whole unit again. Called with a session
-(another unit of work of ``store``, or a test), it joins that session's transaction.
+run through :func:`store.retry.run`, which runs the whole unit again while the database cannot be
+reached (for SMD_DB_RETRY_SECONDS, or the ``retry.patience`` of the caller: the API's requests and
+the worker narrow it), then raises. Called with a session (another unit of work of ``store``, or a
+test), it joins that session's transaction (the outer unit is the one retried).
 
 Rows returned by store functions are detached (``expire_on_commit=False``, relationships loaded
 eagerly): plain objects that never touch the database again.
@@ -92,7 +94,12 @@ def transaction(fn: Callable[Concatenate[Session, P], T]) -> Callable[Concatenat
     def unit_of_work(db: Db, /, *args: P.args, **kwargs: P.kwargs) -> T:
         if isinstance(db, Session):
             return fn(db, *args, **kwargs)
-        return run(db, lambda session: fn(session, *args, **kwargs))
+
+        def work(session: Session) -> T:
+            return fn(session, *args, **kwargs)
+
+        work.__name__, work.__qualname__ = fn.__name__, fn.__qualname__  # the unit is named after its function
+        return run(db, work)
 
     return unit_of_work
 

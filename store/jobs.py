@@ -6,6 +6,18 @@ still holding the lease, so a worker that lost it (its lease expired and another
 job) can no longer change anything. The sweeper (:func:`expire_leases`) puts jobs whose lease
 expired back in the queue, or fails them once they have used up their attempts.
 
+Attempts and outages. An attempt ends ``succeeded``/``failed``/``cancelled`` (its worker wrote the
+outcome), ``released`` (its worker shut down and gave the job back), ``lost`` (its lease expired:
+the worker vanished) or ``interrupted`` (its lease expired while the database could not be
+reached). A worker cannot renew a lease while the database is down, so a lapse then says nothing
+about the worker or the job: the sweeper does not expire leases at all until the database has
+answered it for a whole lease period after an outage it saw (a live worker renews in that time
+and goes on, the attempt intact), and a lease that lapsed within an outage the sweeper saw
+(``store.retry.journal``; ``expire_leases(outage=...)``) ends its attempt ``interrupted``. Only
+``lost`` attempts count toward ``SMD_MAX_ATTEMPTS``: the job fails when that many of its
+attempts were lost with a worker that vanished while the database answered. Infrastructure
+(database outages, shutdowns) never uses up a job's attempts; ``attempts`` still counts starts.
+
 Times are the Python clock of the writing process (UTC): hosts must keep their clocks in sync.
 
 Every public function is a unit of work (:func:`store.db.transaction`): called with the database
@@ -14,7 +26,7 @@ URL it runs in a transaction of its own; returned rows are detached.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -340,27 +352,36 @@ def request_cancel(session: Session, experiment_id: str) -> Experiment | None:
 
 
 @transaction
-def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | None = None) -> list[str]:
+def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | None = None,
+                  outage: Callable[[datetime], bool] | None = None) -> list[str]:
     """The sweeper's pass: every running job whose lease has expired (or, with ``owner_prefix``,
     whose lease is held by that worker, known to be gone) lost its worker. It goes back to
-    ``queued``, or ends ``failed`` when it has been started ``max_attempts`` times, or
-    ``cancelled`` when a cancel was requested. Returns the ids put back in the queue."""
+    ``queued``, or ends ``failed`` when ``max_attempts`` of its attempts have been lost, or
+    ``cancelled`` when a cancel was requested. ``outage(lease_expires_at)`` tells whether the
+    database may have been unreachable when the lease lapsed: then the attempt ends
+    ``interrupted`` and does not count (see the module's header). Returns the ids put back in the
+    queue."""
     now = utcnow()
     lost = Experiment.lease_expires_at < now
     if owner_prefix is not None:
         lost = or_(lost, Experiment.lease_owner.startswith(f"{owner_prefix}/", autoescape=True))
     rows = session.execute(select(Experiment.id, Experiment.attempts, Experiment.worker, Experiment.lease_owner,
-                                  Experiment.cancel_requested)
+                                  Experiment.cancel_requested, Experiment.lease_expires_at)
                            .where(Experiment.status == Status.running, lost)).all()
+    counted = lost_attempts(session, [row[0] for row in rows])
     requeued = []
-    for experiment_id, attempts, worker, owner, cancel in rows:
+    for experiment_id, attempts, worker, owner, cancel, expires in rows:
         held = and_(Experiment.id == experiment_id, Experiment.status == Status.running,
                     Experiment.lease_owner == owner)
+        lapsed = as_utc(expires)
+        interrupted = outage is not None and lapsed is not None and outage(lapsed)
+        n_lost = counted.get(experiment_id, 0) + (0 if interrupted else 1)
         if cancel:
             done = _finish(session, held, Status.cancelled, error=None)
-        elif attempts >= max_attempts:
+        elif n_lost >= max_attempts:
+            each = "each of its" if n_lost == attempts else f"{n_lost} of its"
             done = _finish(session, held, Status.failed, error=(
-                f"the worker running it was lost during each of its {attempts} attempts (last: {worker}); "
+                f"the worker running it was lost during {each} {attempts} attempts (last: {worker}); "
                 f"SMD_MAX_ATTEMPTS is {max_attempts}"))
         else:
             done = _rowcount(session, update(Experiment).where(held).values(
@@ -368,8 +389,19 @@ def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | No
             if done:
                 requeued.append(experiment_id)
         if done:
-            _end_attempt(session, experiment_id, attempts, "lost")
+            _end_attempt(session, experiment_id, attempts, "interrupted" if interrupted else "lost")
     return requeued
+
+
+@transaction
+def lost_attempts(session: Session, experiment_ids: list[str]) -> dict[str, int]:
+    """{experiment id: attempts that ended ``lost``}: those that count toward SMD_MAX_ATTEMPTS."""
+    if not experiment_ids:
+        return {}
+    return {experiment_id: int(n) for experiment_id, n in session.execute(
+        select(Attempt.experiment_id, func.count()).where(Attempt.experiment_id.in_(experiment_ids),
+                                                          Attempt.outcome == "lost")
+        .group_by(Attempt.experiment_id)).all()}
 
 
 @transaction

@@ -142,7 +142,8 @@ class SeriesChunk(Base):
 
 class Attempt(Base):
     """One start of a job by a worker, and how it ended: succeeded, failed, cancelled, lost (its
-    lease expired) or released (its worker gave it back)."""
+    lease expired), interrupted (its lease expired while the database was unreachable; does not
+    count toward SMD_MAX_ATTEMPTS) or released (its worker gave it back)."""
 
     __tablename__ = "attempts"
 

@@ -39,10 +39,27 @@ class Settings(BaseSettings):
                                                         "and reads the cancel flag.")
     checkpoint_seconds: float = Field(default=30.0, gt=0, description="How often a running job saves a checkpoint "
                                                              "to resume from after a lost worker.")
-    max_attempts: int = Field(default=3, ge=1, le=100, description="Starts of a job before a job whose worker keeps "
-                                                          "getting lost is failed.")
+    max_attempts: int = Field(default=3, ge=1, le=100, description="Attempts of a job lost with their worker (lease "
+                                                          "expired while the database answered) before the job "
+                                                          "is failed; attempts interrupted by a database outage "
+                                                          "or given back at shutdown do not count.")
     lease_seconds: float = Field(default=60.0, gt=0, description="A running job's lease; its worker renews it every "
-                                                        "third of this. An expired lease means a lost worker.")
+                                                        "third of this. An expired lease means a lost worker, "
+                                                        "unless the database was unreachable (see max_attempts).")
+    db_retry_seconds: float = Field(default=30.0, ge=0, le=3600, description="How long a unit of work (one transaction) is "
+                                                                   "retried, with backoff, while the database cannot "
+                                                                   "be reached (connection refused, lost or cut), "
+                                                                   "before the error is raised (store/retry.py).")
+    db_request_retry_seconds: float = Field(default=2.0, ge=0, le=60, description="The same for the work of an API request: "
+                                                                         "after this the API answers 503 with "
+                                                                         "Retry-After instead of holding the client.")
+    worker_db_wait_seconds: float = Field(default=600.0, ge=0, description="How long a worker whose job has ended waits for "
+                                                                  "an unreachable database to write the outcome "
+                                                                  "(at least SMD_LEASE_SECONDS). Running jobs keep "
+                                                                  "computing through an outage of any length and "
+                                                                  "write when the database is back; past this wait "
+                                                                  "the attempt is given up and the job resumes from "
+                                                                  "its checkpoint without the attempt counting.")
     sweep_seconds: float = Field(default=5.0, gt=0, description="How often the sweeper (in the API process) requeues "
                                                        "jobs with expired leases and re-sends lost queue messages.")
     sweeper: bool = Field(default=True, description="Run the sweeper in this API process.")

@@ -10,6 +10,8 @@ with scripts/ensure-redis.sh and scripts/ensure-postgres.sh).
     with postgres_server() as url:     # "postgresql+psycopg://smd@127.0.0.1:PORT/smd_test"
         db = fresh_database(url, "t1") # a new, empty database on the same server
         ...
+    with restartable_postgres() as pg: # the same, stopped and restarted on its port: pg.stop(); pg.start()
+        ...
 
 Leaks are guarded against three ways: the context managers stop their server in `finally`; an
 `atexit` hook stops whatever is still running when the interpreter exits; and where
@@ -43,6 +45,8 @@ __all__ = [
     "redis_server",
     "find_postgres_bindir",
     "postgres_server",
+    "PostgresCluster",
+    "restartable_postgres",
     "fresh_database",
 ]
 
@@ -335,56 +339,110 @@ def _run_initdb(bindir: Path, data: Path, user, cwd: Path, log: Path, timeout: f
         raise ServerStartError(f"initdb failed (exit code {rc}); log:\n{_tail(log)}")
 
 
-@contextlib.contextmanager
-def postgres_server(*, timeout: float = 30.0, settings: Mapping[str, str] | None = None) -> Iterator[str]:
-    """A private PostgreSQL cluster on a free port with an empty database `smd_test` owned by
-    superuser `smd` (trust auth, no password); yields
-    "postgresql+psycopg://smd@127.0.0.1:PORT/smd_test". `settings` adds/overrides `-c` options."""
-    bindir = find_postgres_bindir()
-    if bindir is None:
-        raise ServerNotAvailable(
-            "PostgreSQL server binaries (initdb, postgres) not found on PATH or in "
-            f"{PG_LIBROOT}/*/bin: run scripts/ensure-postgres.sh (make test does) or set PG_BINDIR")
-    user = _unprivileged_user()
-    tmp = Path(_pg_tempdir(user))
-    data, log = tmp / "data", tmp / "postgres.log"
-    conf = {**PG_DEFAULT_SETTINGS, **(settings or {})}
-    proc = None
-    try:
-        _run_initdb(bindir, data, user, tmp, tmp / "initdb.log", timeout)
+class PostgresCluster:
+    """A private PostgreSQL cluster that can be stopped and started again on the same port and
+    data directory, with its data kept (a database outage or restart, as in production):
+
+        with restartable_postgres() as pg:
+            url = pg.url              # "postgresql+psycopg://smd@127.0.0.1:PORT/smd_test"
+            pg.stop()                 # fast shutdown: clients are disconnected, the port closes
+            pg.start()                # same port, same data
+
+    ``postgres_server()`` is one of these, started once and stopped at the end."""
+
+    def __init__(self, *, timeout: float = 30.0, settings: Mapping[str, str] | None = None):
+        bindir = find_postgres_bindir()
+        if bindir is None:
+            raise ServerNotAvailable(
+                "PostgreSQL server binaries (initdb, postgres) not found on PATH or in "
+                f"{PG_LIBROOT}/*/bin: run scripts/ensure-postgres.sh (make test does) or set PG_BINDIR")
+        self.bindir, self.timeout = bindir, timeout
+        self.user = _unprivileged_user()
+        self.tmp = Path(_pg_tempdir(self.user))
+        self.data, self.log = self.tmp / "data", self.tmp / "postgres.log"
+        self.conf = {**PG_DEFAULT_SETTINGS, **(settings or {})}
+        self.port: int | None = None
+        self.proc: subprocess.Popen | None = None
+        self._created = False
+        try:
+            _run_initdb(bindir, self.data, self.user, self.tmp, self.tmp / "initdb.log", timeout)
+        except BaseException:
+            _remove_dir(str(self.tmp))
+            raise
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://{PG_USER}@127.0.0.1:{self.port}/{PG_DATABASE}"
+
+    def start(self) -> str:
+        """Start the server (on a free port the first time, on the same port later); returns the URL
+        once it accepts connections (the database `smd_test` is created on the first start)."""
         for attempt in range(3):  # a new port if another process grabbed ours meanwhile
-            port = free_port()
-            cmd = [str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(tmp)]
-            for k, v in conf.items():
+            first = self.port is None
+            port = free_port() if first else self.port
+            cmd = [str(self.bindir / "postgres"), "-D", str(self.data), "-p", str(port), "-k", str(self.tmp)]
+            for k, v in self.conf.items():
                 cmd += ["-c", f"{k}={v}"]
-            proc = _spawn(cmd, log=log, death_signal="QUIT", cwd=tmp, as_user=user)
+            proc = _spawn(cmd, log=self.log, death_signal="QUIT", cwd=self.tmp, as_user=self.user)
             # SIGQUIT = "immediate" shutdown: no shutdown checkpoint (seconds after many CREATE
             # DATABASEs), which is fine as the data is thrown away.
             _track(proc, signal.SIGQUIT)
-            _note_pid(tmp, proc.pid)
-            deadline = time.monotonic() + timeout
+            _note_pid(self.tmp, proc.pid)
+            deadline = time.monotonic() + self.timeout
             err: Exception | None = None
             while proc.poll() is None and time.monotonic() < deadline:
                 try:
                     with _connect(port, timeout=2) as conn:
-                        conn.execute(f'CREATE DATABASE "{PG_DATABASE}"')
+                        if not self._created:
+                            conn.execute(f'CREATE DATABASE "{PG_DATABASE}"')
                     break
                 except Exception as e:  # starting up / not listening yet
                     err = e
                     time.sleep(0.05)
             else:
                 reason = (f"exited with code {proc.returncode}" if proc.poll() is not None
-                          else f"did not accept connections within {timeout:g} s (last error: {err})")
+                          else f"did not accept connections within {self.timeout:g} s (last error: {err})")
                 _stop(proc, signal.SIGQUIT)
-                if "in use" in _tail(log, 1000) and attempt < 2:
+                if first and "in use" in _tail(self.log, 1000) and attempt < 2:
                     continue
-                raise ServerStartError(f"postgres on port {port} {reason}; log:\n{_tail(log)}")
-            break
-        yield f"postgresql+psycopg://{PG_USER}@127.0.0.1:{port}/{PG_DATABASE}"
+                raise ServerStartError(f"postgres on port {port} {reason}; log:\n{_tail(self.log)}")
+            self.port, self.proc, self._created = port, proc, True
+            return self.url
+        raise AssertionError("unreachable")
+
+    def stop(self, *, immediate: bool = False) -> None:
+        """Stop the server, keeping its data: a fast shutdown (SIGINT: open connections are cut,
+        the port closes), or with ``immediate`` a crash-like one (SIGQUIT, recovery at the next
+        start)."""
+        if self.proc is not None:
+            _stop(self.proc, signal.SIGQUIT if immediate else signal.SIGINT)
+            self.proc = None
+
+    def close(self) -> None:
+        """Stop the server and remove its data."""
+        self.stop(immediate=True)
+        _remove_dir(str(self.tmp))
+
+
+@contextlib.contextmanager
+def restartable_postgres(*, timeout: float = 30.0, settings: Mapping[str, str] | None = None
+                         ) -> Iterator[PostgresCluster]:
+    """A started :class:`PostgresCluster`, closed (stopped, data removed) at the end."""
+    cluster = PostgresCluster(timeout=timeout, settings=settings)
+    try:
+        cluster.start()
+        yield cluster
     finally:
-        if proc is not None:
-            _stop(proc, signal.SIGQUIT)
-        _remove_dir(str(tmp))
+        cluster.close()
+
+
+@contextlib.contextmanager
+def postgres_server(*, timeout: float = 30.0, settings: Mapping[str, str] | None = None) -> Iterator[str]:
+    """A private PostgreSQL cluster on a free port with an empty database `smd_test` owned by
+    superuser `smd` (trust auth, no password); yields
+    "postgresql+psycopg://smd@127.0.0.1:PORT/smd_test". `settings` adds/overrides `-c` options."""
+    with restartable_postgres(timeout=timeout, settings=settings) as cluster:
+        yield cluster.url
 
 
 def fresh_database(admin_url: str, name: str) -> str:

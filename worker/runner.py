@@ -1,21 +1,39 @@
 """Running jobs: claim one under a lease, run the engine (resuming from its checkpoint), and write
 progress, partial series, checkpoints and the outcome — each write a store function conditioned on
-the lease (raising LeaseLost), each its own transaction: no session is held here."""
+the lease (raising LeaseLost), each its own transaction: no session is held here.
+
+A database outage is not the job's fault (store/retry.py has the policy). While the database cannot
+be reached the engine keeps computing: progress and points stay buffered and are written, still
+under the lease, when it answers again; a checkpoint that cannot be stored is skipped; the lease
+keeper retries about every second. An ended job's last points and outcome wait for the database
+(up to ``max(SMD_WORKER_DB_WAIT_SECONDS, SMD_LEASE_SECONDS)``). Only past that wait is the attempt
+given up ("interrupted": nothing is written, its lease lapses during the outage and the sweeper
+ends it ``interrupted``, which does not count toward SMD_MAX_ATTEMPTS). A job is never failed
+because of the database. A lease truly lost (another worker holds it) still stops the run
+(``LeaseLost``).
+
+How long each store call may wait for the database is set here with ``store.retry.patience``: 0
+(one try) for the writes that can be buffered or redone later (progress and points, checkpoints,
+lease renewals); the ended job's wait for its start, last points and outcome (:func:`_patiently`);
+SMD_DB_RETRY_SECONDS for the claim.
+"""
 from __future__ import annotations
 
 import logging
 import threading
 import time
 import traceback
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import smdengine
 from smdengine import json_safe
-from store import jobs
+from store import jobs, retry
 from store.models import QUEUES, Status
 from store.settings import Settings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Set when this worker process is asked to stop: the running job is given back to the queue at its
 # next progress event (it resumes elsewhere from its last checkpoint) instead of being cut off.
@@ -27,11 +45,42 @@ class _Released(Exception):
     pass
 
 
+class _Interrupted(Exception):
+    """The database stayed unreachable longer than this worker waits: give the attempt up."""
+
+
+def _wait_seconds(settings: Settings) -> float:
+    """How long an ended job's last writes wait for the database: at least a lease, so that its
+    lease has lapsed within the outage by the time the attempt is given up."""
+    return max(settings.worker_db_wait_seconds, settings.lease_seconds)
+
+
+def _patiently(seconds: float, store_fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``store_fn(*args, **kwargs)`` (a store unit of work), retried for ``seconds`` while the
+    database is unreachable; :class:`_Interrupted` if it stays so."""
+    try:
+        with retry.patience(seconds):
+            return store_fn(*args, **kwargs)
+    except Exception as exc:
+        if retry.is_transient(exc):
+            raise _Interrupted(str(exc)) from exc
+        raise
+
+
 def execute_next(settings: Settings, queues: list[str], worker: str = "local",
                  experiment_id: str | None = None) -> str:
     """Claim the oldest queued job of ``queues`` (or that job) and run it; returns its final
-    status, "idle" when there was nothing to claim, "lost" when the lease was lost meanwhile."""
-    claim = jobs.claim_next(settings.db_url, queues, worker, settings.lease_seconds, experiment_id)
+    status, "idle" when there was nothing to claim, "lost" when the lease was lost meanwhile,
+    "interrupted" when a database outage outlasted the worker's wait, "unavailable" when the
+    database could not be reached to claim."""
+    try:
+        with retry.patience(settings.db_retry_seconds):
+            claim = jobs.claim_next(settings.db_url, queues, worker, settings.lease_seconds, experiment_id)
+    except Exception as exc:
+        if not retry.is_transient(exc):
+            raise
+        log.warning("could not claim a job (database unreachable); it stays queued and the sweeper rings again")
+        return "unavailable"
     if claim is None:
         return "idle"
     return run_claimed(settings, claim)
@@ -48,7 +97,7 @@ def run_claimed(settings: Settings, claim: jobs.Claim) -> str:
     log.info("experiment %s: attempt %d by %s", experiment_id, claim.attempt, claim.owner)
     lease = _LeaseKeeper(url, claim, settings.lease_seconds)
     lease.start()
-    writer = _SeriesWriter(url, claim, settings.flush_seconds, lease)
+    writer = _SeriesWriter(url, claim, settings.flush_seconds, lease, _wait_seconds(settings))
     running.set()
     try:
         return _run(settings, claim, writer)
@@ -56,17 +105,27 @@ def run_claimed(settings: Settings, claim: jobs.Claim) -> str:
         log.warning("experiment %s: lease lost (another worker owns it now); stopped", experiment_id)
         return "lost"
     except _Released:
-        jobs.release(url, claim)
+        try:
+            _patiently(settings.db_retry_seconds, jobs.release, url, claim)
+        except _Interrupted:
+            log.warning("experiment %s: could not give it back (database unreachable); its lease will lapse "
+                        "and it resumes elsewhere", experiment_id)
+            return "released"
         log.warning("experiment %s: given back to the queue (worker shutting down)", experiment_id)
         return "released"
+    except _Interrupted as exc:
+        log.warning("experiment %s: attempt %d given up: the database stayed unreachable for %g s (%s); the job "
+                    "resumes from its last checkpoint in a new attempt, and this one does not count",
+                    experiment_id, claim.attempt, writer.wait, exc)
+        return "interrupted"
     finally:
         running.clear()
         lease.stop()
 
 
 def _run(settings: Settings, claim: jobs.Claim, writer: _SeriesWriter) -> str:
-    url = settings.db_url
-    stored = jobs.load_run(url, claim)
+    url, wait = settings.db_url, writer.wait
+    stored = _patiently(wait, jobs.load_run, url, claim)
     try:
         spec = smdengine.parse_spec(stored.spec)
         resume = _usable_checkpoint(stored.checkpoint, claim)
@@ -77,23 +136,25 @@ def _run(settings: Settings, claim: jobs.Claim, writer: _SeriesWriter) -> str:
         result = smdengine.run(spec, on_progress=writer.on_progress, should_stop=writer.should_stop,
                                progress_interval=min(0.5, settings.flush_seconds), checkpoint=hooks,
                                data_dir=str(settings.data_dir) if settings.data_dir else None)
-        writer.flush()
-    except (jobs.LeaseLost, _Released):
+        writer.flush(wait=True)
+    except (jobs.LeaseLost, _Released, _Interrupted):
         raise
     except smdengine.Cancelled:
         _flush_quietly(writer)
-        return _finish(url, claim, Status.cancelled)
+        return _finish(url, claim, Status.cancelled, wait)
     except smdengine.IncompatibleCheckpoint as exc:  # e.g. the job moved from a GPU to a CPU worker
         log.warning("experiment %s: %s; starting from scratch", claim.experiment_id, exc)
-        jobs.forget_checkpoint(url, claim)
+        _patiently(wait, jobs.forget_checkpoint, url, claim)
         return _run(settings, claim, writer)
     except Exception as exc:  # the job failed: record why, never retry a deterministic error
+        if retry.is_transient(exc):  # the database, not the job: never a reason to fail it
+            raise _Interrupted(str(exc)) from exc
         log.exception("experiment %s failed", claim.experiment_id)
         _flush_quietly(writer)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return _finish(url, claim, Status.failed, error=detail)
+        return _finish(url, claim, Status.failed, wait, error=detail)
     doc = result.to_document()
-    return _finish(url, claim, Status.succeeded, summary=doc["summary"], theory=doc["theory"],
+    return _finish(url, claim, Status.succeeded, wait, summary=doc["summary"], theory=doc["theory"],
                    distributions=doc["distributions"])
 
 
@@ -111,26 +172,44 @@ def _usable_checkpoint(saved: tuple[bytes, int] | None, claim: jobs.Claim) -> sm
 
 def _flush_quietly(writer: _SeriesWriter) -> None:
     try:
-        writer.flush()
-    except jobs.LeaseLost:
+        writer.flush(wait=True)
+    except (jobs.LeaseLost, _Interrupted):
         raise
     except Exception:  # the job's end must still be recorded
         log.exception("could not write the last points of experiment %s", writer.claim.experiment_id)
 
 
-def _finish(url: str, claim: jobs.Claim, status: str, **values: Any) -> str:
-    jobs.finish_claimed(url, claim, status, **values)
+def _finish(url: str, claim: jobs.Claim, status: str, wait: float, **values: Any) -> str:
+    """Write the outcome, waiting up to ``wait`` s for an unreachable database. The store re-runs
+    the whole unit after a transient error (store.retry), and a re-run that finds the lease gone
+    may follow a first try whose COMMIT went through unseen (the connection broke after it was
+    sent): if this attempt's row already has this outcome, it is ours (only this claim writes it)."""
+    try:
+        _patiently(wait, jobs.finish_claimed, url, claim, status, **values)
+    except jobs.LeaseLost:
+        if _recorded_outcome(url, claim, wait) != status:
+            raise
+        log.info("experiment %s: outcome %s was already written (its commit's answer was lost)",
+                 claim.experiment_id, status)
     log.info("experiment %s %s", claim.experiment_id, status)
     return status
 
 
+def _recorded_outcome(url: str, claim: jobs.Claim, wait: float) -> str | None:
+    attempts = _patiently(wait, jobs.attempts, url, claim.experiment_id)
+    return next((a.outcome for a in attempts if a.number == claim.attempt), None)
+
+
 class _LeaseKeeper:
     """Renews the lease every third of its length from a thread, so that a long engine step or a
-    slow write never lets it lapse while the job is alive."""
+    slow write never lets it lapse while the job is alive. While the database cannot be reached it
+    tries about every second (one try each, no waiting in the retry policy), so that it renews as
+    soon as the database is back, before the sweeper would expire the lease (worker/sweeper.py)."""
 
     def __init__(self, url: str, claim: jobs.Claim, lease_seconds: float):
         self.url, self.claim, self.lease_seconds = url, claim, lease_seconds
         self.lost = False
+        self.failing_since: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"lease-{claim.experiment_id}", daemon=True)
 
@@ -142,22 +221,41 @@ class _LeaseKeeper:
         self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self.lease_seconds / 3):
+        every, retry_every = self.lease_seconds / 3, min(1.0, self.lease_seconds / 6)
+        wait = every
+        while not self._stop.wait(wait):
             try:
-                jobs.renew(self.url, self.claim, self.lease_seconds)
+                with retry.patience(0):
+                    jobs.renew(self.url, self.claim, self.lease_seconds)
             except jobs.LeaseLost:
                 self.lost = True
                 return
-            except Exception:  # a database hiccup: try again next time, the lease has slack
-                log.exception("could not renew the lease of %s", self.claim.experiment_id)
+            except Exception as exc:
+                if self.failing_since is None:
+                    self.failing_since = time.monotonic()
+                    if retry.is_transient(exc):
+                        log.warning("experiment %s: cannot renew the lease (database unreachable); retrying every "
+                                    "%g s, the job goes on", self.claim.experiment_id, retry_every)
+                    else:
+                        log.exception("could not renew the lease of %s", self.claim.experiment_id)
+                wait = retry_every
+                continue
+            if self.failing_since is not None:
+                log.warning("experiment %s: lease renewed after %.1f s without the database",
+                            self.claim.experiment_id, time.monotonic() - self.failing_since)
+                self.failing_since = None
+            wait = every
 
 
 class _SeriesWriter:
     """Buffers engine progress and writes it to SQL at most every ``flush_seconds``, reading the
-    cancel flag at each write; saves checkpoints after writing every point they hold."""
+    cancel flag at each write; saves checkpoints after writing every point they hold. While the
+    database cannot be reached, points stay buffered (the next flush writes them all, from the
+    same index: idempotent) and checkpoints are skipped."""
 
-    def __init__(self, url: str, claim: jobs.Claim, flush_seconds: float, lease: _LeaseKeeper):
+    def __init__(self, url: str, claim: jobs.Claim, flush_seconds: float, lease: _LeaseKeeper, wait: float):
         self.url, self.claim, self.flush_seconds, self.lease = url, claim, flush_seconds, lease
+        self.wait = wait                  # how long the last writes of an ended job wait for the database
         self.index = 0                    # points stored so far
         self.buffer: dict[str, list] = {}
         self.step = 0
@@ -166,15 +264,16 @@ class _SeriesWriter:
         self.last_flush = time.monotonic()
         self.hooks: smdengine.CheckpointHooks | None = None
         self.release_requested = False
+        self.unreachable_since: float | None = None
 
     def start(self, resume: smdengine.Checkpoint | None, theory: dict[str, Any]) -> None:
         """The stored series becomes the checkpoint's points (none without one), and the theory is
-        stored; this attempt writes the rest."""
+        stored, in one transaction that waits for the database; this attempt writes the rest."""
         self.index = resume.n_points if resume is not None else 0
         self.step = resume.step if resume is not None else 0
-        jobs.begin_attempt(self.url, self.claim, theory=theory,
-                           resume_points=resume.series if resume is not None else None,
-                           resume_step=resume.step if resume is not None else None)
+        _patiently(self.wait, jobs.begin_attempt, self.url, self.claim, theory=theory,
+                   resume_points=resume.series if resume is not None else None,
+                   resume_step=resume.step if resume is not None else None)
 
     def on_progress(self, progress: smdengine.Progress) -> None:
         for key, values in progress.points.items():
@@ -195,15 +294,50 @@ class _SeriesWriter:
         return self.cancel
 
     def save_checkpoint(self, checkpoint: smdengine.Checkpoint) -> None:
-        self.flush()  # the stored series must reach the checkpoint's n_points
+        if not self.flush():  # the stored series must reach the checkpoint's n_points
+            return            # the database is unreachable: the next checkpoint will do
         data = checkpoint.to_bytes()
-        jobs.save_checkpoint(self.url, self.claim, checkpoint.step, checkpoint.n_points, data)
+        try:
+            with retry.patience(0):
+                jobs.save_checkpoint(self.url, self.claim, checkpoint.step, checkpoint.n_points, data)
+        except Exception as exc:
+            if not retry.is_transient(exc):
+                raise
+            self._unreachable()
 
-    def flush(self) -> None:
+    def flush(self, *, wait: bool = False) -> bool:
+        """Write the buffered progress and points under the lease, in one transaction
+        (``jobs.record_progress``: progress first, so a lost lease fails before any point is
+        written). While the database is unreachable they stay buffered and False is returned (one
+        try, the engine goes on); with ``wait`` (the job has ended) it retries for ``self.wait`` s,
+        then raises _Interrupted."""
         n = len(self.buffer.get("step", []))
-        # progress first: it fails with LeaseLost before any point is written by a lost worker
-        self.cancel = jobs.record_progress(self.url, self.claim, self.step, self.total,
-                                           points=self.buffer if n else None, start_index=self.index)
+        points = self.buffer if n else None
+        try:
+            if wait:
+                self.cancel = _patiently(self.wait, jobs.record_progress, self.url, self.claim, self.step,
+                                         self.total, points=points, start_index=self.index)
+            else:
+                with retry.patience(0):
+                    self.cancel = jobs.record_progress(self.url, self.claim, self.step, self.total,
+                                                       points=points, start_index=self.index)
+        except Exception as exc:
+            if wait or not retry.is_transient(exc):
+                raise
+            self._unreachable()
+            self.last_flush = time.monotonic()
+            return False
+        if self.unreachable_since is not None:
+            log.warning("experiment %s: database reachable again after %.1f s; buffered points written",
+                        self.claim.experiment_id, time.monotonic() - self.unreachable_since)
+            self.unreachable_since = None
         self.index += n
         self.buffer = {}
         self.last_flush = time.monotonic()
+        return True
+
+    def _unreachable(self) -> None:
+        if self.unreachable_since is None:
+            self.unreachable_since = time.monotonic()
+            log.warning("experiment %s: database unreachable; the job goes on, its progress and points are kept "
+                        "in memory until it answers", self.claim.experiment_id)

@@ -2,16 +2,23 @@
 (so in the embedded default too); every action is a conditional update, so replicas may overlap.
 
 Each pass: (1) jobs whose lease expired lost their worker: back to the queue, or failed after
-SMD_MAX_ATTEMPTS starts (store.jobs.expire_leases); (2) every queue with fewer messages waiting than
-claimable jobs gets the missing doorbells (a message lost with a killed worker or a restarted
-broker is re-sent; a spare one is harmless).
+SMD_MAX_ATTEMPTS lost attempts (store.jobs.expire_leases); (2) every queue with fewer messages
+waiting than claimable jobs gets the missing doorbells (a message lost with a killed worker or a
+restarted broker is re-sent; a spare one is harmless).
+
+Database outages: while the database cannot be reached no worker can renew its lease, so an expired
+lease is no sign of a lost worker. The sweeper therefore skips step (1) until the database has
+answered this process for SMD_LEASE_SECONDS after the last outage it saw (or after the process
+started): every live worker retries its renewal about once a second and renews in that time, and
+goes on with its attempt. A lease that still lapsed within an outage this process saw ends its
+attempt ``interrupted`` (store.retry.journal), which does not count toward SMD_MAX_ATTEMPTS.
 """
 from __future__ import annotations
 
 import logging
 import threading
 
-from store import jobs
+from store import jobs, retry
 from store.settings import Settings
 from worker.queue import queue_depths, ring
 
@@ -19,12 +26,16 @@ log = logging.getLogger(__name__)
 MAX_RINGS_PER_PASS = 200
 
 
-def sweep(settings: Settings, *, lost_worker: str | None = None) -> dict[str, int]:
-    """One pass; ``lost_worker``: a worker name known to be gone (its leases are expired at once).
+def sweep(settings: Settings, *, lost_worker: str | None = None, expire: bool = True) -> dict[str, int]:
+    """One pass; ``lost_worker``: a worker name known to be gone (its leases are expired at once);
+    ``expire=False`` skips step (1) (the database was unreachable a moment ago).
     Returns what it did: {"requeued": n, "rung": n}."""
-    requeued = jobs.expire_leases(settings.db_url, settings.max_attempts, owner_prefix=lost_worker)
+    requeued: list[str] = []
+    if expire:
+        requeued = jobs.expire_leases(settings.db_url, settings.max_attempts, owner_prefix=lost_worker,
+                                      outage=retry.journal.covers)
     if requeued:
-        log.warning("requeued %d job(s) whose worker was lost: %s", len(requeued), ", ".join(requeued))
+        log.warning("requeued %d job(s) whose lease expired: %s", len(requeued), ", ".join(requeued))
     waiting = jobs.queued_counts(settings.db_url)
     rung = 0
     if waiting:
@@ -54,8 +65,18 @@ class Sweeper:
         self._thread.join(timeout=10)
 
     def _loop(self) -> None:
+        holding = False
         while not self._stop.wait(self.settings.sweep_seconds):
+            settled = retry.journal.up_for() >= self.settings.lease_seconds
+            if not settled and not holding and retry.journal.outages:
+                log.warning("the database was unreachable: no lease is expired until it has answered for "
+                            "%g s (SMD_LEASE_SECONDS), so that workers can renew theirs", self.settings.lease_seconds)
+            holding = not settled
             try:
-                sweep(self.settings)
+                with retry.patience(min(self.settings.db_retry_seconds, self.settings.sweep_seconds)):
+                    sweep(self.settings, expire=settled)
             except Exception as exc:  # database or broker down: report and try again next pass
-                log.warning("sweep failed: %s: %s", type(exc).__name__, exc)
+                if retry.is_transient(exc):
+                    log.debug("sweep failed: %s: %s", type(exc).__name__, exc)  # store.retry logged the outage
+                else:
+                    log.warning("sweep failed: %s: %s", type(exc).__name__, exc)

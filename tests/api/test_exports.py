@@ -230,7 +230,7 @@ def test_openapi_documents_the_exports(client):
                                        ("parquet", "application/vnd.apache.parquet", "exportResultsParquet")):
         op = paths[f"/v1/experiments/{{experiment_id}}/results.{fmt}"]["get"]
         assert op["operationId"] == operation
-        assert set(op["responses"]) == {"200", "304", "401", "404", "422"}
+        assert set(op["responses"]) == {"200", "304", "401", "404", "422", "503"}   # 503: database unreachable
         assert op["responses"]["200"]["content"] == {media_type: {"schema": {"type": "string", "format": "binary"}}}
         for code in ("401", "404", "422"):
             assert list(op["responses"][code]["content"]) == ["application/json"]
