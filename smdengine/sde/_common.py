@@ -37,6 +37,9 @@ class Recording(StrictModel):
     def _check_recording(self) -> None:
         check_recording(self.steps, self.record_every)
 
+    def tail_start(self) -> float:
+        return self.steps / 2.0
+
 
 class SDEModelParams(Protocol):
     """What every sde model's params provide (the static type of ``SDESpec.params``)."""

@@ -27,7 +27,7 @@ from smdengine._simulator import Context, Row, Simulator
 from smdengine.train import models
 from smdengine.train.data import Dataset, load_dataset
 from smdengine.train.optimizer import SGD
-from smdengine.train.spec import GLOBAL_METRICS, LAYER_METRICS, TrainSpec
+from smdengine.train.spec import GLOBAL_METRICS, LAYER_METRICS, TrainParams, TrainSpec
 from smdengine.train.tracker import Tracker
 
 EVAL_BATCH = 1000
@@ -35,15 +35,13 @@ INVARIANCE_TOL = {torch.float32: 1e-3, torch.float64: 1e-5}
 
 
 class TrainRun(Simulator[TrainSpec]):
-    """Train ``trials`` networks together and record the series (module docstring).
+    """track=False skips the per-weight tracking (for the overhead bench); layer series are then absent."""
 
-    track=False skips the per-weight tracking (for the overhead bench); layer series are then absent.
-    """
+    p: TrainParams
 
     def __init__(self, spec: TrainSpec, ctx: Context, track: bool = True):
         super().__init__(spec, ctx)
-        p = spec.params
-        self.p = p
+        p = self.p
         device, dtype, gen = ctx.device, ctx.dtype, ctx.gen
         self.data = data = load_dataset(p, device, dtype, ctx.data_dir)
         self.net = net = models.build(p, p.trials, device, dtype, gen)
@@ -57,7 +55,6 @@ class TrainRun(Simulator[TrainSpec]):
 
         self.track = track
         self.names = GLOBAL_METRICS + (tuple(layer_key(g, m) for g in groups for m in LAYER_METRICS) if track else ())
-        self.total_steps, self.record_every = p.total_steps, p.record_every
         self.tracker = (Tracker(groups, [j for _, j in tracked], p.trials, p.record_every, p.momentum,
                                 self.optimizer.rows, dtype, device) if track else None)
         self.all_phases = p.phases()
