@@ -13,7 +13,7 @@ import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 
 def au_equilibrium(lr: float, weight_decay: float, momentum: float = 0.0) -> float:
@@ -21,17 +21,7 @@ def au_equilibrium(lr: float, weight_decay: float, momentum: float = 0.0) -> flo
     return math.sqrt(2.0 * weight_decay * lr / (1.0 + momentum))
 
 
-class RateChange(Protocol):
-    """A schedule entry (the kinds' ``ScheduleEntry`` models, with ``step`` resolved)."""
-
-    @property
-    def step(self) -> int | None: ...
-    @property
-    def lr_factor(self) -> float: ...
-    @property
-    def weight_decay_factor(self) -> float: ...
-    @property
-    def rescale(self) -> bool: ...
+RateChange = Any   # a kind's ScheduleEntry (step resolved, lr_factor, weight_decay_factor, rescale)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ storage, the normalization buffers, the generator, the batch order, the window's
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable
+from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -225,12 +227,7 @@ def check_scale_invariance(net: models.Net, data: Dataset, batch_size: int, gen:
 
 
 def _total(parts: Iterable[torch.Tensor]) -> torch.Tensor:
-    """The sum of the tensors, left to right."""
-    it = iter(parts)
-    out = next(it)
-    for part in it:
-        out = out + part
-    return out
+    return reduce(operator.add, parts)   # left to right
 
 
 def summarize(series: dict[str, list], theory: dict[str, list], groups: list[str], start: float) -> dict[str, Any]:
