@@ -48,12 +48,6 @@ def resolve_device(device: str) -> torch.device:
     return torch.device(device)
 
 
-def resolve_dtype(dtype: str) -> torch.dtype:
-    import torch
-
-    return {"float64": torch.float64, "float32": torch.float32}[dtype]
-
-
 class _Recorder:
     """The series of one run. Rows (name → 0-d tensor: one number per point, a mean over trials; 1-d:
     a list per point) stay on the device until an event, so recording does not synchronise with an
@@ -121,7 +115,7 @@ def run(spec: AnySpec | dict[str, Any], *, on_progress: ProgressCallback | None 
         if resumed is not None and resumed.fingerprint != checkpoint.fingerprint:
             raise IncompatibleCheckpoint("checkpoint: expected one made by this spec on this device type, "
                                          "got one from another run")
-    dtype = resolve_dtype(spec.params.dtype)
+    dtype = getattr(torch, spec.params.dtype)   # float64 or float32
     gen = torch.Generator(device=device).manual_seed(spec.seed)
     ctx = Context(device, dtype, gen, data_dir, checkpointing=checkpoint is not None and checkpoint.save is not None)
     sim = model_of(spec).load_simulator()(spec, ctx, **options)

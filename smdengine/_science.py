@@ -82,14 +82,11 @@ def check_schedule(field: str, entries: Iterable[RateChange], lr: float, weight_
         if step <= last or step >= steps:
             raise ValueError(f"{field}: expected strictly increasing steps in [1, steps), got {entry.step}")
         last, lr, weight_decay = step, lr * entry.lr_factor, weight_decay * entry.weight_decay_factor
-        if strict_weight_decay:
-            if not (1e-12 <= lr <= lr_max and (weight_decay == 0 or 1e-12 <= weight_decay <= weight_decay_max)):
-                raise ValueError(f"{field}: expected the rates in force to stay in {bounds}, "
-                                 f"got lr={lr:.3g}, weight_decay={weight_decay:.3g} from step {step}")
-        elif not (1e-12 <= lr <= lr_max and weight_decay <= weight_decay_max):
+        wd_ok = weight_decay <= weight_decay_max and (not strict_weight_decay or weight_decay == 0
+                                                      or weight_decay >= 1e-12)
+        if not (1e-12 <= lr <= lr_max and wd_ok):
             raise ValueError(f"{field}: expected the rates in force to stay in {bounds}, "
-                             f"got lr={lr:.3g}, weight_decay={weight_decay:.3g} "
-                             f"from step {step}")
+                             f"got lr={lr:.3g}, weight_decay={weight_decay:.3g} from step {step}")
 
 
 # ----------------------------------------------------------------------------- summary rules
