@@ -15,9 +15,8 @@ This package imports no web, queue or database library.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from smdengine._declare import Outputs, PlotDef
+from smdengine._driver import predict, resolve_device, run
 from smdengine._registry import (
     KINDS,
     SPECS,
@@ -43,61 +42,7 @@ from smdengine._runtime import (
 )
 from smdengine._spec_base import tagged_union
 
-if TYPE_CHECKING:
-    import torch
-
-    from smdengine._registry import AnySpec
-    from smdengine._runtime import ProgressCallback, StopCheck
-
-
-def run(spec: AnySpec | dict[str, Any], *, on_progress: ProgressCallback | None = None,
-        should_stop: StopCheck | None = None, progress_interval: float = 0.5,
-        data_dir: str | None = None, checkpoint: CheckpointHooks | None = None) -> RunResult:
-    """Run one experiment to completion (:func:`smdengine._driver.run`)."""
-    from smdengine import _driver
-
-    return _driver.run(spec, on_progress=on_progress, should_stop=should_stop, progress_interval=progress_interval,
-                       data_dir=data_dir, checkpoint=checkpoint)
-
-
-def predict(spec: AnySpec | dict[str, Any]) -> dict[str, Any]:
-    """Theory predictions for a spec, aligned on the steps the run will record (no simulation)."""
-    from smdengine import _driver
-
-    return _driver.predict(spec)
-
-
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` → cuda when available, else cpu; ``"cuda"`` fails fast when there is none."""
-    from smdengine import _driver
-
-    return _driver.resolve_device(device)
-
-
-__all__ = [
-    "KINDS",
-    "LAYER_SEPARATOR",
-    "SPECS",
-    "Cancelled",
-    "Checkpoint",
-    "CheckpointHooks",
-    "ExperimentSpec",
-    "IncompatibleCheckpoint",
-    "Outputs",
-    "PlotDef",
-    "Progress",
-    "RunResult",
-    "full_document_plots",
-    "json_safe",
-    "layer_key",
-    "output_names",
-    "parse_spec",
-    "plot_key",
-    "plots",
-    "predict",
-    "resolve_device",
-    "run",
-    "spec_json_schema",
-    "split_layers",
-    "tagged_union",
-]
+__all__ = ["KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
+           "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",
+           "layer_key", "output_names", "parse_spec", "plot_key", "plots", "predict", "resolve_device", "run",
+           "spec_json_schema", "split_layers", "tagged_union"]

@@ -1,13 +1,13 @@
-"""The one run loop of every simulator (as torchsde writes ``integrate`` once and each method only
-``step``): resolve device and dtype, seed the generator, build the simulator, resume from a checkpoint,
-then step, record, emit progress, poll for cancellation and take checkpoints, and at the end flush,
-predict and summarise. The simulator protocol is :mod:`smdengine._simulator`.
+"""The one run loop of every simulator, :func:`run` (as torchsde writes ``integrate`` once and each
+method only ``step``): resolve device and dtype, seed the generator, build the simulator, resume from
+a checkpoint, then step, record, emit progress, poll for cancellation and take checkpoints, and at the
+end flush, predict and summarise. The simulator protocol is :mod:`smdengine._simulator`.
 
 Checkpoint contract, enforced here: a resume is refused unless its fingerprint matches this spec and
-device type (:class:`IncompatibleCheckpoint`) and it holds every series of the run (``ValueError``); a checkpoint is
-taken only right after a progress event (so the points it holds were delivered), at most every
-``CheckpointHooks.interval`` seconds, between two updates, from ``Simulator.state()``; a resumed run
-calls ``Simulator.load_state`` once before its first update and delivers only the points after it.
+device type (:class:`IncompatibleCheckpoint`) and it holds every series of the run (``ValueError``); a
+checkpoint is taken only right after a progress event (so the points it holds were delivered), at most
+every ``CheckpointHooks.interval`` seconds, between two updates, from ``Simulator.state()``; a resumed
+run calls ``Simulator.load_state`` once before its first update and delivers only the points after it.
 
 torch is imported when a run starts, not with this module.
 """
@@ -46,12 +46,6 @@ def resolve_device(device: str) -> torch.device:
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device: expected a CUDA device, got none available on this worker")
     return torch.device(device)
-
-
-def resolve_dtype(dtype: str) -> torch.dtype:
-    import torch
-
-    return {"float64": torch.float64, "float32": torch.float32}[dtype]
 
 
 class _Recorder:
@@ -93,12 +87,23 @@ class _Recorder:
             self.on_progress(Progress(step=step, total_steps=self.total_steps, points=points))
 
 
-def integrate(spec: AnySpec | dict[str, Any], *, on_progress: ProgressCallback | None = None,
-              should_stop: StopCheck | None = None, progress_interval: float = 0.5,
-              checkpoint: CheckpointHooks | None = None, data_dir: str | None = None,
-              **options: Any) -> RunResult:
-    """Run one experiment to completion (see :func:`run`); ``options`` go to the simulator's
-    constructor (e.g. the train kind's ``track=False`` for the overhead bench)."""
+def run(spec: AnySpec | dict[str, Any], *, on_progress: ProgressCallback | None = None,
+        should_stop: StopCheck | None = None, progress_interval: float = 0.5,
+        data_dir: str | None = None, checkpoint: CheckpointHooks | None = None, **options: Any) -> RunResult:
+    """Run one experiment to completion.
+
+    on_progress: called with a :class:`Progress` at most every ``progress_interval`` seconds and
+    once at the end, carrying the points recorded since the previous call.
+    should_stop: polled after each progress event; when it returns true the run raises
+    :class:`Cancelled` (all points so far were already delivered).
+    data_dir: where datasets that are not bundled live (``train`` kind, cifar10); the service
+    passes ``SMD_DATA_DIR``.
+    checkpoint: ``save`` receives a :class:`Checkpoint` every ``interval`` seconds (after a progress
+    event); with ``resume`` the run continues from that checkpoint and its progress events carry only
+    the points after it. Raises :class:`IncompatibleCheckpoint` when ``resume`` was made by another
+    spec, device type or format.
+    options: go to the simulator's constructor (e.g. the train kind's ``track=False``, for a bench).
+    """
     import torch
 
     spec = parse_spec(spec)
@@ -110,7 +115,7 @@ def integrate(spec: AnySpec | dict[str, Any], *, on_progress: ProgressCallback |
         if resumed is not None and resumed.fingerprint != checkpoint.fingerprint:
             raise IncompatibleCheckpoint("checkpoint: expected one made by this spec on this device type, "
                                          "got one from another run")
-    dtype = resolve_dtype(spec.params.dtype)
+    dtype = getattr(torch, spec.params.dtype)   # float64 or float32
     gen = torch.Generator(device=device).manual_seed(spec.seed)
     ctx = Context(device, dtype, gen, data_dir, checkpointing=checkpoint is not None and checkpoint.save is not None)
     sim = model_of(spec).load_simulator()(spec, ctx, **options)
@@ -143,26 +148,6 @@ def integrate(spec: AnySpec | dict[str, Any], *, on_progress: ProgressCallback |
     theory = sim.theory()
     return RunResult(series=recorder.series, theory=theory, summary=sim.summarize(recorder.series, theory),
                      distributions=sim.distributions())
-
-
-def run(spec: AnySpec | dict[str, Any], *, on_progress: ProgressCallback | None = None,
-        should_stop: StopCheck | None = None, progress_interval: float = 0.5,
-        data_dir: str | None = None, checkpoint: CheckpointHooks | None = None) -> RunResult:
-    """Run one experiment to completion.
-
-    on_progress: called with a :class:`Progress` at most every ``progress_interval`` seconds and
-    once at the end, carrying the points recorded since the previous call.
-    should_stop: polled after each progress event; when it returns true the run raises
-    :class:`Cancelled` (all points so far were already delivered).
-    data_dir: where datasets that are not bundled live (``train`` kind, cifar10); the service
-    passes ``SMD_DATA_DIR``.
-    checkpoint: ``save`` receives a :class:`Checkpoint` every ``interval`` seconds (after a progress
-    event); with ``resume`` the run continues from that checkpoint and its progress events carry only
-    the points after it. Raises :class:`IncompatibleCheckpoint` when ``resume`` was made by another
-    spec, device type or format.
-    """
-    return integrate(spec, on_progress=on_progress, should_stop=should_stop, progress_interval=progress_interval,
-                     checkpoint=checkpoint, data_dir=data_dir)
 
 
 def predict(spec: AnySpec | dict[str, Any]) -> dict[str, Any]:

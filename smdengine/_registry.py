@@ -5,12 +5,9 @@ names, and the plots the API draws.
 Adding an ``sde`` model is one new file in ``smdengine/sde/`` (its params class, :class:`Outputs` with
 its plots, its :class:`~smdengine._simulator.Simulator` and a ``MODEL`` line naming them) plus one line
 in :data:`SDE_MODELS`. Adding a kind is one new subpackage (a torch-free ``spec.py`` with its spec
-class and ``MODEL``, and the simulator module) plus one line in :data:`REGISTRY`.
-
-Imports: this module, and so spec parsing, imports no torch. Declarations (params classes, outputs,
-plots) are torch-free and imported here; simulators are named by ``"module:Class"`` and imported
-when a run starts (:meth:`Model.load_simulator`). A file that holds both, an sde model, imports torch
-through :func:`smdengine._lazy.lazy_import`, which loads it on first use.
+class and ``MODEL``, and the simulator module) plus one line in :data:`REGISTRY`. This module, and
+so spec parsing, imports no torch: simulators are named by ``"module:Class"`` and imported when a run
+starts (:meth:`Model.load_simulator`).
 """
 from __future__ import annotations
 

@@ -15,10 +15,8 @@ if TYPE_CHECKING:
 
 
 class Cancelled(Exception):
-    """Raised by :func:`smdengine.run` when ``should_stop()`` returned true between chunks.
-
-    Every point recorded before the stop was already delivered through ``on_progress``.
-    """
+    """Raised by :func:`smdengine.run` when ``should_stop()`` returned true (every point recorded
+    before the stop was already delivered through ``on_progress``)."""
 
     def __init__(self, step: int):
         super().__init__(f"cancelled at step {step}")
@@ -27,12 +25,8 @@ class Cancelled(Exception):
 
 @dataclass
 class Progress:
-    """One progress event.
-
-    step: updates done so far; total_steps: updates the run will do;
-    points: series points recorded since the previous event, ``{"step": [...], "<metric>": [...]}``
-    (aligned lists, possibly empty).
-    """
+    """One progress event. step: updates done so far; total_steps: updates the run will do; points:
+    series points recorded since the previous event, ``{"step": [...], "<metric>": [...]}`` (aligned)."""
 
     step: int
     total_steps: int
@@ -57,12 +51,8 @@ CHECKPOINT_FORMAT = 1
 @dataclass
 class Checkpoint:
     """A run's whole state after ``step`` updates, from which :func:`smdengine.run` resumes.
-
-    step: updates done; n_points: recorded points delivered (through ``on_progress``) before it;
-    state: the simulator's tensors (CPU copies), RNG states and numbers; series: the recorder's
-    series so far (``n_points`` points each); fingerprint: spec + device type + format, checked on
-    resume. A resumed run produces exactly the points and result of an uninterrupted one.
-    """
+    n_points: recorded points delivered before it; state: ``Simulator.state()``; series: the series
+    so far; fingerprint: spec + device type + format, checked on resume."""
 
     step: int
     n_points: int
@@ -117,10 +107,7 @@ def saved(tensor: torch.Tensor) -> torch.Tensor:
 @dataclass
 class RunResult:
     """What a run produces: series aligned on ``step``, theory predictions, a summary, and
-    distributions (histograms with their theory, not aligned on ``step``).
-
-    Values are plain Python floats; NaN/inf become ``None`` in :meth:`to_document`.
-    """
+    distributions (not aligned on ``step``). Plain floats; NaN/inf become ``None`` in :meth:`to_document`."""
 
     series: dict[str, list]
     theory: dict[str, Any]

@@ -13,7 +13,7 @@ import bisect
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 
 def au_equilibrium(lr: float, weight_decay: float, momentum: float = 0.0) -> float:
@@ -21,17 +21,7 @@ def au_equilibrium(lr: float, weight_decay: float, momentum: float = 0.0) -> flo
     return math.sqrt(2.0 * weight_decay * lr / (1.0 + momentum))
 
 
-class RateChange(Protocol):
-    """A schedule entry (the kinds' ``ScheduleEntry`` models, with ``step`` resolved)."""
-
-    @property
-    def step(self) -> int | None: ...
-    @property
-    def lr_factor(self) -> float: ...
-    @property
-    def weight_decay_factor(self) -> float: ...
-    @property
-    def rescale(self) -> bool: ...
+RateChange = Any   # a kind's ScheduleEntry (step resolved, lr_factor, weight_decay_factor, rescale)
 
 
 @dataclass(frozen=True)
@@ -92,14 +82,11 @@ def check_schedule(field: str, entries: Iterable[RateChange], lr: float, weight_
         if step <= last or step >= steps:
             raise ValueError(f"{field}: expected strictly increasing steps in [1, steps), got {entry.step}")
         last, lr, weight_decay = step, lr * entry.lr_factor, weight_decay * entry.weight_decay_factor
-        if strict_weight_decay:
-            if not (1e-12 <= lr <= lr_max and (weight_decay == 0 or 1e-12 <= weight_decay <= weight_decay_max)):
-                raise ValueError(f"{field}: expected the rates in force to stay in {bounds}, "
-                                 f"got lr={lr:.3g}, weight_decay={weight_decay:.3g} from step {step}")
-        elif not (1e-12 <= lr <= lr_max and weight_decay <= weight_decay_max):
+        wd_ok = weight_decay <= weight_decay_max and (not strict_weight_decay or weight_decay == 0
+                                                      or weight_decay >= 1e-12)
+        if not (1e-12 <= lr <= lr_max and wd_ok):
             raise ValueError(f"{field}: expected the rates in force to stay in {bounds}, "
-                             f"got lr={lr:.3g}, weight_decay={weight_decay:.3g} "
-                             f"from step {step}")
+                             f"got lr={lr:.3g}, weight_decay={weight_decay:.3g} from step {step}")
 
 
 # ----------------------------------------------------------------------------- summary rules

@@ -1,4 +1,4 @@
-"""The simulator protocol: what a kind or model writes; the run itself is :func:`smdengine._driver.integrate`.
+"""The simulator protocol: what a kind or model writes; the run itself is :func:`smdengine._driver.run`.
 
 A simulator is built from a validated spec and a :class:`Context` (device, dtype and the run's seeded
 generator), builds its state, and then implements only what is its own:
@@ -26,7 +26,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+from smdengine._runtime import saved
+from smdengine._science import tail_means
 
 if TYPE_CHECKING:
     import torch
@@ -49,25 +52,32 @@ class Context:
 
 
 class Simulator(ABC, Generic[SpecT]):
-    """Base of every simulator (module docstring). Subclasses set :attr:`names`, :attr:`total_steps`
-    and :attr:`record_every` in ``__init__``."""
+    """Base of every simulator (module docstring). ``__init__`` sets :attr:`p` (the spec's params),
+    :attr:`total_steps` and :attr:`record_every` from them; a subclass sets :attr:`names` (by default
+    the metrics it declares). The defaults: a checkpoint state of the tensor attributes named in
+    :attr:`STATE` (CPU copies, restored in place), no distributions, and the tail-means summary over
+    the recorded steps ≥ ``p.tail_start()``."""
 
     names: tuple[str, ...]
     total_steps: int
     record_every: int
+    p: Any
+    STATE: tuple[str, ...] = ()
 
     def __init__(self, spec: SpecT, ctx: Context):
-        self.spec = spec
-        self.ctx = ctx
+        self.spec, self.ctx = spec, ctx
+        self.p = p = cast(Any, spec).params
+        self.total_steps, self.record_every = p.steps, p.record_every
 
     @abstractmethod
     def step(self, n: int, record: bool) -> Row | None: ...
 
-    @abstractmethod
-    def state(self) -> dict[str, Any]: ...
+    def state(self) -> dict[str, Any]:
+        return {k: saved(getattr(self, k)) for k in self.STATE}
 
-    @abstractmethod
-    def load_state(self, state: dict[str, Any], step: int) -> None: ...
+    def load_state(self, state: dict[str, Any], step: int) -> None:
+        for k in self.STATE:
+            getattr(self, k).copy_(state[k])
 
     @classmethod
     @abstractmethod
@@ -76,8 +86,8 @@ class Simulator(ABC, Generic[SpecT]):
     def theory(self) -> dict[str, Any]:
         return self.predict(self.spec)
 
-    @abstractmethod
-    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]: ...
+    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
+        return tail_means(series, theory, self.p.tail_start())
 
     def distributions(self) -> dict[str, Any]:
         return {}

@@ -6,7 +6,6 @@ from typing import Any
 
 import torch
 
-from smdengine._science import tail_means
 from smdengine._simulator import Context, Row, Simulator
 from smdengine.nrq.predict import predict_nrq
 from smdengine.nrq.spec import OUTPUTS, NRQSpec
@@ -18,10 +17,11 @@ class NRQRun(Simulator[NRQSpec]):
     :func:`predict_nrq` given the realized initial norms; summary: tail means (last half of the final
     phase). Checkpoint state: the stepper's (X, v, the generator, the rates in force)."""
 
+    names = OUTPUTS.metrics
+
     def __init__(self, spec: NRQSpec, ctx: Context):
         super().__init__(spec, ctx)
         p = spec.params
-        self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
         a = torch.tensor(p.spectrum(), dtype=ctx.dtype, device=ctx.device)
         x = p.init_std * torch.randn(p.trials, p.dim, generator=ctx.gen, dtype=ctx.dtype, device=ctx.device)
         self.init_norms_sq = x.square().sum(dim=1).cpu().numpy()
@@ -53,8 +53,6 @@ class NRQRun(Simulator[NRQSpec]):
     def theory(self) -> dict[str, Any]:
         return predict_nrq(self.spec, self.init_norms_sq)
 
-    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
-        return tail_means(series, theory, self.spec.params.tail_start())
 
 
 def _metrics(before: torch.Tensor, after: torch.Tensor, sq: torch.Tensor, lr: float) -> Row:

@@ -71,11 +71,9 @@ class NRQPhysics(StrictModel):
         return [self.eig_low] + [self.eig_high] * (self.dim - 1)
 
     def phases(self) -> list[Phase]:
-        """The rates in force from each schedule entry on (factors are cumulative)."""
         return rate_phases(self.lr, self.weight_decay, self.lr_schedule)
 
     def tail_start(self) -> float:
-        """Summaries average over the last half of the final phase: steps ≥ this value."""
         return tail_start(self.phases(), self.steps)
 
     def two_level(self) -> tuple[float, float] | None:

@@ -69,7 +69,6 @@ from pydantic import Field, model_validator
 from smdengine._declare import Model, Outputs, PlotDef
 from smdengine._lazy import lazy_import
 from smdengine._runtime import saved
-from smdengine._science import tail_means
 from smdengine._simulator import Context, Row, Simulator
 from smdengine._spec_base import StrictModel
 from smdengine.sde._common import Recording, params_of
@@ -112,7 +111,6 @@ class UnitGradSq(StrictModel):
         return self
 
 
-
 class NormMapParams(Recording):
     """Seed 004 App. G: x ← (1−2λη)x + L_t η²/x (SGD, x = |w|²) or the 3-state SGDM map (eq. 72–76)."""
 
@@ -137,7 +135,6 @@ class NormMapParams(Recording):
         return self.trials * self.steps * 3
 
 
-
 OUTPUTS = Outputs(
     metrics=("norm_sq", "unit_grad_sq_mean"),
     theory=("norm_sq_equilibrium",),
@@ -151,11 +148,14 @@ class NormMap(Simulator["SDESpec"]):
     Summary: tail means + ``rel_error_max_tail``.
 
     Each subclass's ``step(n, record)`` applies the drive row ``n − chunk_start`` of the current
-    chunk (drawing the next chunk when the current one is used up); its ``map_state``/``load_map``
-    give and take the map's state between two steps."""
+    chunk (drawing the next chunk when the current one is used up); :attr:`MAP` names the tensor
+    attributes of the map's state by their checkpoint keys."""
 
+    names = OUTPUTS.metrics
+    p: NormMapParams
     scale: float                  # the factor of the drive rows (set by the subclass)
     column_rows: bool = False     # drive rows as (trials, 1) columns (the matmul stepper)
+    MAP: dict[str, str]
 
     def __new__(cls, spec: SDESpec, ctx: Context) -> NormMap:
         if cls is NormMap:
@@ -170,9 +170,7 @@ class NormMap(Simulator["SDESpec"]):
 
     def __init__(self, spec: SDESpec, ctx: Context):
         super().__init__(spec, ctx)
-        p = params_of(spec, NormMapParams)
-        self.p = p
-        self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
+        p = self.p
         self.chunk = max(1, min(CHUNK, CHUNK_ELEMENTS // p.trials))
         self.chunk_start = self.chunk_length = 0     # no chunk drawn yet: step 0 draws the first
         self.chunk_rng: torch.Tensor | None = None  # the generator state before the current chunk's draw
@@ -199,25 +197,21 @@ class NormMap(Simulator["SDESpec"]):
         return 0
 
     def state(self) -> dict[str, Any]:
-        return {"chunk": self.chunk, "chunk_start": self.chunk_start, "rng": self.chunk_rng, **self.map_state()}
+        return {"chunk": self.chunk, "chunk_start": self.chunk_start, "rng": self.chunk_rng,
+                **{k: saved(getattr(self, a)) for k, a in self.MAP.items()}}
 
     def load_state(self, state: dict[str, Any], step: int) -> None:
         """Draw the checkpoint's chunk again from the generator state before it (the same numbers); the
         steps after ``step`` use its remaining rows."""
         self.chunk = int(state["chunk"])
-        self.load_map(state)
+        for k, a in self.MAP.items():
+            getattr(self, a).copy_(state[k])
         if state["rng"] is not None:
             self.ctx.gen.set_state(state["rng"])
         self._draw(int(state["chunk_start"]))
 
-    def map_state(self) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
-
-    def load_map(self, state: dict[str, torch.Tensor]) -> None:
-        raise NotImplementedError
-
     def step(self, n: int, record: bool) -> Row | None:
-        raise NotImplementedError
+        raise NotImplementedError   # the subclass's
 
     @classmethod
     def predict(cls, spec: SDESpec) -> dict[str, Any]:
@@ -228,14 +222,15 @@ class NormMap(Simulator["SDESpec"]):
         return {"norm_sq_equilibrium": equilibrium(mean_l, p.lr, p.weight_decay, p.momentum).tolist()}
 
     def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
-        tail = self.p.steps / 2.0
-        summary: dict[str, Any] = tail_means(series, theory, tail)
-        summary["rel_error_max_tail"] = _rel_error_max(series, theory["norm_sq_equilibrium"], tail)
+        summary = super().summarize(series, theory)
+        summary["rel_error_max_tail"] = _rel_error_max(series, theory["norm_sq_equilibrium"], self.p.tail_start())
         return summary
 
 
 class _SGD(NormMap):
     """x ← (1 − 2λη)x + L_tη²/x, evaluated as c·(x + (L_tη²/c)/x) with c = 1 − 2λη: two in-place ops."""
+
+    MAP = {"x": "x"}
 
     def __init__(self, spec: SDESpec, ctx: Context):
         super().__init__(spec, ctx)
@@ -243,12 +238,6 @@ class _SGD(NormMap):
         self.shrink = 1.0 - 2.0 * p.weight_decay * p.lr
         self.scale = p.lr * p.lr / self.shrink  # the drive rows hold L_tη²/c
         self.x = torch.full((p.trials,), p.init_norm_sq, dtype=ctx.dtype, device=ctx.device)
-
-    def map_state(self) -> dict[str, torch.Tensor]:
-        return {"x": saved(self.x)}
-
-    def load_map(self, state: dict[str, torch.Tensor]) -> None:
-        self.x.copy_(state["x"])
 
     def step(self, n: int, record: bool) -> Row | None:
         i = n - self.chunk_start
@@ -283,7 +272,7 @@ class _SGDMMatmul(NormMap):
     here every coefficient is computed as the small number it is and only a accumulates increments.
     Start: Y₀ = (x₀, 0, 0). One step: F = drive/a, Y' = F + Y Bᵀ (one addmm), a' += a."""
 
-    column_rows = True
+    column_rows, MAP = True, {"y": "y"}
 
     def __init__(self, spec: SDESpec, ctx: Context):
         super().__init__(spec, ctx)
@@ -296,11 +285,9 @@ class _SGDMMatmul(NormMap):
         self.src, self.dst = [(b, b[:, :1]) for b in (y, torch.empty_like(y))]
         self.force = torch.empty((p.trials, 1), dtype=ctx.dtype, device=ctx.device)
 
-    def map_state(self) -> dict[str, torch.Tensor]:
-        return {"y": saved(self.src[0])}
-
-    def load_map(self, state: dict[str, torch.Tensor]) -> None:
-        self.src[0].copy_(state["y"])
+    @property
+    def y(self) -> torch.Tensor:
+        return self.src[0]
 
     def step(self, n: int, record: bool) -> Row | None:
         i = n - self.chunk_start
@@ -318,6 +305,8 @@ class _SGDMMatmul(NormMap):
 class _SGDMColumns(NormMap):
     """The map of :class:`_SGDMMatmul` with the columns a, p, q as separate tensors, elementwise."""
 
+    MAP = {"a": "a", "p": "pp", "q": "q"}
+
     def __init__(self, spec: SDESpec, ctx: Context):
         super().__init__(spec, ctx)
         p = self.p
@@ -328,14 +317,6 @@ class _SGDMColumns(NormMap):
         self.a = torch.full((p.trials,), p.init_norm_sq, **full)
         self.pp, self.q = torch.zeros((p.trials,), **full), torch.zeros((p.trials,), **full)
         self.force, self.common, self.da, self.spare = (torch.empty((p.trials,), **full) for _ in range(4))
-
-    def map_state(self) -> dict[str, torch.Tensor]:
-        return {"a": saved(self.a), "p": saved(self.pp), "q": saved(self.q)}
-
-    def load_map(self, state: dict[str, torch.Tensor]) -> None:
-        self.a.copy_(state["a"])
-        self.pp.copy_(state["p"])
-        self.q.copy_(state["q"])
 
     def step(self, n: int, record: bool) -> Row | None:
         i = n - self.chunk_start

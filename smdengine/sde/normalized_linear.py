@@ -28,7 +28,6 @@ from pydantic import Field, model_validator
 from smdengine._declare import Model, Outputs, PlotDef
 from smdengine._lazy import lazy_import
 from smdengine._runtime import saved
-from smdengine._science import tail_means
 from smdengine._simulator import Context, Row, Simulator
 from smdengine.sde._common import DT_DESCRIPTION, Recording, params_of, substeps
 
@@ -72,8 +71,6 @@ class NormalizedLinearParams(Recording):
         return self.trials * self.steps * self.substeps() * self.dim * (self.dim - 2)
 
 
-
-
 OUTPUTS = Outputs(
     metrics=("theta", "circular_variance", "norm", "loss"),
     theory=("tau", "norm_scale", "lr_time"),
@@ -87,11 +84,12 @@ OUTPUTS = Outputs(
 class NormalizedLinear(Simulator["SDESpec"]):
     """The (trials, D) states. Resumable after any whole step (state: x and the RNG)."""
 
+    names = OUTPUTS.metrics
+    p: NormalizedLinearParams
+
     def __init__(self, spec: SDESpec, ctx: Context):
         super().__init__(spec, ctx)
-        p = params_of(spec, NormalizedLinearParams)
-        self.p = p
-        self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
+        p = self.p
         self.k = p.substeps()
         dt = 1.0 / self.k
         self.problem = Problem(p.dim, p.data_seed, ctx.device, ctx.dtype)
@@ -134,7 +132,7 @@ class NormalizedLinear(Simulator["SDESpec"]):
 
     def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
         """Tail means + ``circular_variance_final``."""
-        summary: dict[str, Any] = tail_means(series, theory, self.p.steps / 2.0)
+        summary = super().summarize(series, theory)
         summary["circular_variance_final"] = series["circular_variance"][-1]
         return summary
 

@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from smdengine._declare import Model, Outputs, PlotDef
 from smdengine._lazy import lazy_import
 from smdengine._runtime import saved
-from smdengine._science import phase_at, record_steps, tail_means
+from smdengine._science import phase_at, record_steps
 from smdengine._simulator import Context, Row, Simulator
 from smdengine.nrq import theory
 from smdengine.nrq.predict import predict_physics
@@ -53,8 +53,6 @@ class NRQSDEParams(NRQPhysics):
         return self.trials * self.steps * substeps(self.dt) * self.dim
 
 
-
-
 OUTPUTS = Outputs(
     metrics=("risk", "norm_sq", "au_rms", "eff_lr", "gamma"),
     theory=("norm_sq_theory", "gamma_theory", "au_theory", "au_equilibrium", "risk_stationary", "kappa"),
@@ -75,13 +73,14 @@ class NRQSDE(Simulator["SDESpec"]):
     summary: tail means; distribution ``f_histogram``. Resumable after any whole step (state: X, the
     RNG, the phase's lr/wd and the histogram counts)."""
 
+    names = OUTPUTS.metrics
+    p: NRQSDEParams
+
     def __init__(self, spec: SDESpec, ctx: Context):
         from smdengine.nrq.stepper import Stepper
 
         super().__init__(spec, ctx)
-        p = params_of(spec, NRQSDEParams)
-        self.p = p
-        self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
+        p = self.p
         self.k = substeps(p.dt)
         self.dt = 1.0 / self.k
         device, dtype = ctx.device, ctx.dtype
@@ -128,9 +127,6 @@ class NRQSDE(Simulator["SDESpec"]):
 
     def theory(self) -> dict[str, Any]:
         return predict(self.spec, self.init_norms_sq)
-
-    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
-        return tail_means(series, theory, self.tail)
 
     def distributions(self) -> dict[str, Any]:
         return {"f_histogram": _f_histogram(self.p, self.counts.tolist())}

@@ -51,8 +51,6 @@ from pydantic import Field, model_validator
 
 from smdengine._declare import Model, Outputs, PlotDef
 from smdengine._lazy import lazy_import
-from smdengine._runtime import saved
-from smdengine._science import tail_means
 from smdengine._simulator import Context, Row, Simulator
 from smdengine.sde._common import Recording, params_of, substeps
 
@@ -95,8 +93,6 @@ class Toy2DParams(Recording):
         return self.trials * self.steps * self.substeps() * 2
 
 
-
-
 OUTPUTS = Outputs(
     metrics=("spread", "loss", "norm_sq"),
     theory=("loss_flow", "norm_sq_flow", "stable_until"),
@@ -113,11 +109,12 @@ class Toy2D(Simulator["SDESpec"]):
     """The cloud as a (trials, 2) tensor. Resumable after any whole step (state: the cloud w; the
     generator only draws the starts)."""
 
+    names, STATE = OUTPUTS.metrics, ("w",)
+    p: Toy2DParams
+
     def __init__(self, spec: SDESpec, ctx: Context):
         super().__init__(spec, ctx)
-        p = params_of(spec, Toy2DParams)
-        self.p = p
-        self.names, self.total_steps, self.record_every = OUTPUTS.metrics, p.steps, p.record_every
+        p = self.p
         self.k = p.substeps()
         h = 1.0 / self.k
         device, dtype = ctx.device, ctx.dtype
@@ -139,12 +136,6 @@ class Toy2D(Simulator["SDESpec"]):
         self.w = w
         return row
 
-    def state(self) -> dict[str, Any]:
-        return {"w": saved(self.w)}
-
-    def load_state(self, state: dict[str, Any], step: int) -> None:
-        self.w = state["w"].to(device=self.ctx.device, dtype=self.ctx.dtype)
-
     @classmethod
     def predict(cls, spec: SDESpec) -> dict[str, Any]:
         """``loss_flow`` and ``norm_sq_flow`` (exact gradient flow from the centre) on the record steps,
@@ -158,7 +149,7 @@ class Toy2D(Simulator["SDESpec"]):
 
     def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
         """Tail means + ``spread_final`` (the final state) and ``spread_max``."""
-        summary: dict[str, Any] = tail_means(series, theory, self.p.steps / 2.0)
+        summary = super().summarize(series, theory)
         final = _metrics(self.w)["spread"].item()
         summary["spread_final"] = final
         summary["spread_max"] = max([final, *series["spread"]], key=lambda v: math.inf if math.isnan(v) else v)

@@ -26,16 +26,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from smdengine.train.shapes import INPUT
+
 if TYPE_CHECKING:
     from smdengine.train.spec import TrainParams
 
 CIFAR10_FOLDER = "cifar-10-batches-py"
 CIFAR10_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 CIFAR10_TEST_FILE = "test_batch"
-CIFAR10_SHAPE = (3, 32, 32)
-CIFAR10_CLASSES = 10
-DIGITS_SHAPE = (1, 8, 8)
-DIGITS_CLASSES = 10
+(CIFAR10_SHAPE, CIFAR10_CLASSES), (DIGITS_SHAPE, DIGITS_CLASSES) = INPUT["cifar10"], INPUT["digits"]
 _CHUNK = 4096                   # rows standardized at a time (bounds the float64 working copy)
 
 

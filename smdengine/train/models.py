@@ -11,16 +11,14 @@ affine parameters are frozen (seed 001 §6.1), so every trainable weight belongs
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from smdengine.train import layers as L
-from smdengine.train.shapes import cnn_plan, forward_macs, input_shape_and_classes, resnet_blocks
+from smdengine.train.shapes import cnn_plan, input_shape_and_classes, resnet_blocks
 from smdengine.train.spec import TrainParams
-
-__all__ = ["CNN", "MLP", "MODELS", "Net", "ResNet", "build", "forward_macs"]
 
 
 class Net:
@@ -116,7 +114,6 @@ class Net:
         raise NotImplementedError
 
 
-
 class MLP(Net):
     """[linear (no bias) → norm → ReLU] × depth → classifier."""
 
@@ -136,17 +133,12 @@ class MLP(Net):
         return self.logits(h)
 
 
-
 class CNN(Net):
     """[conv3×3 (no bias) → norm → ReLU] × depth (channels width·2^min(i,2), stride 2 at layers 1
     and 2) → global average pool → classifier."""
 
-    def _plan(self) -> list[tuple[int, int, int]]:
-        """(in channels, out channels, stride) per layer."""
-        return cnn_plan(self.p)
-
     def build(self) -> CNN:
-        for i, (c_in, c_out, _) in enumerate(self._plan()):
+        for i, (c_in, c_out, _) in enumerate(cnn_plan(self.p)):
             self.weight(f"conv.{i}.weight", (c_out, c_in, 3, 3))
             self.norm(f"conv.{i}.norm", c_out)
         self.classifier(self.p.widths()[-1])
@@ -154,11 +146,10 @@ class CNN(Net):
 
     def forward(self, x: torch.Tensor, training: bool) -> torch.Tensor:
         h = _fold_input(x, self.trials, len(self.shape))
-        for i, (_, _, stride) in enumerate(self._plan()):
+        for i, (_, _, stride) in enumerate(cnn_plan(self.p)):
             h = L.conv(h, self.w(f"conv.{i}.weight"), stride)
             h = F.relu(self.image_norm(h, f"conv.{i}.norm", training))
         return self.logits(L.unfold_pooled(h, self.trials))
-
 
 
 class ResNet(Net):
@@ -167,16 +158,13 @@ class ResNet(Net):
     2 and 3 downsamples by 2 with a 1×1 conv on the pre-activated input), final norm → ReLU →
     average pool → classifier."""
 
-    def _blocks(self) -> Iterator[tuple[int, int, int, int, int]]:
-        return resnet_blocks(self.p)
-
     def _stream(self, s: int) -> str:
         # with weight standardization every conv is scale-invariant on its own ('' = own group)
         return "" if self.p.norm == "weight_standardization" else f"stage{s}.stream"
 
     def build(self) -> ResNet:
         self.weight("stem.weight", (self.p.width, self.shape[0], 3, 3), self._stream(0))
-        for s, b, c_in, c_out, stride in self._blocks():
+        for s, b, c_in, c_out, stride in resnet_blocks(self.p):
             pre = f"stage{s}.block{b}"
             self.norm(f"{pre}.norm1", c_in)
             self.weight(f"{pre}.conv1.weight", (c_out, c_in, 3, 3))
@@ -190,7 +178,7 @@ class ResNet(Net):
 
     def forward(self, x: torch.Tensor, training: bool) -> torch.Tensor:
         h = L.conv(_fold_input(x, self.trials, len(self.shape)), self.w("stem.weight"))
-        for s, b, _c_in, _c_out, stride in self._blocks():
+        for s, b, _c_in, _c_out, stride in resnet_blocks(self.p):
             pre = f"stage{s}.block{b}"
             a = F.relu(self.image_norm(h, f"{pre}.norm1", training))
             shortcut = (L.conv(a, self.w(f"{pre}.shortcut.weight"), stride)
@@ -200,7 +188,6 @@ class ResNet(Net):
             h = shortcut + r
         h = F.relu(self.image_norm(h, "final.norm", training))
         return self.logits(L.unfold_pooled(h, self.trials))
-
 
 
 def _fold_input(x: torch.Tensor, trials: int, image_dims: int) -> torch.Tensor:

@@ -14,7 +14,9 @@ storage, the normalization buffers, the generator, the batch order, the window's
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable
+from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -27,7 +29,7 @@ from smdengine._simulator import Context, Row, Simulator
 from smdengine.train import models
 from smdengine.train.data import Dataset, load_dataset
 from smdengine.train.optimizer import SGD
-from smdengine.train.spec import GLOBAL_METRICS, LAYER_METRICS, TrainSpec
+from smdengine.train.spec import GLOBAL_METRICS, LAYER_METRICS, TrainParams, TrainSpec
 from smdengine.train.tracker import Tracker
 
 EVAL_BATCH = 1000
@@ -35,15 +37,13 @@ INVARIANCE_TOL = {torch.float32: 1e-3, torch.float64: 1e-5}
 
 
 class TrainRun(Simulator[TrainSpec]):
-    """Train ``trials`` networks together and record the series (module docstring).
+    """track=False skips the per-weight tracking (for the overhead bench); layer series are then absent."""
 
-    track=False skips the per-weight tracking (for the overhead bench); layer series are then absent.
-    """
+    p: TrainParams
 
     def __init__(self, spec: TrainSpec, ctx: Context, track: bool = True):
         super().__init__(spec, ctx)
-        p = spec.params
-        self.p = p
+        p = self.p
         device, dtype, gen = ctx.device, ctx.dtype, ctx.gen
         self.data = data = load_dataset(p, device, dtype, ctx.data_dir)
         self.net = net = models.build(p, p.trials, device, dtype, gen)
@@ -57,7 +57,6 @@ class TrainRun(Simulator[TrainSpec]):
 
         self.track = track
         self.names = GLOBAL_METRICS + (tuple(layer_key(g, m) for g in groups for m in LAYER_METRICS) if track else ())
-        self.total_steps, self.record_every = p.total_steps, p.record_every
         self.tracker = (Tracker(groups, [j for _, j in tracked], p.trials, p.record_every, p.momentum,
                                 self.optimizer.rows, dtype, device) if track else None)
         self.all_phases = p.phases()
@@ -228,12 +227,7 @@ def check_scale_invariance(net: models.Net, data: Dataset, batch_size: int, gen:
 
 
 def _total(parts: Iterable[torch.Tensor]) -> torch.Tensor:
-    """The sum of the tensors, left to right."""
-    it = iter(parts)
-    out = next(it)
-    for part in it:
-        out = out + part
-    return out
+    return reduce(operator.add, parts)   # left to right
 
 
 def summarize(series: dict[str, list], theory: dict[str, list], groups: list[str], start: float) -> dict[str, Any]:

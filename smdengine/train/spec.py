@@ -151,15 +151,12 @@ class TrainParams(StrictModel):
         return self.steps
 
     def widths(self) -> list[int]:
-        """Widths of the normalized layers (hidden units or channels), in order."""
         return shapes.widths(self.model, self.depth, self.width)
 
     def phases(self) -> list[Phase]:
-        """The rates in force from each schedule entry on (factors are cumulative)."""
         return rate_phases(self.lr, self.weight_decay, self.schedule)
 
     def tail_start(self) -> float:
-        """Summaries average over the last half of the final phase: steps ≥ this value."""
         return tail_start(self.phases(), self.total_steps)
 
 

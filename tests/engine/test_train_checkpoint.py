@@ -6,7 +6,7 @@ import pytest
 
 import smdengine
 from smdengine import Checkpoint, CheckpointHooks
-from smdengine._driver import integrate
+from smdengine._driver import run as integrate
 from tests.engine.checkpointing import assert_same_result, interrupted, merged, resumed
 from tests.engine.checkpointing import check_resume as shared_check_resume
 

@@ -8,7 +8,7 @@ import torch
 from pydantic import ValidationError
 
 import smdengine
-from smdengine._driver import integrate
+from smdengine._driver import run as integrate
 from smdengine.train import models, shapes
 from smdengine.train import simulate as train_sim
 from smdengine.train.data import DatasetUnavailable, load_dataset
