@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import import_module
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import TypeAdapter
@@ -21,13 +22,17 @@ from smdengine._declare import Model, PlotDef
 from smdengine._spec_base import SpecBase, tagged_union
 from smdengine.nrq.spec import MODEL as NRQ_MODEL
 from smdengine.nrq.spec import NRQSpec
-from smdengine.sde import norm_map, normalized_linear, toy2d
-from smdengine.sde import nrq as sde_nrq
 from smdengine.sde._common import SDEModelParams
 from smdengine.train.spec import MODEL as TRAIN_MODEL
 from smdengine.train.spec import TrainSpec
 
-SDE_MODELS: tuple[Model, ...] = (sde_nrq.MODEL, normalized_linear.MODEL, norm_map.MODEL, toy2d.MODEL)
+# One line per sde model: the module ``smdengine/sde/<name>.py`` that declares its ``MODEL``.
+SDE_MODELS: tuple[Model, ...] = tuple(import_module(f"smdengine.sde.{name}").MODEL for name in (
+    "nrq",
+    "normalized_linear",
+    "norm_map",
+    "toy2d",
+))
 
 if TYPE_CHECKING:
     SDEParams = SDEModelParams   # what every model's params provide; a simulator narrows with params_of
