@@ -1,5 +1,5 @@
 """Per-step time of the SGDM norm map's two CPU paths (one addmm per step vs elementwise columns) at
-several trial counts, to check ``smdengine.sde.norm_map.MM_MAX_TRIALS``: ``smdengine._driver.integrate``
+several trial counts, to check ``smdengine.sde.norm_map.MM_MAX_TRIALS``: ``smdengine.run``
 end to end, best of 2, the paths interleaved A B B A.
 
     .venv/bin/python bench/norm_map_sgdm_paths.py [torch threads, default 2]
@@ -11,7 +11,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
-from smdengine._driver import integrate  # noqa: E402
+from smdengine import run as integrate  # noqa: E402
 from smdengine.sde import norm_map  # noqa: E402
 
 torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)

@@ -7,12 +7,12 @@ batch 128, λ = 2e-3, record_every = 50, one trial):
   cnn      depth 3, width 32, SGD, η = 0.5
   mlp+mom  the mlp with heavy-ball momentum α = 0.9, η = 0.05
 
-it calls ``smdengine._driver.integrate(spec, track=True)`` (the angular-update tracking: the
+it calls ``smdengine.run(spec, track=True)`` (the angular-update tracking: the
 Gram matrix of [w, v] per weight and step, reduced per window) and ``track=False`` (no tracker, no
 Gram matrix; same model, same data, same seed, same trajectory) on specs parsed once by
 ``smdengine.parse_spec``.
 
-What is measured: the wall time of whole ``integrate`` calls. One-off costs (loading the data,
+What is measured: the wall time of whole ``smdengine.run`` calls. One-off costs (loading the data,
 building the model, the scale-invariance check, the final evaluation, the summary, first-step
 warm-up) are removed by differencing: a short run of SHORT = record_every = 50 steps carries them,
 and a long run of SHORT + N steps carries them plus N steps, so an arm's step time in one pair is
@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.p
 from _machine import load_average
 
 import smdengine  # noqa: E402
-from smdengine._driver import integrate  # noqa: E402
+from smdengine import run as integrate  # noqa: E402
 
 TARGET = 1.05          # tracked / untracked step time
 SHORT = 50             # = record_every: the short run that carries the one-off costs

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import httpx
 
+from store import jobs
+from tests.dbutil import session_scope
+
 
 def spawn(args: list[str], env: dict, log: Path, cwd: Path | None = None) -> subprocess.Popen:
     """Start a process in its own session (so the whole tree can be signalled), output to log."""
@@ -114,3 +117,32 @@ class RestartableRedis:
         if self.proc is not None:
             stop(self.proc)
             self.proc = None
+
+
+def submit(stack, spec: dict) -> str:
+    r = httpx.post(f"{stack.base}/v1/experiments", json=spec, timeout=10)
+    assert r.status_code == 202, r.text
+    return r.json()["id"]
+
+
+def attempts(stack, exp_id: str) -> list[tuple]:
+    """(number, worker name, outcome, resumed_from_step) of each attempt, as stored."""
+    with session_scope(stack.database_url) as s:
+        return [(a.number, a.worker.split("/")[0], a.outcome, a.resumed_from_step) for a in jobs.attempts(s, exp_id)]
+
+
+def wait_checkpoint(stack, exp_id: str, timeout: float = 60) -> int:
+    """The job runs, has stored points and a checkpoint (so it is mid-job, past its start)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with session_scope(stack.database_url) as s:
+            stored = jobs.load_checkpoint(s, exp_id)
+            if stored is not None and stored.step > 0:
+                return stored.step
+        time.sleep(0.1)
+    raise AssertionError(f"no checkpoint of {exp_id} in {timeout}s\n{stack.logs()}")
+
+
+def results(stack, exp_id: str) -> dict:
+    doc = httpx.get(f"{stack.base}/v1/experiments/{exp_id}/results", timeout=30).json()
+    return {k: doc[k] for k in ("series", "theory", "summary")}

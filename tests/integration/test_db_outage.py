@@ -17,10 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from store import jobs
 from tests.conftest import small_spec
-from tests.dbutil import session_scope
-from tests.integration.procs import spawn, stop, wait_http, wait_status
+from tests.integration.procs import attempts, results, spawn, stop, submit, wait_checkpoint, wait_http, wait_status
 from tests.servers import free_port, redis_server, restartable_postgres
 
 pytestmark = pytest.mark.integration
@@ -76,38 +74,10 @@ def stack(tmp_path_factory):
             s.close()
 
 
-def submit(stack) -> str:
-    r = httpx.post(f"{stack.base}/v1/experiments", json=SPEC, timeout=10)
-    assert r.status_code == 202, r.text
-    return r.json()["id"]
-
-
-def attempts(stack, exp_id) -> list[tuple]:
-    with session_scope(stack.database_url) as s:
-        return [(a.number, a.worker.split("/")[0], a.outcome, a.resumed_from_step) for a in jobs.attempts(s, exp_id)]
-
-
-def wait_checkpoint(stack, exp_id, timeout=60) -> int:
-    """The job runs, has stored points and a checkpoint (so it is mid-job, past its start)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with session_scope(stack.database_url) as s:
-            stored = jobs.load_checkpoint(s, exp_id)
-            if stored is not None and stored.step > 0:
-                return stored.step
-        time.sleep(0.1)
-    raise AssertionError(f"no checkpoint of {exp_id} in {timeout}s\n{stack.logs()}")
-
-
-def results(stack, exp_id) -> dict:
-    doc = httpx.get(f"{stack.base}/v1/experiments/{exp_id}/results", timeout=30).json()
-    return {k: doc[k] for k in ("series", "theory", "summary")}
-
-
 def reference(stack) -> dict:
     """The results of the same spec run without interruption (once per module)."""
     if stack.reference is None:
-        exp_id = submit(stack)
+        exp_id = submit(stack, SPEC)
         assert wait_status(stack.base, exp_id, TERMINAL, timeout=180)["status"] == "succeeded", stack.logs()
         stack.reference = results(stack, exp_id)
     return stack.reference
@@ -130,7 +100,7 @@ def finished(stack, exp_id) -> dict:
 
 
 def test_job_rides_out_an_outage_shorter_than_its_lease(stack):
-    exp_id = submit(stack)
+    exp_id = submit(stack, SPEC)
     wait_checkpoint(stack, exp_id)
     outage(stack, LEASE - 0.5)
     done = finished(stack, exp_id)
@@ -138,7 +108,7 @@ def test_job_rides_out_an_outage_shorter_than_its_lease(stack):
 
 
 def test_job_rides_out_several_short_outages(stack):
-    exp_id = submit(stack)
+    exp_id = submit(stack, SPEC)
     wait_checkpoint(stack, exp_id)
     for _ in range(4):
         outage(stack, 1.5)
@@ -150,7 +120,7 @@ def test_job_rides_out_several_short_outages(stack):
 def test_job_rides_out_an_outage_longer_than_its_lease(stack):
     """The lease lapses during the outage; the sweeper waits a lease period after the database is
     back before expiring anything, the worker renews meanwhile and goes on in the same attempt."""
-    exp_id = submit(stack)
+    exp_id = submit(stack, SPEC)
     wait_checkpoint(stack, exp_id)
     outage(stack, 2.5 * LEASE)
     done = finished(stack, exp_id)
@@ -161,7 +131,7 @@ def test_attempt_lost_during_an_outage_does_not_count(stack):
     """The worker dies while the database is down: its lease lapses within the outage, the attempt
     ends `interrupted`, and with SMD_MAX_ATTEMPTS=1 the job still gets its next attempt, which
     resumes from the checkpoint."""
-    exp_id = submit(stack)
+    exp_id = submit(stack, SPEC)
     checkpoint_step = wait_checkpoint(stack, exp_id)
     stack.pg.stop()
     stack.kill_worker("w1")
@@ -175,7 +145,7 @@ def test_attempt_lost_during_an_outage_does_not_count(stack):
 
 
 def test_api_answers_503_while_the_database_is_down(stack):
-    exp_id = submit(stack)
+    exp_id = submit(stack, SPEC)
     stack.pg.stop()
     try:
         t0 = time.monotonic()

@@ -15,10 +15,18 @@ from pathlib import Path
 import httpx
 import pytest
 
-from store import jobs
 from tests.conftest import small_spec
-from tests.dbutil import session_scope
-from tests.integration.procs import RestartableRedis, spawn, stop, wait_http, wait_status
+from tests.integration.procs import (
+    RestartableRedis,
+    attempts,
+    results,
+    spawn,
+    stop,
+    submit,
+    wait_checkpoint,
+    wait_http,
+    wait_status,
+)
 from tests.servers import free_port
 
 pytestmark = pytest.mark.integration
@@ -75,33 +83,6 @@ def stack(tmp_path, database_url):
         yield s
     finally:
         s.close()
-
-
-def submit(stack, spec) -> str:
-    r = httpx.post(f"{stack.base}/v1/experiments", json=spec, timeout=10)
-    assert r.status_code == 202, r.text
-    return r.json()["id"]
-
-
-def attempts(stack, exp_id) -> list[tuple]:
-    with session_scope(stack.database_url) as s:
-        return [(a.number, a.worker.split("/")[0], a.outcome, a.resumed_from_step) for a in jobs.attempts(s, exp_id)]
-
-
-def wait_checkpoint(stack, exp_id, timeout=60) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with session_scope(stack.database_url) as s:
-            stored = jobs.load_checkpoint(s, exp_id)
-            if stored is not None and stored.step > 0:
-                return stored.step
-        time.sleep(0.1)
-    raise AssertionError(f"no checkpoint of {exp_id} in {timeout}s\n{stack.logs()}")
-
-
-def results(stack, exp_id) -> dict:
-    doc = httpx.get(f"{stack.base}/v1/experiments/{exp_id}/results", timeout=30).json()
-    return {k: doc[k] for k in ("series", "theory", "summary")}
 
 
 def test_sigkilled_worker_job_resumes_from_checkpoint_with_equal_results(stack):
