@@ -15,7 +15,6 @@ from smdengine import run as integrate  # noqa: E402
 from smdengine.sde import norm_map  # noqa: E402
 
 
-
 def main() -> None:
     torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)
     for trials in (1, 64, 65, 256, 1000, 4096):
