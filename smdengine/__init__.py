@@ -15,6 +15,16 @@ This package imports no web, queue or database library.
 """
 from __future__ import annotations
 
+from smdengine._compare import (
+    OVERLAY_X,
+    ChildRecord,
+    group_by_point,
+    study_table,
+    table_columns,
+    theory_curve,
+    theory_of,
+    time_axis,
+)
 from smdengine._declare import Outputs, PlotDef
 from smdengine._driver import predict, resolve_device, run
 from smdengine._registry import (
@@ -41,8 +51,11 @@ from smdengine._runtime import (
     split_layers,
 )
 from smdengine._spec_base import tagged_union
+from smdengine._study import DERIVED_AXES, Child, Span, StudyError, StudySpec, derived_values, expand_study, valid_paths
 
-__all__ = ["KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
+__all__ = ["DERIVED_AXES", "OVERLAY_X", "Child", "ChildRecord", "Span", "StudyError", "StudySpec", "derived_values",
+           "expand_study", "group_by_point", "study_table", "table_columns", "theory_curve", "theory_of", "time_axis",
+           "valid_paths", "KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
            "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",
            "layer_key", "output_names", "parse_spec", "plot_key", "plots", "predict", "resolve_device", "run",
            "spec_json_schema", "split_layers", "tagged_union"]

@@ -1,0 +1,338 @@
+"""Studies: one base spec fanned out over parameter axes into child experiment specs (torch-free).
+
+A study spec (design §5)::
+
+    {"name": ..., "base": {<experiment spec>},
+     "grid": {"<dotted.path>": [v1, v2, ...] | {"linspace"|"logspace": [a, b], "num": n}, ...},
+     "zip":  {"<dotted.path>": [...], ...},          # equal lengths, varied together
+     "points": [{"<dotted.path>": value, ...}, ...],  # an explicit list instead of grid/zip
+     "seeds": [0, 1, 2]}                              # every point repeated per seed
+
+Expansion order: grid (row-major, in the order the axes are written, the first axis slowest) × zip ×
+seeds. A *point* is one combination of axis values; a *child* is one point at one seed. Every child's
+spec is the base with the point's values set at their paths (list indices allowed:
+``params.lr_schedule.0.lr_factor``) and is validated by the kind's strict spec model.
+"""
+from __future__ import annotations
+
+import difflib
+import itertools
+import math
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from copy import deepcopy
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from smdengine._registry import REGISTRY, AnySpec, parse_spec
+from smdengine._spec_base import StrictModel
+from smdengine.train.spec import DATASETS
+
+MAX_AXIS_VALUES = 10_000
+
+
+class Span(StrictModel):
+    """``num`` evenly spaced values from a to b (both included): linearly or, for logspace, geometrically."""
+
+    linspace: list[float] | None = Field(None, min_length=2, max_length=2, description="[a, b]")
+    logspace: list[float] | None = Field(None, min_length=2, max_length=2, description="[a, b], both > 0")
+    num: int = Field(..., ge=1, le=MAX_AXIS_VALUES)
+
+    @model_validator(mode="after")
+    def _one(self) -> Span:
+        if (self.linspace is None) == (self.logspace is None):
+            raise ValueError("expected exactly one of linspace or logspace, with num")
+        if self.logspace is not None and not (self.logspace[0] > 0 and self.logspace[1] > 0):
+            raise ValueError(f"logspace: expected positive ends, got {self.logspace}")
+        return self
+
+    def values(self) -> list[float]:
+        a, b = self.linspace or self.logspace or (0.0, 0.0)
+        if self.num == 1:
+            return [a]
+        if self.linspace is not None:
+            inner = [a + (b - a) * i / (self.num - 1) for i in range(1, self.num - 1)]
+        else:
+            inner = [math.exp(math.log(a) + (math.log(b) - math.log(a)) * i / (self.num - 1))
+                     for i in range(1, self.num - 1)]
+        return [a, *(float(f"{x:.12g}") for x in inner), b]   # 12 digits: 0.01, not 0.010000000000000004
+
+
+AxisValues = list[Any] | Span
+
+
+class StudySpec(StrictModel):
+    """What the engine needs of a study: the base spec and its axes (the service adds its own options)."""
+
+    name: str | None = Field(None, max_length=200, description="Free-form label of the study.")
+    base: dict[str, Any] = Field(..., description="An experiment spec: every child starts from it.")
+    grid: dict[str, AxisValues] = Field(default_factory=dict, description=(
+        "Axes forming a Cartesian product, row-major in the order written: dotted path → list of values "
+        "or {\"linspace\"|\"logspace\": [a, b], \"num\": n}."))
+    zip: dict[str, AxisValues] = Field(default_factory=dict, description=(
+        "Axes varied together (equal lengths), multiplying the grid as one axis."))
+    points: list[dict[str, Any]] | None = Field(None, max_length=100_000, description=(
+        "An explicit list of points ({dotted path: value}) instead of grid and zip."))
+    seeds: list[int] | None = Field(None, min_length=1, max_length=10_000, description=(
+        "Every point repeated with each of these seeds (default: the base's seed)."))
+
+    @model_validator(mode="after")
+    def _shape(self) -> StudySpec:
+        if self.points is not None and (self.grid or self.zip):
+            raise ValueError("points: expected either points or grid/zip, got both")
+        if self.points is not None and not self.points:
+            raise ValueError("points: expected at least one point")
+        for path in (*self.grid, *self.zip):
+            if not path:
+                raise ValueError("grid: expected non-empty dotted paths")
+        both = set(self.grid) & set(self.zip)
+        if both:
+            raise ValueError(f"zip: {sorted(both)[0]!r} is also a grid axis")
+        for path, values in (*self.grid.items(), *self.zip.items()):
+            if isinstance(values, list) and not 1 <= len(values) <= MAX_AXIS_VALUES:
+                raise ValueError(f"{path}: expected 1 to {MAX_AXIS_VALUES} values, got {len(values)}")
+        lengths = {path: len(_values(v)) for path, v in self.zip.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError("zip: expected axes of equal lengths, got "
+                             + ", ".join(f"{p}: {n}" for p, n in lengths.items()))
+        if self.seeds is not None and any(s < 0 or s > 2**63 - 1 for s in self.seeds):
+            raise ValueError("seeds: expected integers in [0, 2^63 − 1]")
+        return self
+
+    def axes(self) -> list[str]:
+        """The axis paths, in expansion order (for points: every path any point sets, first seen first)."""
+        if self.points is not None:
+            return list(dict.fromkeys(path for point in self.points for path in point))
+        return [*self.grid, *self.zip]
+
+    def size(self) -> int:
+        """How many children the study expands to (without expanding it)."""
+        if self.points is not None:
+            n = len(self.points)
+        else:
+            n = math.prod(len(_values(v)) for v in self.grid.values())
+            if self.zip:
+                n *= len(_values(next(iter(self.zip.values()))))
+        return n * len(self.seeds or [0])
+
+
+def _values(values: AxisValues) -> list[Any]:
+    return values.values() if isinstance(values, Span) else values
+
+
+@dataclass(frozen=True)
+class Child:
+    """One child experiment of a study: ``index`` in expansion order, ``point`` (the index of its
+    combination of axis values), those ``values`` ({path: value}), its ``seed`` and its validated spec."""
+
+    index: int
+    point: int
+    values: dict[str, Any]
+    seed: int
+    spec: AnySpec = field(repr=False)
+
+
+class StudyError(ValueError):
+    """A study that cannot be expanded: ``errors`` are pydantic-style dicts (``loc``, ``msg``, ``type``,
+    and for a point ``point``: its index and axis values)."""
+
+    def __init__(self, errors: list[dict[str, Any]]):
+        super().__init__("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors[:5]))
+        self.errors = errors
+
+
+def combinations(study: StudySpec) -> Iterator[dict[str, Any]]:
+    """The points' axis values in expansion order (seeds not included)."""
+    if study.points is not None:
+        yield from (dict(point) for point in study.points)
+        return
+    axes = [[{path: v} for v in _values(values)] for path, values in study.grid.items()]
+    if study.zip:   # one axis whose values are the zipped rows
+        columns = [[(path, v) for v in _values(values)] for path, values in study.zip.items()]
+        axes.append([dict(row) for row in zip(*columns, strict=True)])
+    for combo in itertools.product(*axes):
+        values: dict[str, Any] = {}
+        for part in combo:
+            values.update(part)
+        yield values
+
+
+def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None = None,
+           max_errors: int = 20) -> list[Child]:
+    """Every child of a study, validated. Raises :class:`StudyError` naming the axis (an unknown path,
+    with the nearest valid ones), the point (its index and values), the field and the reason; or
+    pydantic's ``ValidationError`` for a malformed study spec."""
+    if not isinstance(study, StudySpec):
+        study = StudySpec.model_validate(study)
+    if max_children is not None and study.size() > max_children:
+        raise StudyError([{"loc": ["grid" if study.points is None else "points"], "type": "too_many_points",
+                           "msg": f"expected at most {max_children} children (points × seeds), "
+                                  f"got {study.size()}"}])
+    try:
+        base = parse_spec(study.base)
+    except ValidationError as exc:
+        raise StudyError([{**_plain(e), "loc": ["base", *e["loc"]]} for e in exc.errors()]) from None
+    unknown = [_unknown_path(base, path) for path in study.axes()]
+    if any(unknown):
+        raise StudyError([e for e in unknown if e])
+    children: list[Child] = []
+    errors: list[dict[str, Any]] = []
+    seeds = study.seeds or [base.seed]
+    for point, values in enumerate(combinations(study)):
+        data = base.model_dump(mode="json")
+        try:
+            for path, value in values.items():
+                set_path(data, path, value)
+        except (KeyError, IndexError, TypeError) as exc:
+            errors.append({"loc": ["point", point], "type": "bad_path", "msg": str(exc).strip("'\""),
+                           "point": {"index": point, "values": values}})
+            continue
+        for seed in seeds:
+            data["seed"] = seed
+            try:
+                spec = parse_spec(deepcopy(data))
+            except ValidationError as exc:
+                errors.extend({**_plain(e), "loc": ["point", point, *_field_loc(data, e["loc"])],
+                               "point": {"index": point, "values": values}} for e in exc.errors())
+                break
+            children.append(Child(len(children), point, values, seed, spec))
+        if len(errors) >= max_errors:
+            errors.append({"loc": ["point"], "type": "too_many_errors",
+                           "msg": f"stopped after {max_errors} errors; fix these first"})
+            break
+    if errors:
+        raise StudyError(errors)
+    return children
+
+
+def _field_loc(data: Any, loc: tuple[Any, ...]) -> list[Any]:
+    """A pydantic error location as a path into the spec: the union tags pydantic inserts (the kind,
+    an sde model, a dataset name) are not keys of the data and are dropped."""
+    out, node = [], data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        elif isinstance(part, str) and part in _TAGS:
+            continue
+        out.append(part)
+    return out
+
+
+def _plain(error: Any) -> dict[str, Any]:
+    """A pydantic error as JSON-safe data (its ``ctx`` may hold an exception)."""
+    return {"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]}
+
+
+_TAGS = {*REGISTRY, *(m.name for kind in REGISTRY.values() for m in kind.models), *DATASETS}
+
+
+def set_path(data: Any, path: str, value: Any) -> None:
+    """Set ``value`` at a dotted path of a JSON-like spec (integer parts index lists; missing dict
+    levels are created)."""
+    parts = path.split(".")
+    node = data
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise IndexError(f"{'.'.join(parts[:i + 1])}: the base has {len(node)} entries here "
+                                 f"(indices 0 to {len(node) - 1})")
+            key: Any = int(part)
+        elif isinstance(node, dict):
+            key = part
+            if not last and node.get(key) is None:
+                node[key] = {}
+        else:
+            raise TypeError(f"{'.'.join(parts[:i])}: is a value, not an object or list")
+        if last:
+            node[key] = value
+        else:
+            node = node[key]
+
+
+# ----------------------------------------------------------------------------- valid paths
+
+
+def valid_paths(spec: BaseModel) -> list[str]:
+    """Every dotted path an axis may set on this validated spec: its fields, nested models' fields,
+    and list entries by index (the entries it has)."""
+    out: list[str] = []
+
+    def walk(obj: Any, prefix: str) -> None:
+        if isinstance(obj, BaseModel):
+            for name, info in type(obj).model_fields.items():
+                path = f"{prefix}{name}"
+                out.append(path)
+                value = getattr(obj, name)
+                if value is None:
+                    for model in _models_in(info.annotation):
+                        out.extend(f"{path}.{sub}" for sub in model.model_fields)
+                walk(value, path + ".")
+        elif isinstance(obj, list):
+            for i, item in enumerate(obj):
+                out.append(f"{prefix}{i}")
+                walk(item, f"{prefix}{i}.")
+
+    walk(spec, "")
+    return out
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+    return []
+
+
+def _unknown_path(base: AnySpec, path: str) -> dict[str, Any] | None:
+    """None for a path an axis may set; else the error naming the axis and the nearest valid paths."""
+    paths = valid_paths(base)
+    if path in paths or path == "seed":
+        return None
+    leaves = [p for p in paths if p not in ("kind",)]
+    near = difflib.get_close_matches(path, leaves, n=3, cutoff=0.5) or [
+        p for p in leaves if p.rsplit(".", 1)[-1] == path.rsplit(".", 1)[-1]][:3]
+    hint = f"; nearest valid paths: {', '.join(near)}" if near else ""
+    return {"loc": ["axis", path], "type": "unknown_path",
+            "msg": f"{path}: not a field of the base spec ({base.kind}){hint}"}
+
+
+# ----------------------------------------------------------------------------- derived axes
+
+DERIVED_AXES = ("intrinsic_lr", "lr_over_wd", "effective_intrinsic_lr")
+
+
+def _final_rates(params: Any) -> tuple[float, float] | None:
+    """(η, λ) in force at the end of a run, or None for a model without those rates."""
+    phases = getattr(params, "phases", None)
+    if callable(phases):
+        final = phases()[-1]
+        return final.lr, final.weight_decay
+    lr, wd = getattr(params, "lr", None), getattr(params, "weight_decay", None)
+    if isinstance(lr, int | float) and isinstance(wd, int | float):
+        return float(lr), float(wd)
+    return None
+
+
+def derived_values(spec: AnySpec) -> dict[str, float]:
+    """The derived axes of a child: ``intrinsic_lr`` (ηλ of the final phase), ``lr_over_wd`` (η/λ) and,
+    for a model with momentum α, ``effective_intrinsic_lr`` = ηλ/(1−α), on which the NRQ's stationary
+    risk depends (design §4). Absent where the model has no such rates (λ = 0: no ``lr_over_wd``)."""
+    rates = _final_rates(spec.params)
+    if rates is None:
+        return {}
+    lr, wd = rates
+    out = {"intrinsic_lr": lr * wd}
+    if wd > 0:
+        out["lr_over_wd"] = lr / wd
+    momentum = getattr(spec.params, "momentum", None)
+    if isinstance(momentum, int | float):
+        out["effective_intrinsic_lr"] = lr * wd / (1.0 - momentum)
+    return out
+
