@@ -222,7 +222,7 @@ def _cell_text(ax, grid, xs, ys, xe, ye, norm, cmap) -> None:
                 continue
             shade = norm(value)
             color = "white" if (np.ma.is_masked(shade) or float(shade) < 0.55) else "black"
-            ax.text(xv, yv, f"{value:.3g}", ha="center", va="center", fontsize=6, color=color)
+            ax.text(xv, yv, f"{value:.3g}", ha="center", va="center", fontsize=7, color=color)
 
 
 def _iso_diagonals(ax, xs: list, ys: list, xe: np.ndarray, ye: np.ndarray, x_is_lr: bool) -> None:
