@@ -132,7 +132,7 @@ def run_local(path: Path, out_dir: Path, jobs: int = 1, quiet: bool = False, dat
     out_dir = Path(out_dir)
     (out_dir / "children").mkdir(parents=True, exist_ok=True)
     print(f"smd study: {len(children)} children ({len({c.point for c in children})} points × "
-          f"{len({c.seed for c in children})} seeds), {jobs} {'process' if jobs == 1 else 'processes'}",
+          f"{len({c.seed for c in children})} seed(s)), {jobs} {'process' if jobs == 1 else 'processes'}",
           file=sys.stderr)
     bar = tqdm(total=len(children), unit="child", file=sys.stderr, disable=quiet or not sys.stderr.isatty(),
                dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.2f}/{total} children [{elapsed}<{remaining}]")
@@ -164,10 +164,16 @@ def run_local(path: Path, out_dir: Path, jobs: int = 1, quiet: bool = False, dat
 def print_errors(errors: list[dict[str, Any]]) -> None:
     print("smd study: the study is not valid:", file=sys.stderr)
     for e in errors:
-        where = ".".join(map(str, e.get("loc", [])))
+        loc = [str(part) for part in e.get("loc", [])]
+        if loc[:1] == ["axis"]:
+            where = f"axis {'.'.join(loc[1:])}: "
+        elif loc[:1] == ["point"] and len(loc) > 1:
+            where = f"point {loc[1]}" + (f", {'.'.join(loc[2:])}" if len(loc) > 2 else "") + ": "
+        else:
+            where = f"{'.'.join(loc)}: " if loc else ""
         point = e.get("point")
-        at = f" (point {point['index']}: {_point_text(point.get('values', {}))})" if point else ""
-        print(f"  {where}: {e.get('msg')}{at}", file=sys.stderr)
+        at = f" (at {_point_text(point.get('values', {}))})" if point else ""
+        print(f"  {where}{e.get('msg')}{at}", file=sys.stderr)
 
 
 def _point_text(values: dict[str, Any]) -> str:
