@@ -90,6 +90,9 @@ def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
     except HTTPError as exc:
         print(f"smd study: {exc}", file=sys.stderr)
         return {422: 2, 429: 3}.get(exc.status, 1)
+    except (ValueError, KeyError) as exc:   # a reply that is not the service's JSON
+        print(f"smd study: unexpected reply from {client.url}: {exc!r}", file=sys.stderr)
+        return 1
     except OSError as exc:   # connection refused, DNS, timeouts (urllib.error.URLError is an OSError)
         print(f"smd study: cannot reach {client.url}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
         return 1
