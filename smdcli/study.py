@@ -209,17 +209,21 @@ def _run_children(specs: list[tuple[int, dict]], jobs: int, bar: tqdm,
             futures: dict[Future, int] = {pool.submit(_child_in_worker, spec, data_dir, index, queue): index
                                           for index, spec in specs}
             pending = set(futures)
-            while pending:
-                finished, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    try:
-                        done[futures[future]] = future.result()
-                    except Exception as exc:   # a worker that died (BrokenProcessPool, …): the child failed
-                        done[futures[future]] = (None, f"{type(exc).__name__}: {exc}")
-                while not queue.empty():
-                    index, value = queue.get_nowait()
-                    fraction[index] = value
-                show()
+            try:
+                while pending:
+                    finished, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        try:
+                            done[futures[future]] = future.result()
+                        except Exception as exc:   # a worker that died (BrokenProcessPool, …): the child failed
+                            done[futures[future]] = (None, f"{type(exc).__name__}: {exc}")
+                    while not queue.empty():
+                        index, value = queue.get_nowait()
+                        fraction[index] = value
+                    show()
+            except KeyboardInterrupt:   # start no other child
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     return done
 
 
