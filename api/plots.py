@@ -60,7 +60,14 @@ def render(key: str, name: str, doc: dict[str, Any], fmt: str) -> bytes:
     else:
         _lines(fig.add_subplot(), plot, doc)
     fig.suptitle(f"{plot.title} — {label} ({doc['status']})", fontsize=10)
-    fig.tight_layout()
+    return encode(fig, fmt)
+
+
+def encode(fig: Figure, fmt: str) -> bytes:
+    """A finished figure laid out (tight, unless it has its own layout engine) and encoded as ``fmt``
+    (a key of :data:`MEDIA_TYPES`)."""
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     out = io.BytesIO()
     fig.savefig(out, format=fmt)
     return out.getvalue()

@@ -1,0 +1,313 @@
+"""PNG/SVG comparison plots of a study's children (matplotlib, Agg backend), theory dashed.
+
+Pure functions of data the caller has already gathered (no database, no HTTP, no engine call):
+
+- :func:`overlay`: one metric of every child against a time axis, one colour per child, its theory
+  dashed in the same colour;
+- :func:`heatmap`: a tail metric over two axes, measured beside theory on the same colour scale, with
+  the iso-ηλ diagonals when the axes are the learning rate and the weight decay;
+- :func:`scatter`: a tail metric against an axis or derived value, error bars over seeds, the theory
+  per point as open markers and a theory curve dashed.
+
+Encoding, colours and small helpers are shared with :mod:`api.plots`.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import LogNorm, Normalize
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator, NullLocator
+
+from api.plots import MEDIA_TYPES, _nan, _note, encode
+
+__all__ = ["MEDIA_TYPES", "X_LABELS", "heatmap", "overlay", "scatter"]
+
+LEGEND_MAX_LINES = 12      # more lines: a colour bar by line order instead of a legend
+TAB_MAX_LINES = 10         # up to this many lines: tab10 colours; beyond, a colormap
+LOG_Y_DECADES = 1.5        # log y when positive values span more than this many decades
+LOG_AXIS_DECADES = 1.0     # log axis (heatmap, scatter x) when positive values span more than this
+CELL_TEXT_MAX = 64         # write each cell's value in it up to this many cells per panel
+ISO_AXES = frozenset({"params.lr", "params.weight_decay"})
+
+X_LABELS = {
+    "step": "step",
+    "lr_time": "ηt (learning rate × steps)",
+    "tau": "τ(t) (seed 002 eq. 12)",
+    "intrinsic_time": "t·ηλ (intrinsic time)",
+}
+
+AXIS_LABELS = {
+    "params.lr": "η (params.lr)",
+    "params.weight_decay": "λ (params.weight_decay)",
+    "intrinsic_lr": "ηλ (intrinsic_lr)",
+    "lr_over_wd": "η/λ (lr_over_wd)",
+    "effective_intrinsic_lr": "ηλ/(1−α) (effective_intrinsic_lr)",
+}
+
+
+# ----------------------------------------------------------------------------- overlay
+
+
+def overlay(lines: list[dict], metric: str, x: str, fmt: str) -> bytes:
+    """``metric`` of every line (``{"label", "x", "y", "theory"}``) on one axes against ``x`` (a key of
+    :data:`X_LABELS`, or any name); theory dashed in the line's colour."""
+    fig = _figure(7.5, 4.6)
+    ax = fig.add_subplot()
+    n = len(lines)
+    few = n <= TAB_MAX_LINES
+    cmap = colormaps["viridis"]
+    drawn: list[list] = []
+    has_theory = False
+    for i, line in enumerate(lines):
+        color = f"C{i}" if few else cmap(i / max(n - 1, 1))
+        xs, ys = list(line.get("x") or []), list(line.get("y") or [])
+        m = min(len(xs), len(ys))
+        ax.plot(xs[:m], _nan(ys[:m]), color=color, lw=1.3, label=str(line.get("label", i)) if n <= LEGEND_MAX_LINES else None)
+        drawn.append(ys[:m])
+        theory = line.get("theory")
+        if theory:
+            k = min(len(xs), len(theory))
+            ax.plot(xs[:k], _nan(list(theory[:k])), "--", color=color, lw=1.0)
+            has_theory = True
+    if has_theory:
+        ax.plot([], [], "--", color="0.4", lw=1.0, label="theory (line's colour)")
+    if not any(v is not None for ys in drawn for v in ys):
+        _note(ax, "no data")
+    elif _spans([v for ys in drawn for v in ys], LOG_Y_DECADES):
+        ax.set_yscale("log")
+    if n > LEGEND_MAX_LINES:
+        bar = fig.colorbar(ScalarMappable(Normalize(0, n - 1), cmap), ax=ax, pad=0.02)
+        bar.set_label(f"child, in line order ({n} lines)", fontsize=8)
+        bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        bar.ax.tick_params(labelsize=7)
+    ax.set_xlabel(X_LABELS.get(x, x))
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(handles, labels, fontsize=7 if len(handles) <= 7 else 6, ncol=1 if len(handles) <= 7 else 2)
+    ax.set_title(f"{metric} of {n} {'child' if n == 1 else 'children'} against {X_LABELS.get(x, x)}", fontsize=10)
+    return encode(fig, fmt)
+
+
+# ----------------------------------------------------------------------------- heatmap
+
+
+def heatmap(rows: list[dict], x: str, y: str, metric: str, theory: str | None, fmt: str) -> bytes:
+    """``metric`` over the (``x``, ``y``) grid of the rows (one per point), and beside it ``theory`` (a
+    column of the rows) on the same colour scale; rows sharing a cell are averaged, missing cells are
+    blank."""
+    xs, ys = _levels(rows, x), _levels(rows, y)
+    panels = [(metric, f"measured: {metric}")]
+    if theory:
+        panels.append((theory, f"theory: {theory}"))
+    fig = _figure(5.2 * len(panels) + 1.2, 4.6, layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    grids = [_grid(rows, x, y, column, xs, ys) for column, _ in panels]
+    finite = np.concatenate([g[np.isfinite(g)] for g in grids]) if grids else np.array([])
+    if finite.size:
+        lo, hi = float(finite.min()), float(finite.max())
+        if lo > 0 and _spans([lo, hi], 1.0):
+            norm: Normalize = LogNorm(lo, hi)
+        else:
+            norm = Normalize(lo, hi if hi > lo else lo + (abs(lo) or 1.0) * 1e-9)
+    else:
+        norm = Normalize(0, 1)
+    cmap = colormaps["viridis"]
+    xe, x_log = _edges(xs)
+    ye, y_log = _edges(ys)
+    iso = {x, y} == ISO_AXES and _numeric(xs) and _numeric(ys)
+    for ax, grid, (column, title) in zip(axes, grids, panels, strict=True):
+        ax.set_title(title, fontsize=9)
+        if not xs or not ys:
+            _note(ax, "no data")
+            continue
+        ax.pcolormesh(xe, ye, np.ma.masked_invalid(grid), cmap=cmap, norm=norm, shading="flat")
+        if not np.isfinite(grid).any():
+            _note(ax, f"no values of {column}")
+        _scale_axis(ax, "x", xs, xe, x_log)
+        _scale_axis(ax, "y", ys, ye, y_log)
+        ax.set_xlabel(AXIS_LABELS.get(x, x))
+        ax.set_ylabel(AXIS_LABELS.get(y, y))
+        if grid.size <= CELL_TEXT_MAX:
+            _cell_text(ax, grid, xs, ys, xe, ye, norm, cmap)
+        if iso:
+            _iso_diagonals(ax, xs, ys, xe, ye, x == "params.lr")
+    if iso and xs and ys:
+        axes[0].legend(loc="upper left", fontsize=7, framealpha=0.7)
+    if finite.size:
+        bar = fig.colorbar(ScalarMappable(norm, cmap), ax=list(axes), pad=0.02, shrink=0.9)
+        bar.set_label(f"{metric} (tail mean)" + (", same scale" if theory else ""), fontsize=8)
+        bar.ax.tick_params(labelsize=7)
+    fig.suptitle(f"{metric} over {x} × {y}" + (f", beside {theory}" if theory else ""), fontsize=10)
+    return encode(fig, fmt)
+
+
+def _levels(rows: list[dict], key: str) -> list[Any]:
+    """The distinct values of a column, numbers ascending (else first seen first)."""
+    values = list(dict.fromkeys(_hashable(r.get(key)) for r in rows if r.get(key) is not None))
+    if _numeric(values):
+        return sorted(values)
+    return values
+
+
+def _hashable(value: Any) -> Any:
+    return value if isinstance(value, (int, float, str, bool)) else repr(value)
+
+
+def _numeric(values: Sequence[Any]) -> bool:
+    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                for v in values)
+
+
+def _grid(rows: list[dict], x: str, y: str, column: str, xs: list, ys: list) -> np.ndarray:
+    """grid[j, i] = mean of ``column`` over the rows at (xs[i], ys[j]); NaN where none has a number."""
+    sums = np.zeros((len(ys), len(xs)))
+    counts = np.zeros((len(ys), len(xs)))
+    xi = {v: i for i, v in enumerate(xs)}
+    yi = {v: j for j, v in enumerate(ys)}
+    for row in rows:
+        value = row.get(column)
+        kx, ky = _hashable(row.get(x)), _hashable(row.get(y))
+        if kx in xi and ky in yi and _number(value) and math.isfinite(value):
+            sums[yi[ky], xi[kx]] += value
+            counts[yi[ky], xi[kx]] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+
+def _edges(levels: list) -> tuple[np.ndarray, bool]:
+    """Cell edges around the levels (in data coordinates when numeric, geometric midpoints when the
+    axis is logarithmic; else around the positions 0..n−1) and whether the axis is logarithmic."""
+    n = len(levels)
+    if not _numeric(levels):
+        return np.arange(n + 1) - 0.5, False
+    v = np.asarray(levels, dtype=float)
+    log = bool(v.min() > 0) and _spans(list(v), LOG_AXIS_DECADES)
+    t = np.log(v) if log else v
+    if n == 1:
+        half = 0.2 if log else (abs(t[0]) * 0.1 or 0.5)
+        e = np.array([t[0] - half, t[0] + half])
+    else:
+        mid = (t[1:] + t[:-1]) / 2
+        e = np.concatenate([[t[0] - (mid[0] - t[0])], mid, [t[-1] + (t[-1] - mid[-1])]])
+    return (np.exp(e) if log else e), log
+
+
+def _scale_axis(ax, which: str, levels: list, edges: np.ndarray, log: bool) -> None:
+    """Log scale when the edges are geometric; one tick per cell labelled with its axis value."""
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    if log:
+        (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+    positions = list(levels) if _numeric(levels) else list(range(len(levels)))
+    axis.set_ticks(positions, [_fmt(v) for v in levels], fontsize=7)
+    axis.set_minor_locator(NullLocator())
+    (ax.set_xlim if which == "x" else ax.set_ylim)(edges[0], edges[-1])
+
+
+def _cell_text(ax, grid, xs, ys, xe, ye, norm, cmap) -> None:
+    xc = xs if _numeric(xs) else list(range(len(xs)))
+    yc = ys if _numeric(ys) else list(range(len(ys)))
+    for j, yv in enumerate(yc):
+        for i, xv in enumerate(xc):
+            value = grid[j, i]
+            if not math.isfinite(value):
+                continue
+            shade = norm(value)
+            color = "white" if (np.ma.is_masked(shade) or float(shade) < 0.55) else "black"
+            ax.text(xv, yv, f"{value:.3g}", ha="center", va="center", fontsize=7, color=color)
+
+
+def _iso_diagonals(ax, xs: list, ys: list, xe: np.ndarray, ye: np.ndarray, x_is_lr: bool) -> None:
+    """The curves η·λ = c through the grid's cells: through every cell of the bottom row and of the
+    right column (for a geometric grid of matching ratios, every diagonal of the grid)."""
+    products = [xv * ys[0] for xv in xs] + [xs[-1] * yv for yv in ys[1:]]
+    constants: list[float] = []
+    for c in sorted(products):
+        if c > 0 and not any(math.isclose(c, d, rel_tol=1e-6) for d in constants):
+            constants.append(c)
+    lo, hi = float(xe[0]), float(xe[-1])
+    grid_x = np.geomspace(lo, hi, 200) if lo > 0 else np.linspace(lo, hi, 200)
+    for k, c in enumerate(constants):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            curve_y = np.where(grid_x > 0, c / grid_x, np.nan)
+        ax.plot(grid_x, curve_y, ":", color="white", lw=1.0, alpha=0.85,
+                label="iso-ηλ (η·λ = const)" if k == 0 else None)
+    ax.set_xlim(xe[0], xe[-1])
+    ax.set_ylim(ye[0], ye[-1])
+
+
+# ----------------------------------------------------------------------------- scatter
+
+
+def scatter(rows: list[dict], x: str, metric: str, theory: str | None,
+            curve: tuple[list[float], list[float | None]] | None, fmt: str) -> bytes:
+    """``metric`` (the mean over seeds) of every row against ``x``, error bars from ``<metric>_se``;
+    ``theory`` (a column) as open markers; ``curve`` (xs, ys) as a dashed line."""
+    fig = _figure(7, 4.6)
+    ax = fig.add_subplot()
+    points = sorted((r[x], r[metric], r.get(f"{metric}_se")) for r in rows
+                    if _number(r.get(x)) and _number(r.get(metric)))
+    xs_all: list[float] = [p[0] for p in points]
+    ys_all: list[float] = [p[1] for p in points]
+    if points:
+        ax.errorbar(xs_all, ys_all, yerr=[p[2] if _number(p[2]) else 0.0 for p in points], fmt="o", color="C0",
+                    ms=5, capsize=3, lw=1.2, label=f"{metric} (mean ± s.e. over seeds)")
+    if theory:
+        tpoints = sorted((r[x], r[theory]) for r in rows if _number(r.get(x)) and _number(r.get(theory)))
+        if tpoints:
+            ax.plot([p[0] for p in tpoints], [p[1] for p in tpoints], "o", mfc="none", mec="k", ms=8, mew=1.2,
+                    label=f"{theory} (theory, per point)")
+            xs_all += [p[0] for p in tpoints]
+            ys_all += [p[1] for p in tpoints]
+    if curve is not None:
+        cx, cy = curve
+        pairs = sorted((a, b) for a, b in zip(cx, cy, strict=False) if _number(a))
+        if pairs:
+            ax.plot([p[0] for p in pairs], _nan([p[1] for p in pairs]), "--", color="k", lw=1.2,
+                    label=f"{theory or metric} (theory curve)")
+            xs_all += [p[0] for p in pairs]
+            ys_all += [p[1] for p in pairs if p[1] is not None]
+    if not points:
+        _note(ax, f"no values of {metric}")
+    if _spans(xs_all, LOG_AXIS_DECADES):
+        ax.set_xscale("log")
+    if _spans(ys_all, LOG_Y_DECADES):
+        ax.set_yscale("log")
+    ax.set_xlabel(AXIS_LABELS.get(x, x))
+    ax.set_ylabel(f"{metric} (tail mean)")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    ax.set_title(f"{metric} against {x} ({len(points)} {'point' if len(points) == 1 else 'points'})", fontsize=10)
+    return encode(fig, fmt)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _figure(width: float, height: float, layout: str | None = None) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=100, layout=layout)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _spans(values: Sequence[Any], decades: float) -> bool:
+    """All values positive numbers spanning more than ``decades`` decades."""
+    vals = [float(v) for v in values if _number(v)]
+    return bool(vals) and min(vals) > 0 and math.log10(max(vals) / min(vals)) > decades
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)

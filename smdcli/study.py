@@ -1,0 +1,559 @@
+"""`smd study`: run a study here without the service (`run`), or drive the service's studies over HTTP
+(`submit`, `status`, `table`, `cancel`).
+
+    smd study run STUDY.json -o DIR [-j N] [--quiet]
+    smd study submit STUDY.json [--follow] [--visibility private|lab] [--priority low|normal]
+    smd study status ID
+    smd study table ID [--group point] [--csv] [-o FILE]
+    smd study cancel ID
+
+`run` writes to DIR: ``children/<index>.json`` (result documents, as ``smd run -o`` writes them),
+``table.json`` ({"columns", "rows"}: one row per child), ``table.csv``, ``table_by_point.csv`` (mean and
+standard error over seeds), and the plots: ``overlay_<metric>.png`` for every metric with a theory,
+``heatmap_<metric>.png`` over the first two numeric axes (when there are two), and
+``scatter_<metric>_intrinsic_lr.png`` when ηλ varies. Each child is seeded by its own spec, so the
+results do not depend on N. Exit status: 0 all children succeeded, 1 one failed, 2 a bad study.
+
+The remote commands talk to ``SMD_URL`` (default http://127.0.0.1:8000) with ``SMD_KEY`` as bearer
+key. Exit status: 0 done, 1 an HTTP or connection error, 2 a rejected study (422), 3 over quota (429);
+``--follow`` ends with 0 succeeded, 1 failed or partial, 2 cancelled.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import multiprocessing
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+SERVICE_KEYS = ("visibility", "priority")   # study options of the service, not of the engine
+END_STATUSES = {"succeeded": 0, "failed": 1, "partial": 1, "cancelled": 2}
+OVERLAY_MAX_CHILDREN = 200                   # most lines drawn on one overlay
+CURVE_POINTS = 40                            # theory curve samples on a scatter
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    study = sub.add_parser("study", help="studies: run one locally, or submit/status/table/cancel on the service")
+    cmds = study.add_subparsers(dest="study_command", required=True)
+    run = cmds.add_parser("run", help="run a study here with the engine, no service")
+    run.add_argument("study", type=Path, help="study spec (JSON file, or - for stdin)")
+    run.add_argument("-o", "--output", type=Path, required=True, help="directory for children, tables and plots")
+    run.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1: in this process)")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    submit = cmds.add_parser("submit", help="POST the study to the service; prints its id")
+    submit.add_argument("study", type=Path, help="study spec (JSON file, or - for stdin)")
+    submit.add_argument("--follow", action="store_true", help="then show its progress until it ends")
+    submit.add_argument("--visibility", choices=["private", "lab"], help="overrides the file's")
+    submit.add_argument("--priority", choices=["low", "normal"], help="overrides the file's")
+    submit.add_argument("--quiet", action="store_true", help="with --follow: no progress bar")
+    status = cmds.add_parser("status", help="a study's status, counts, progress and ETA")
+    status.add_argument("id")
+    status.add_argument("--json", action="store_true", help="print the service's JSON")
+    status.add_argument("--follow", action="store_true", help="show its progress until it ends")
+    status.add_argument("--quiet", action="store_true", help="with --follow: no progress bar")
+    table = cmds.add_parser("table", help="a study's table (JSON, or CSV with --csv)")
+    table.add_argument("id")
+    table.add_argument("--group", choices=["point"], help="one row per point: mean and standard error over seeds")
+    table.add_argument("--csv", action="store_true", help="CSV instead of JSON")
+    table.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
+    cancel = cmds.add_parser("cancel", help="cancel every unfinished child of a study")
+    cancel.add_argument("id")
+
+
+def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
+    if args.study_command == "run":
+        return run_local(args.study, args.output, jobs=args.jobs, quiet=args.quiet, data_dir=data_dir)
+    client = Client()
+    try:
+        if args.study_command == "submit":
+            return submit(client, args)
+        if args.study_command == "status":
+            if args.follow:
+                return follow(client, args.id, quiet=args.quiet)
+            return show_status(client, args.id, raw=args.json)
+        if args.study_command == "table":
+            return table(client, args.id, group=args.group, as_csv=args.csv, output=args.output)
+        return cancel(client, args.id)
+    except HTTPError as exc:
+        print(f"smd study: {exc}", file=sys.stderr)
+        return {422: 2, 429: 3}.get(exc.status, 1)
+    except (ValueError, KeyError) as exc:   # a reply that is not the service's JSON
+        print(f"smd study: unexpected reply from {client.url}: {exc!r}", file=sys.stderr)
+        return 1
+    except OSError as exc:   # connection refused, DNS, timeouts (urllib.error.URLError is an OSError)
+        print(f"smd study: cannot reach {client.url}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
+        return 1
+
+
+# ============================================================================ smd study run
+
+
+def read_json(path: Path) -> Any:
+    raw = sys.stdin.read() if str(path) == "-" else Path(path).read_text(encoding="utf-8")
+    return json.loads(raw)
+
+
+def run_local(path: Path, out_dir: Path, jobs: int = 1, quiet: bool = False, data_dir: str | None = None) -> int:
+    """Expand, run every child (``jobs`` processes), write the documents, tables and plots."""
+    from pydantic import ValidationError
+
+    import smdengine
+
+    try:
+        data = read_json(path)
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"smd study: cannot read study {path}: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(data, dict):
+        print(f"smd study: {path}: expected a JSON object", file=sys.stderr)
+        return 2
+    if jobs < 1:
+        print("smd study: -j: expected at least 1", file=sys.stderr)
+        return 2
+    try:
+        study = smdengine.StudySpec.model_validate({k: v for k, v in data.items() if k not in SERVICE_KEYS})
+        children = smdengine.expand_study(study)
+    except ValidationError as exc:
+        print_errors([{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()])
+        return 2
+    except smdengine.StudyError as exc:
+        print_errors(exc.errors)
+        return 2
+    out_dir = Path(out_dir)
+    (out_dir / "children").mkdir(parents=True, exist_ok=True)
+    print(f"smd study: {len(children)} children ({len({c.point for c in children})} points × "
+          f"{len({c.seed for c in children})} seed(s)), {jobs} {'process' if jobs == 1 else 'processes'}",
+          file=sys.stderr)
+    bar = tqdm(total=len(children), unit="child", file=sys.stderr, disable=quiet or not sys.stderr.isatty(),
+               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.2f}/{total} children [{elapsed}<{remaining}]")
+    specs = [(c.index, c.spec.model_dump(mode="json")) for c in children]
+    try:
+        results = _run_children(specs, jobs, bar, data_dir)
+    except KeyboardInterrupt:
+        bar.close()
+        print("smd study: interrupted", file=sys.stderr)
+        return 130
+    bar.close()
+    docs: list[dict[str, Any]] = []
+    for child in children:
+        spec = child.spec.model_dump(mode="json")
+        document, error = results[child.index]
+        doc: dict[str, Any] = {"id": None, "kind": child.spec.kind, "status": "succeeded" if error is None else "failed",
+                               "spec": spec, **(document or {})}
+        if error is not None:
+            doc["error"] = error
+            print(f"smd study: child {child.index} (point {child.point} {_point_text(child.values)}, "
+                  f"seed {child.seed}) failed: {error}", file=sys.stderr)
+        (out_dir / "children" / f"{child.index}.json").write_text(json.dumps(doc, allow_nan=False), encoding="utf-8")
+        docs.append(doc)
+    failed = write_outputs(out_dir, study, children, docs)
+    print(f"smd study: wrote {out_dir} ({len(children) - failed} succeeded, {failed} failed)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def print_errors(errors: list[dict[str, Any]]) -> None:
+    print("smd study: the study is not valid:", file=sys.stderr)
+    for e in errors:
+        loc = [str(part) for part in e.get("loc", [])]
+        if loc[:1] == ["axis"]:
+            where = f"axis {'.'.join(loc[1:])}: "
+        elif loc[:1] == ["point"] and len(loc) > 1:
+            where = f"point {loc[1]}" + (f", {'.'.join(loc[2:])}" if len(loc) > 2 else "") + ": "
+        else:
+            where = f"{'.'.join(loc)}: " if loc else ""
+        point = e.get("point")
+        at = f" (at {_point_text(point.get('values', {}))})" if point else ""
+        print(f"  {where}{e.get('msg')}{at}", file=sys.stderr)
+
+
+def _point_text(values: dict[str, Any]) -> str:
+    return ", ".join(f"{path}={value}" for path, value in values.items())
+
+
+def _run_children(specs: list[tuple[int, dict]], jobs: int, bar: tqdm,
+                  data_dir: str | None) -> dict[int, tuple[dict | None, str | None]]:
+    """{index: (document, error)} for every child; the bar counts children, fractions included."""
+    done: dict[int, tuple[dict | None, str | None]] = {}
+    fraction: dict[int, float] = {}
+
+    def show() -> None:
+        bar.n = min(float(len(done)) + sum(f for i, f in fraction.items() if i not in done), bar.total)
+        bar.refresh()
+
+    if jobs == 1:
+        for index, spec in specs:
+            def on_progress(progress: Any, index: int = index) -> None:
+                fraction[index] = progress.fraction
+                show()
+            done[index] = run_child(spec, data_dir, on_progress)
+            show()
+        return done
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        queue = manager.Queue()
+        with ProcessPoolExecutor(max_workers=min(jobs, len(specs)), mp_context=context,
+                                 initializer=_init_worker) as pool:
+            futures: dict[Future, int] = {pool.submit(_child_in_worker, spec, data_dir, index, queue): index
+                                          for index, spec in specs}
+            pending = set(futures)
+            try:
+                while pending:
+                    finished, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        try:
+                            done[futures[future]] = future.result()
+                        except Exception as exc:   # a worker that died (BrokenProcessPool, …): the child failed
+                            done[futures[future]] = (None, f"{type(exc).__name__}: {exc}")
+                    while not queue.empty():
+                        index, value = queue.get_nowait()
+                        fraction[index] = value
+                    show()
+            except KeyboardInterrupt:   # start no other child
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+    return done
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _child_in_worker(spec: dict, data_dir: str | None, index: int, queue: Any) -> tuple[dict | None, str | None]:
+    last = [0.0]
+
+    def on_progress(progress: Any) -> None:
+        now = time.monotonic()
+        if now - last[0] > 0.2 or progress.fraction >= 1.0:
+            last[0] = now
+            queue.put((index, progress.fraction))
+
+    return run_child(spec, data_dir, on_progress)
+
+
+def run_child(spec: dict, data_dir: str | None, on_progress: Any = None) -> tuple[dict | None, str | None]:
+    """(result document without id/kind/status/spec, None), or (None, the error) when the run fails."""
+    import smdengine
+
+    try:
+        return smdengine.run(spec, on_progress=on_progress, data_dir=data_dir).to_document(), None
+    except (RuntimeError, ValueError, ArithmeticError, MemoryError) as exc:
+        return None, f"{type(exc).__name__}: {exc}"
+
+
+# ---------------------------------------------------------------------------- tables and plots
+
+
+def write_outputs(out_dir: Path, study: Any, children: list[Any], docs: list[dict[str, Any]]) -> int:
+    """Write the tables and plots of the children's documents; returns how many children failed."""
+    import smdengine
+
+    records = [smdengine.ChildRecord(index=c.index, point=c.point, values=c.values, seed=c.seed,
+                                     status=doc["status"], spec=doc["spec"], summary=doc.get("summary"),
+                                     theory=doc.get("theory"), experiment_id=None)
+               for c, doc in zip(children, docs, strict=True)]
+    rows = smdengine.study_table(records)
+    columns = smdengine.table_columns(rows)
+    (out_dir / "table.json").write_text(json.dumps({"columns": columns, "rows": rows}, allow_nan=False),
+                                        encoding="utf-8")
+    (out_dir / "table.csv").write_bytes(to_csv(rows))
+    axes = study.axes()
+    grouped = smdengine.group_by_point(rows, axes)
+    (out_dir / "table_by_point.csv").write_bytes(to_csv(grouped))
+    write_plots(out_dir, study, children, docs, rows, grouped)
+    return sum(doc["status"] != "succeeded" for doc in docs)
+
+
+def to_csv(rows: list[dict[str, Any]]) -> bytes:
+    """UTF-8 CSV with a header of every column (first seen first): floats by ``repr``, null empty,
+    lists and objects as JSON."""
+    import smdengine
+
+    columns = smdengine.table_columns(rows)
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(columns)
+    writer.writerows([_cell(row.get(c)) for c in columns] for row in rows)
+    return out.getvalue().encode("utf-8")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[str, Any]],
+                rows: list[dict[str, Any]], grouped: list[dict[str, Any]]) -> list[Path]:
+    """overlay_<metric>.png for every metric with a theory; heatmap_<metric>.png over the first two
+    numeric axes; scatter_<metric>_intrinsic_lr.png when ηλ varies."""
+    import smdengine
+    from api import study_plots
+
+    ok = [(c, d) for c, d in zip(children, docs, strict=True) if d["status"] == "succeeded"]
+    if not ok:
+        return []
+    kind, spec0 = ok[0][1]["kind"], ok[0][1]["spec"]
+    metrics = {m: smdengine.theory_of(kind, spec0, m) for m in ok[0][1].get("series", {}) if m != "step"}
+    metrics = {m: t for m, t in metrics.items() if t is not None}
+    several_seeds = len({c.seed for c in children}) > 1
+    written = []
+
+    def save(name: str, data: bytes) -> None:
+        (out_dir / name).write_bytes(data)
+        written.append(out_dir / name)
+
+    for metric, theory in metrics.items():
+        lines = []
+        for child, doc in ok[:OVERLAY_MAX_CHILDREN]:
+            steps = doc["series"].get("step", [])
+            y = doc["series"].get(metric) or []
+            t = doc.get("theory", {}).get(theory)
+            curve = t if isinstance(t, list) else ([t] * len(steps) if _number(t) else None)
+            label = _point_text(_short(child.values)) or f"child {child.index}"
+            lines.append({"label": label + (f", seed {child.seed}" if several_seeds else ""),
+                          "x": steps, "y": y, "theory": curve})
+        save(f"overlay_{metric}.png", study_plots.overlay(lines, metric, "step", "png"))
+    pair = heatmap_axes(study, grouped)
+    if pair:
+        for metric, theory in metrics.items():
+            save(f"heatmap_{metric}.png", study_plots.heatmap(grouped, pair[0], pair[1], metric, theory, "png"))
+    if len({r.get("intrinsic_lr") for r in grouped if _number(r.get("intrinsic_lr"))}) > 1:
+        xs = [r["intrinsic_lr"] for r in grouped if _number(r.get("intrinsic_lr"))]
+        lo, hi = min(xs), max(xs)
+        if lo > 0:
+            grid = [lo * (hi / lo) ** (k / (CURVE_POINTS - 1)) for k in range(CURVE_POINTS)]
+        else:
+            grid = [lo + (hi - lo) * k / (CURVE_POINTS - 1) for k in range(CURVE_POINTS)]
+        for metric, theory in metrics.items():
+            try:
+                ys = smdengine.theory_curve(spec0, "intrinsic_lr", metric, grid)
+            except (ValueError, RuntimeError):
+                ys = None
+            curve = (grid, ys) if ys is not None else None
+            save(f"scatter_{metric}_intrinsic_lr.png",
+                 study_plots.scatter(grouped, "intrinsic_lr", metric, theory, curve, "png"))
+    return written
+
+
+def heatmap_axes(study: Any, grouped: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """The first two numeric axes that vary independently: the grid's (a zip counts as its first
+    axis), or a points study's; None when there are fewer than two."""
+    if study.points is not None:
+        candidates = study.axes()
+    else:
+        candidates = [*study.grid, *list(study.zip)[:1]]
+    numeric = [a for a in candidates
+               if grouped and all(_number(r.get(a)) for r in grouped) and len({r.get(a) for r in grouped}) > 1]
+    return (numeric[0], numeric[1]) if len(numeric) >= 2 else None
+
+
+def _short(values: dict[str, Any]) -> dict[str, Any]:
+    """Axis values keyed by the last part of their path (``lr=0.1``), for legends."""
+    out: dict[str, Any] = {}
+    for path, value in values.items():
+        name = path.rsplit(".", 1)[-1]
+        out[name if name not in out else path] = f"{value:.4g}" if isinstance(value, float) else value
+    return out
+
+
+# ============================================================================ the service over HTTP
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, detail: Any):
+        self.status, self.detail = status, detail
+        super().__init__(f"HTTP {status}: {_detail_text(detail)}")
+
+
+def _detail_text(detail: Any) -> str:
+    if isinstance(detail, list):   # FastAPI/pydantic validation errors
+        return "\n  " + "\n  ".join(
+            f"{'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" if isinstance(e, dict) else str(e) for e in detail)
+    if isinstance(detail, dict):
+        return json.dumps(detail)
+    return str(detail)
+
+
+class Client:
+    """The few requests the CLI makes (urllib: no extra dependency)."""
+
+    def __init__(self, url: str | None = None, key: str | None = None, timeout: float = 30.0):
+        self.url = (url or os.environ.get("SMD_URL") or "http://127.0.0.1:8000").rstrip("/")
+        self.key = key if key is not None else os.environ.get("SMD_KEY")
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.key:
+            req.add_header("Authorization", f"Bearer {self.key}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return resp.status, dict(resp.headers.items()), resp.read()
+        except urllib.error.HTTPError as exc:
+            payload = exc.read()
+            if exc.code == 304:
+                return 304, dict(exc.headers.items()), payload
+            try:
+                detail = json.loads(payload).get("detail", payload.decode("utf-8", "replace"))
+            except (ValueError, AttributeError):
+                detail = payload.decode("utf-8", "replace") or exc.reason
+            raise HTTPError(exc.code, detail) from None
+
+    def json(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        return json.loads(self.request(method, path, body, params)[2] or b"null")
+
+
+def submit(client: Client, args: argparse.Namespace) -> int:
+    try:
+        body = read_json(args.study)
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"smd study: cannot read study {args.study}: {exc}", file=sys.stderr)
+        return 2
+    if not isinstance(body, dict):
+        print(f"smd study: {args.study}: expected a JSON object", file=sys.stderr)
+        return 2
+    for key in SERVICE_KEYS:
+        if getattr(args, key):
+            body[key] = getattr(args, key)
+    study = client.json("POST", "/v1/studies", body)
+    print(study["id"])
+    print(f"smd study: submitted {study['id']}: {_child_count(study)} children, {study.get('status')}",
+          file=sys.stderr)
+    if args.follow:
+        return follow(client, study["id"], quiet=args.quiet)
+    return 0
+
+
+def _child_count(study: dict[str, Any]) -> int:
+    """How many children a StudyOut describes (a list of children, or a count under some name)."""
+    children = study.get("children")
+    if isinstance(children, list):
+        return len(children)
+    for key in ("children_count", "size", "children"):
+        if isinstance(study.get(key), int):
+            return int(study[key])
+    counts = study.get("counts") or {}
+    return sum(v for v in counts.values() if isinstance(v, int))
+
+
+def _ended(study: dict[str, Any]) -> int:
+    counts = study.get("counts") or {}
+    return sum(int(counts.get(s, 0) or 0) for s in ("succeeded", "failed", "cancelled"))
+
+
+def _eta_text(eta: Any) -> str:
+    if not eta:
+        return "eta —"
+    try:
+        when = datetime.fromisoformat(str(eta).replace("Z", "+00:00"))
+    except ValueError:
+        return f"eta {eta}"
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    seconds = max(0, int((when - datetime.now(UTC)).total_seconds()))
+    return f"eta {when.astimezone().strftime('%H:%M:%S')} (in {seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d})"
+
+
+def show_status(client: Client, study_id: str, raw: bool = False) -> int:
+    study = client.json("GET", f"/v1/studies/{study_id}")
+    if raw:
+        print(json.dumps(study, indent=2))
+        return 0
+    counts = ", ".join(f"{k} {v}" for k, v in (study.get("counts") or {}).items() if v)
+    progress = study.get("progress")
+    lines = [f"{study.get('id')}  {study.get('name') or ''}".rstrip(),
+             f"  status    {study.get('status')}" + ("  (cancel requested)" if study.get("cancel_requested") else ""),
+             f"  children  {_child_count(study)}" + (f": {counts}" if counts else ""),
+             f"  progress  {100 * progress:.1f}%" if _number(progress) else "  progress  —",
+             f"  {_eta_text(study.get('eta'))}" if study.get("status") in ("queued", "running") else
+             f"  finished  {study.get('finished_at') or '—'}",
+             f"  owner     {study.get('owner')}, {study.get('visibility')}, priority {study.get('priority')}",
+             f"  axes      {', '.join(study.get('axes') or [])}"]
+    print("\n".join(lines))
+    return 0
+
+
+def follow(client: Client, study_id: str, quiet: bool = False, interval: float = 1.0) -> int:
+    """Poll the study (If-None-Match) every ``interval`` seconds with a bar over its children until it
+    ends; the exit status of its final status."""
+    etag: str | None = None
+    study: dict[str, Any] = {}
+    bar: tqdm | None = None
+    try:
+        while True:
+            status, headers, body = client.request("GET", f"/v1/studies/{study_id}",
+                                                   headers={"If-None-Match": etag} if etag else None)
+            if status != 304:
+                etag = {k.lower(): v for k, v in headers.items()}.get("etag")
+                study = json.loads(body)
+                total = _child_count(study) or 1
+                if bar is None:
+                    bar = tqdm(total=total, unit="child", file=sys.stderr, disable=quiet or not sys.stderr.isatty(),
+                               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.2f}/{total} children {postfix}")
+                progress = study.get("progress")
+                bar.n = min(total, total * progress if _number(progress) else _ended(study))
+                bar.set_postfix_str(f"{study.get('status')}, {_eta_text(study.get('eta'))}", refresh=False)
+                bar.refresh()
+            if study.get("status") in END_STATUSES:
+                break
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        if bar is not None:
+            bar.close()
+        print(f"smd study: stopped following {study_id} (the study goes on)", file=sys.stderr)
+        return 130
+    if bar is not None:
+        bar.close()
+    counts = ", ".join(f"{k} {v}" for k, v in (study.get("counts") or {}).items() if v)
+    print(f"smd study: {study_id} {study.get('status')} ({counts})", file=sys.stderr)
+    return END_STATUSES[study["status"]]
+
+
+def table(client: Client, study_id: str, group: str | None = None, as_csv: bool = False,
+          output: Path | None = None) -> int:
+    path = f"/v1/studies/{study_id}/table" + (".csv" if as_csv else "")
+    _, _, body = client.request("GET", path, params={"group": group} if group else None)
+    if not as_csv:
+        body = (json.dumps(json.loads(body), indent=2) + "\n").encode("utf-8")
+    if output is None:
+        sys.stdout.buffer.write(body)
+        sys.stdout.flush()
+    else:
+        Path(output).write_bytes(body)
+        print(f"smd study: wrote {output}", file=sys.stderr)
+    return 0
+
+
+def cancel(client: Client, study_id: str) -> int:
+    study = client.json("POST", f"/v1/studies/{study_id}/cancel")
+    status = study.get("status") if isinstance(study, dict) else None
+    print(f"smd study: cancel requested for {study_id}" + (f" ({status})" if status else ""), file=sys.stderr)
+    return 0
