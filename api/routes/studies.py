@@ -347,14 +347,17 @@ MEDIA_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
 PLOT_RESPONSES: Responses = {
     200: {"content": {"image/png": {}, "image/svg+xml": {}}, "description": "The plot."},
     **STUDY_NOT_FOUND,
-    422: {"model": ErrorOut, "description": "A metric or axis that does not apply to this study (the detail "
-                                            "lists those that do), or a bad parameter."}}
+    422: {"model": ErrorOut, "description": "A metric or axis that does not apply to this study (a validation "
+                                            "error whose msg lists those that do), or a bad parameter."}}
 METRIC = Query(max_length=200, description="A metric the study's children record (the detail of a 422 lists them).")
 
 
-def _not_applicable(what: str, value: str, choices: list[str]) -> HTTPException:
+def _not_applicable(what: str, value: str, choices: list[str], why: str = "") -> HTTPException:
+    """A 422 shaped like a validation error (as /results answers an unknown field): loc, msg, type."""
     listed = ", ".join(choices) if choices else "none (no child has succeeded yet)"
-    return HTTPException(status_code=422, detail=f"{what} {value!r} does not apply to this study; available: {listed}")
+    return HTTPException(status_code=422, detail=[{
+        "loc": ["query", what], "type": "value_error",
+        "msg": f"{what} {value!r} does not apply to this study{why}; available: {listed}"}])
 
 
 def _metrics(children: list[Experiment]) -> list[str]:
@@ -420,8 +423,7 @@ def get_overlay(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
         try:
             xs = time_axis(child.spec, steps, x, full_theory)
         except ValueError as exc:
-            raise HTTPException(status_code=422, detail=f"x {x!r} does not apply to child {child.study_index}: "
-                                                        f"{exc}; available: {', '.join(OVERLAY_X)}") from None
+            raise _not_applicable("x", x, list(OVERLAY_X), f" (child {child.study_index}: {exc})") from None
         ys = stored.get(metric, [])
         given = full_theory.get(theory_name) if theory_name else None
         theory = (given if isinstance(given, list) else [given] * len(steps) if _number(given) else None)

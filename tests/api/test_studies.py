@@ -267,16 +267,23 @@ def test_plot_arguments_that_do_not_apply_are_422(env):
     study = submit(client, study_spec(seeds=[1], grid={"params.lr": [0.05, 0.1]}))
     base = f"/v1/studies/{study['id']}/plots"
     before = client.get(f"{base}/overlay.png", params={"metric": "risk"})
-    assert before.status_code == 422 and "no child has succeeded" in before.json()["detail"]
+    assert before.status_code == 422 and "no child has succeeded" in before.json()["detail"][0]["msg"]
     run_all(settings)
-    r = client.get(f"{base}/overlay.png", params={"metric": "bogus"})
-    assert r.status_code == 422 and "bogus" in r.json()["detail"] and "risk" in r.json()["detail"]
-    r = client.get(f"{base}/overlay.svg", params={"metric": "risk", "x": "banana"})
-    assert r.status_code == 422 and "intrinsic_time" in r.json()["detail"]
-    r = client.get(f"{base}/heatmap.png", params={"metric": "risk", "x": "params.lr", "y": "params.momentum"})
-    assert r.status_code == 422 and "params.lr" in r.json()["detail"] and "intrinsic_lr" in r.json()["detail"]
-    r = client.get(f"{base}/scatter.png", params={"metric": "risk_stationary", "x": "intrinsic_lr"})
-    assert r.status_code == 422 and "risk_stationary" in r.json()["detail"]     # a theory, not a metric
+
+    def refused(path, **params) -> tuple[list, str]:
+        r = client.get(f"{base}/{path}", params=params)
+        assert r.status_code == 422, r.text
+        (error,) = r.json()["detail"]
+        return error["loc"], error["msg"]
+
+    loc, msg = refused("overlay.png", metric="bogus")
+    assert loc == ["query", "metric"] and "'bogus'" in msg and "available: risk, loss" in msg
+    loc, msg = refused("overlay.svg", metric="risk", x="banana")
+    assert loc == ["query", "x"] and "step, lr_time, tau, intrinsic_time" in msg
+    loc, msg = refused("heatmap.png", metric="risk", x="params.lr", y="params.momentum")
+    assert loc == ["query", "y"] and "available: params.lr, intrinsic_lr, lr_over_wd" in msg
+    loc, msg = refused("scatter.png", metric="risk_stationary", x="intrinsic_lr")   # a theory, not a metric
+    assert loc == ["query", "metric"] and "risk_stationary" in msg
     assert client.get(f"{base}/scatter.gif", params={"metric": "risk", "x": "params.lr"}).status_code == 422
 
 
