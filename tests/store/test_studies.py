@@ -90,3 +90,15 @@ def test_derive_status():
     assert d({"failed": 1, "cancelled": 2}) == "failed"
     assert d({"cancelled": 2}) == "cancelled"
     assert d({"succeeded": 1, "failed": 1}) == "partial"
+
+
+def test_a_study_shares_the_queue_per_user_not_per_study(database_url):
+    """Another user's single job, submitted after a study, is next after the study's first child."""
+    _, study = make(database_url)
+    with session_scope(database_url) as s:
+        bob = create_user(s, "bob").id
+        single = jobs.create(s, kind="nrq", name="b", spec={"kind": "nrq"}, total_steps=10, owner_id=bob).id
+    ids = [c.id for c in studies.get_with_children(database_url, study.id).children]
+    assert jobs.queue_order(database_url, "cpu") == [ids[0], single, *ids[1:]]
+    claimed = [jobs.claim_next(database_url, ["cpu"], "w", 60).experiment_id for _ in range(3)]
+    assert claimed == [ids[0], single, ids[1]]
