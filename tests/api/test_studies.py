@@ -1,5 +1,5 @@
-"""The studies API in-process (SQLite; tests/store/test_studies.py runs the store on PostgreSQL too), with
-a real filesystem broker and the real engine: children are run by the worker's runner, in the order the
+"""The studies API in-process (the main flows on SQLite and PostgreSQL, the rest on SQLite), with a real
+filesystem broker and the real engine: children are run by the worker's runner, in the order the
 fair-share claim gives them."""
 from __future__ import annotations
 
@@ -39,7 +39,15 @@ def make_settings(tmp_path, **overrides) -> Settings:
 
 
 @pytest.fixture
-def env(tmp_path):
+def env(tmp_path, database_url):
+    """(client, settings) with auth off, on SQLite and on PostgreSQL."""
+    settings = make_settings(tmp_path, database_url=database_url)
+    with TestClient(create_app(settings)) as client:
+        yield client, settings
+
+
+@pytest.fixture
+def sqlite_env(tmp_path):
     settings = make_settings(tmp_path)
     with TestClient(create_app(settings)) as client:
         yield client, settings
@@ -139,8 +147,8 @@ def test_a_study_is_stored_run_in_order_and_tabled(env):
     assert client.post(f"/v1/studies/{study['id']}/cancel").status_code == 409
 
 
-def test_pages_of_studies(env):
-    client, _ = env
+def test_pages_of_studies(sqlite_env):
+    client, _ = sqlite_env
     ids = [submit(client, study_spec(seeds=[i]))["id"] for i in range(3)]
     page = client.get("/v1/studies", params={"limit": 2}).json()
     assert page["total"] == 3 and [s["id"] for s in page["items"]] == ids[::-1][:2]
@@ -153,8 +161,8 @@ def test_pages_of_studies(env):
     ({"grid": {"params.lr": [0.1, -0.1]}}, ["body", "point", 1, "params", "lr"], ["greater than 0"]),
     ({"grid": {}, "zip": {"params.lr": [0.1, 0.2], "params.weight_decay": [0.01]}}, None, ["equal lengths"]),
 ])
-def test_bad_studies_are_422_and_store_nothing(env, change, where, words):
-    client, settings = env
+def test_bad_studies_are_422_and_store_nothing(sqlite_env, change, where, words):
+    client, settings = sqlite_env
     r = client.post("/v1/studies", json=study_spec(**change))
     assert r.status_code == 422, r.text
     errors = r.json()["detail"]
@@ -262,8 +270,8 @@ def test_owner_and_admin_rules(tmp_path):
         assert high["priority"] == "high"
 
 
-def test_plot_arguments_that_do_not_apply_are_422(env):
-    client, settings = env
+def test_plot_arguments_that_do_not_apply_are_422(sqlite_env):
+    client, settings = sqlite_env
     study = submit(client, study_spec(seeds=[1], grid={"params.lr": [0.05, 0.1]}))
     base = f"/v1/studies/{study['id']}/plots"
     before = client.get(f"{base}/overlay.png", params={"metric": "risk"})
@@ -288,8 +296,8 @@ def test_plot_arguments_that_do_not_apply_are_422(env):
 
 
 @needs_renderers
-def test_plots_render(env, monkeypatch):
-    client, settings = env
+def test_plots_render(sqlite_env, monkeypatch):
+    client, settings = sqlite_env
     study = submit(client, study_spec())
     run_all(settings)
     base = f"/v1/studies/{study['id']}/plots"
@@ -302,12 +310,12 @@ def test_plots_render(env, monkeypatch):
     assert r.status_code == 200 and r.content[:4] == b"\x89PNG"
 
 
-def test_plot_data_handed_to_the_renderers(env, monkeypatch):
+def test_plot_data_handed_to_the_renderers(sqlite_env, monkeypatch):
     """What the routes gather for api.study_plots (a stand-in module here, so this runs without it)."""
     import sys
     import types
 
-    client, settings = env
+    client, settings = sqlite_env
     calls = {}
     fake = types.ModuleType("api.study_plots")
     fake.overlay = lambda lines, metric, x, fmt: calls.setdefault("overlay", (lines, metric, x, fmt)) and b"o"
