@@ -1,4 +1,4 @@
-"""Dependency aliases: settings, the database handle, the current user, the experiment named in the path.
+"""Dependency aliases: settings, the database handle, the current user, the experiment or study named in the path.
 
 No route holds a session: ``DbDep`` is the database URL, which routes pass to store functions; each
 store function runs its own short transaction (store.db.run), so no request keeps a pooled
@@ -12,9 +12,10 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from store import jobs, users
+from store import jobs, studies, users
 from store.models import Experiment, User
 from store.settings import Settings
+from store.studies import StudyView
 
 
 def _settings(request: Request) -> Settings:
@@ -60,11 +61,11 @@ def _current_user(request: Request, db: DbDep, settings: SettingsDep,
 CurrentUserDep = Annotated[User, Depends(_current_user)]
 
 
-def can_read(user: User, experiment: Experiment) -> bool:
+def can_read(user: User, experiment: Experiment | StudyView) -> bool:
     return user.is_admin or experiment.owner_id == user.id or experiment.visibility == "lab"
 
 
-def can_manage(user: User, experiment: Experiment) -> bool:
+def can_manage(user: User, experiment: Experiment | StudyView) -> bool:
     return user.is_admin or experiment.owner_id == user.id
 
 
@@ -88,3 +89,25 @@ def _managed_experiment(experiment: ExperimentDep, user: CurrentUserDep) -> Expe
 
 
 ManagedExperimentDep = Annotated[Experiment, Depends(_managed_experiment)]
+
+
+def _study(db: DbDep, user: CurrentUserDep, study_id: Annotated[str, Path()]) -> StudyView:
+    """A study the user may read (without its children); another user's private one is a 404."""
+    study = studies.get(db, study_id)
+    if study is None or not can_read(user, study):
+        raise HTTPException(status_code=404, detail=f"study {study_id} not found")
+    return study
+
+
+StudyDep = Annotated[StudyView, Depends(_study)]
+
+
+def _managed_study(study: StudyDep, user: CurrentUserDep) -> StudyView:
+    """A study the user may cancel or delete: theirs, or any for an admin."""
+    if not can_manage(user, study):
+        raise HTTPException(status_code=403, detail=f"study {study.id} belongs to {study.owner_name}: "
+                                                    f"only its owner or an admin may change it")
+    return study
+
+
+ManagedStudyDep = Annotated[StudyView, Depends(_managed_study)]

@@ -7,12 +7,13 @@ import hashlib
 from fastapi import Request, Response
 
 from store.models import Experiment
+from store.studies import StudyView
 
 
-def tag(experiment: Experiment, *parts: object) -> str:
+def tag(experiment: Experiment | StudyView, *parts: object) -> str:
     """A strong tag: the same revision, points and representation options give the same bytes. The
     revision covers every field a client sees (store.jobs bumps it on each change of status, progress,
-    error, attempt or cancel flag)."""
+    error, attempt or cancel flag); a study's revision adds its children's."""
     digest = hashlib.sha256(repr((experiment.id, experiment.revision, *parts)).encode()).hexdigest()[:32]
     return f'"{digest}"'
 

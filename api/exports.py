@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from typing import Any
 
 from smdengine import LAYER_SEPARATOR
@@ -84,6 +85,33 @@ def to_parquet(doc: dict[str, Any]) -> bytes:
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
     return sink.getvalue()
+
+
+def rows_to_csv(columns: list[str], rows: list[dict[str, Any]]) -> bytes:
+    """A table of rows (a study's) as UTF-8 CSV, cells as :func:`to_csv` writes them; a list or
+    object value (an axis that sets a schedule entry) as its JSON text."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(columns)
+    writer.writerows([_cell(_scalar(row.get(name))) for name in columns] for row in rows)
+    return out.getvalue().encode("utf-8")
+
+
+def rows_to_parquet(columns: list[str], rows: list[dict[str, Any]]) -> bytes:
+    """A table of rows as a Parquet file: each column typed as :func:`to_parquet` types a series
+    (int64, double, bool or string; lists and objects as JSON text)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    arrays = [_arrow_array(pa, [_scalar(row.get(name)) for row in rows]) for name in columns]
+    table = pa.Table.from_arrays(arrays, names=list(columns))
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def _scalar(value: Any) -> Any:
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, list | dict) else value
 
 
 def _fit(values: Any, n: int) -> list:

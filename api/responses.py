@@ -14,3 +14,5 @@ NOT_FOUND: Responses = {**UNAUTHORIZED,
 FORBIDDEN: Responses = {403: {"model": ErrorOut,
                               "description": "You may read it but not change it (owner or admin only)."}}
 NOT_MODIFIED: Responses = {304: {"description": "Not modified: the If-None-Match tag is still current (no body)."}}
+STUDY_NOT_FOUND: Responses = {**UNAUTHORIZED,
+                              404: {"model": ErrorOut, "description": "No study with that id that you may see."}}

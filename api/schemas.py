@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator
 
-from smdengine import SPECS, tagged_union
+from smdengine import SPECS, ExperimentSpec, StudySpec, tagged_union
 from store.models import Status, as_utc
 
 Visibility = Literal["private", "lab"]
@@ -57,6 +57,7 @@ class ExperimentOut(BaseModel):
     finished_at: datetime | None
     updated_at: datetime
     spec: dict[str, Any]
+    study_id: str | None = Field(None, description="The study this experiment is a child of, if any.")
 
     @field_validator("created_at", "started_at", "finished_at", "updated_at")
     @classmethod
@@ -151,3 +152,78 @@ class ReadyOut(BaseModel):
                                                                      "broker answer.")
     database: str = Field(..., description="ok, or error: <class>: <text>.")
     broker: str = Field(..., description="ok, or error: <class>: <text>.")
+
+
+class StudySubmission(StudySpec, SubmitOptions):
+    """A study (design §5): a base experiment spec expanded over parameter axes into child experiments
+    (grid row-major in the order written × zip × seeds, or an explicit list of points). Every child is
+    validated before anything is stored. visibility and priority apply to every child."""
+
+    base: ExperimentSpec = Field(..., description="An experiment spec: every child starts from it.")  # type: ignore[assignment]
+
+
+StudyStatus = Literal["queued", "running", "succeeded", "failed", "cancelled", "partial"]
+
+
+class StudyChildOut(BaseModel):
+    """One child experiment of a study (a normal experiment: /v1/experiments/{id})."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    index: int = Field(..., description="Its place in expansion order.")
+    point: int = Field(..., description="Index of its combination of axis values.")
+    seed: int
+    values: dict[str, Any] = Field(..., description="Its axis values, by dotted path.")
+    status: Status
+    progress: float
+
+
+class StudyOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    id: str
+    name: str | None
+    owner: str | None = Field(None, validation_alias=AliasChoices("owner_name", "owner"),
+                              description="Name of the user who submitted it.")
+    visibility: Visibility
+    priority: Priority = Field(..., validation_alias=AliasChoices("priority_name", "priority"))
+    status: StudyStatus = Field(..., description=(
+        "From its children: queued (all queued), running (some started, not all ended), succeeded (all), "
+        "failed (all ended, none succeeded, some failed), cancelled (all ended, none succeeded or failed), "
+        "partial (all ended, some succeeded and some not)."))
+    counts: dict[Status, int] = Field(..., description="Children by status.")
+    children_count: int = Field(..., description="Children (points × seeds).")
+    points: int = Field(..., description="Combinations of axis values.")
+    axes: list[str] = Field(..., description="The axis paths, in expansion order.")
+    progress: float = Field(..., description="Mean progress of the children, 0 to 1.")
+    started_at: datetime | None = Field(None, description="When its first child started.")
+    eta: datetime | None = Field(None, description="Estimated finish while running (from the pace since the "
+                                                   "first child started); null otherwise.")
+    eta_seconds: float | None = Field(None, description="Seconds until the estimated finish.")
+    created_at: datetime
+    finished_at: datetime | None = Field(None, description="When its last child ended.")
+    cancel_requested: bool
+    spec: dict[str, Any] = Field(..., description="The study as submitted (without visibility and priority).")
+    children: list[StudyChildOut] | None = Field(None, description="Every child, in expansion order "
+                                                                   "(null in lists).")
+
+    @field_validator("created_at", "started_at", "finished_at", "eta")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        return as_utc(value)
+
+
+class StudyPage(BaseModel):
+    items: list[StudyOut]
+    total: int = Field(..., description="Studies you may see, over all pages.")
+    limit: int
+    next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next page (also in the Link "
+                                                         "header, rel=next); null on the last page.")
+
+
+class StudyTable(BaseModel):
+    """The study's table: one row per child (or per point with group=point)."""
+
+    columns: list[str]
+    rows: list[dict[str, Any]]

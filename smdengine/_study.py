@@ -180,7 +180,8 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
         raise StudyError([e for e in unknown if e])
     children: list[Child] = []
     errors: list[dict[str, Any]] = []
-    seeds = study.seeds or [base.seed]
+    # without ``seeds`` each child keeps the seed of its spec: the base's, or a ``seed`` axis value
+    seeds: list[int | None] = list(study.seeds) if study.seeds else [None]
     for point, values in enumerate(combinations(study)):
         data = base.model_dump(mode="json")
         try:
@@ -191,14 +192,15 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
                            "point": {"index": point, "values": values}})
             continue
         for seed in seeds:
-            data["seed"] = seed
+            if seed is not None:
+                data["seed"] = seed
             try:
                 spec = parse_spec(deepcopy(data))
             except ValidationError as exc:
                 errors.extend({**_plain(e), "loc": ["point", point, *_field_loc(data, e["loc"])],
                                "point": {"index": point, "values": values}} for e in exc.errors())
                 break
-            children.append(Child(len(children), point, values, seed, spec))
+            children.append(Child(len(children), point, values, spec.seed, spec))
         if len(errors) >= max_errors:
             errors.append({"loc": ["point"], "type": "too_many_errors",
                            "msg": f"stopped after {max_errors} errors; fix these first"})

@@ -45,6 +45,7 @@ from store.models import (
     Experiment,
     SeriesChunk,
     Status,
+    Study,
     User,
     as_utc,
     utcnow,
@@ -138,7 +139,8 @@ def by_owner(owner_id: str | None) -> ColumnElement[bool]:
     return Experiment.owner_id.is_(None) if owner_id is None else Experiment.owner_id == owner_id
 
 
-_OWN_ORDER = (Experiment.priority.desc(), Experiment.created_at, Experiment.id)  # within one owner
+# within one owner: a study's children share one created_at, so they run in expansion order
+_OWN_ORDER = (Experiment.priority.desc(), Experiment.created_at, Experiment.study_index, Experiment.id)
 
 
 @transaction
@@ -306,6 +308,7 @@ def finish_claimed(session: Session, claim: Claim, status: str, *, error: str | 
         raise LeaseLost(claim.experiment_id)
     _end_attempt(session, claim.experiment_id, claim.attempt, status)
     session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == claim.experiment_id))
+    settle_study(session, claim.experiment_id)
 
 
 def _finish(session: Session, where: ColumnElement[bool], status: str, **results: Any) -> bool:
@@ -348,7 +351,25 @@ def request_cancel(session: Session, experiment_id: str) -> Experiment | None:
                             **_BUMP))
     session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status.not_in(TERMINAL))
                     .values(cancel_requested=True, updated_at=utcnow(), **_BUMP))
+    settle_study(session, experiment_id)
     return session.get(Experiment, experiment_id, populate_existing=True)
+
+
+def settle_study(session: Session, experiment_id: str | None = None, *, study_id: str | None = None) -> None:
+    """After a job ended: if it was the last unfinished child of a study, the study's
+    ``finished_at`` (set once). The study's row is locked before its children are counted, so of
+    two children ending at once the later one sees the other ended (locks: child, then study)."""
+    if study_id is None:
+        study_id = session.scalar(select(Experiment.study_id).where(Experiment.id == experiment_id))
+        if study_id is None:
+            return
+    if session.execute(select(Study.id).where(Study.id == study_id).with_for_update()).first() is None:
+        return
+    unfinished = session.scalar(select(func.count()).select_from(Experiment).where(
+        Experiment.study_id == study_id, Experiment.status.not_in(TERMINAL)))
+    if not unfinished:
+        session.execute(update(Study).where(Study.id == study_id, Study.finished_at.is_(None))
+                        .values(finished_at=utcnow(), revision=Study.revision + 1))
 
 
 @transaction
@@ -390,6 +411,8 @@ def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | No
                 requeued.append(experiment_id)
         if done:
             _end_attempt(session, experiment_id, attempts, "interrupted" if interrupted else "lost")
+            if experiment_id not in requeued:
+                settle_study(session, experiment_id)
     return requeued
 
 

@@ -116,6 +116,46 @@ class Experiment(Base):
     priority: Mapped[int] = mapped_column(Integer, default=PRIORITIES["normal"])
     # bumped by every change a client can see (status, progress, points, cancel flag): ETags and events
     revision: Mapped[int] = mapped_column(Integer, default=0)
+    # a study's child (design §5): its study, index in expansion order, point (index of its axis
+    # values), those values ({path: value}) and seed; all null for a single experiment
+    study_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("studies.id", ondelete="CASCADE"),
+                                                 index=True)
+    study_index: Mapped[int | None] = mapped_column(Integer)
+    study_point: Mapped[int | None] = mapped_column(Integer)
+    study_seed: Mapped[int | None] = mapped_column(BigInteger)
+    study_values: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    owner: Mapped[User | None] = relationship(lazy="joined")
+
+    @property
+    def owner_name(self) -> str | None:
+        return self.owner.name if self.owner is not None else None
+
+    @property
+    def priority_name(self) -> str:
+        return PRIORITY_NAMES.get(self.priority, "normal")
+
+
+class Study(Base):
+    """A study (design §5): one request expanded into child experiments (rows of ``experiments``
+    with ``study_id``), all created with it. Its status, counts and progress are derived from the
+    children (store.studies); ``finished_at`` is set when its last child ends."""
+
+    __tablename__ = "studies"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    owner_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("users.id"), index=True)
+    name: Mapped[str | None] = mapped_column(String(200))
+    visibility: Mapped[str] = mapped_column(String(8), default="private")
+    priority: Mapped[int] = mapped_column(Integer, default=PRIORITIES["normal"])
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)          # the request as submitted, minus service fields
+    axes: Mapped[list[str]] = mapped_column(JSON)               # axis paths in expansion order
+    children: Mapped[int] = mapped_column(Integer)
+    points: Mapped[int] = mapped_column(Integer)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # bumped by changes of the study row itself; its ETag adds the children's revisions
+    revision: Mapped[int] = mapped_column(Integer, default=0)
     owner: Mapped[User | None] = relationship(lazy="joined")
 
     @property

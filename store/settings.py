@@ -26,6 +26,8 @@ class Settings(BaseSettings):
                                                             "it per user.")
     max_active_jobs: int = Field(default=200, ge=1, description="Per-user quota: queued + running jobs; `smd users quota` "
                                                        "overrides it per user.")
+    max_study_points: int = Field(default=1000, ge=1, description="Largest study: children (points × seeds) "
+                                                                  "of one POST /v1/studies.")
     quota_retry_seconds: int = Field(default=60, ge=1, le=86400, description="Retry-After of a 429 when no better "
                                                                     "estimate exists (e.g. none of the user's "
                                                                     "jobs has progressed yet).")

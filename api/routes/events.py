@@ -7,10 +7,11 @@ between polls), and ends after the event that reports a terminal status.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Collection
 from typing import Annotated, Any
 
 import anyio
@@ -86,16 +87,18 @@ def _known_revision(last_event_id: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
-async def _stream(request: Request, url: str, first: dict[str, Any], known: int | None,
-                  poll_seconds: float, keepalive_seconds: float,
-                  timeout: float | None) -> AsyncIterator[bytes]:
+async def _stream(request: Request, read: Callable[[], dict[str, Any] | None], first: dict[str, Any],
+                  known: int | None, poll_seconds: float, keepalive_seconds: float,
+                  timeout: float | None, ended: Collection[str] = TERMINAL) -> AsyncIterator[bytes]:
+    """Snapshots from ``read()`` (None: deleted), polled in a worker thread, until a status in ``ended``
+    (the resource's id and revision are the snapshot's ``id`` and ``revision``)."""
     clock = anyio.current_time
     deadline = None if timeout is None else clock() + timeout
     yield f"retry: {RETRY_MS}\n\n".encode()
     status, revision = first["status"], first["revision"]
     if known is None or known < revision:
         yield _event(first, "status")
-    if status in TERMINAL:  # sent now, or the client already has it
+    if status in ended:  # sent now, or the client already has it
         return
     quiet_since = next_poll = clock()
     next_poll += poll_seconds
@@ -113,7 +116,7 @@ async def _stream(request: Request, url: str, first: dict[str, Any], known: int 
         if now >= next_poll:
             next_poll = now + poll_seconds
             try:
-                state = await anyio.to_thread.run_sync(_read, url, first["id"])
+                state = await anyio.to_thread.run_sync(read)
             except DBAPIError as exc:  # the database is away: keep the stream, try again next poll
                 if not failing:
                     log.warning("events for experiment %s: cannot read it (%s); retrying", first["id"], exc)
@@ -128,7 +131,7 @@ async def _stream(request: Request, url: str, first: dict[str, Any], known: int 
                 if state["revision"] != revision:
                     yield _event(state, "status" if state["status"] != status else "progress")
                     status, revision, quiet_since = state["status"], state["revision"], clock()
-                    if status in TERMINAL:
+                    if status in ended:
                         return
                     continue
         if clock() - quiet_since >= keepalive_seconds:
@@ -156,6 +159,7 @@ async def stream_events(experiment: ExperimentDep, request: Request, settings: S
                                                                "EventSource on reconnect): the current state "
                                                                "is sent only if it is newer.")] = None):
     """Stream the experiment's status and progress changes as Server-Sent Events until it ends."""
-    body = _stream(request, settings.db_url, _of(experiment), _known_revision(last_event_id),
+    body = _stream(request, functools.partial(_read, settings.db_url, experiment.id), _of(experiment),
+                   _known_revision(last_event_id),
                    settings.events_poll_seconds, settings.events_keepalive_seconds, timeout)
     return EventStream(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

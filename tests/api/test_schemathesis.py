@@ -45,7 +45,7 @@ _TMP = tempfile.TemporaryDirectory(prefix="smd-schemathesis-")
 def _settings(name: str, auth: str) -> Settings:
     folder = Path(_TMP.name) / name
     return Settings(state_dir=folder / "state", database_url=f"sqlite:///{folder / 'smd.sqlite3'}", auth=auth,
-                    sweeper=False, max_active_jobs=10**6, events_poll_seconds=0.05)
+                    sweeper=False, max_active_jobs=10**6, events_poll_seconds=0.05, max_study_points=8)
 
 
 def _schema(settings: Settings, max_examples: int):
@@ -94,12 +94,17 @@ upgrade_head(SETTINGS_OFF.db_url)
 schema_auth_off = _schema(SETTINGS_OFF, MAX_EXAMPLES_AUTH_OFF)
 
 SEEDED: list[str] = []  # experiment ids, filled by the `seeded` fixture before any case is generated
+SEEDED_STUDIES: list[str] = []
 PLOT_NAMES = ["au", "norm", "risk", "f_histogram", "loss", "accuracy"]
 
 
 @schema.hook
 def flatmap_path_parameters(context, path_parameters):
-    """Now and then a seeded experiment (and a real plot name) instead of the generated ones."""
+    """Now and then a seeded experiment (and a real plot name) or study instead of the generated ones."""
+    if path_parameters and "study_id" in path_parameters and SEEDED_STUDIES:
+        study = st.fixed_dictionaries({**{k: st.just(v) for k, v in path_parameters.items()},
+                                       "study_id": st.sampled_from(SEEDED_STUDIES)})
+        return st.one_of(st.just(path_parameters), study, study, study)
     if not path_parameters or "experiment_id" not in path_parameters or not SEEDED:
         return st.just(path_parameters)
     real = {"experiment_id": st.sampled_from(SEEDED)}
@@ -112,7 +117,8 @@ def flatmap_path_parameters(context, path_parameters):
 @pytest.fixture(scope="module", autouse=True)
 def seeded():
     """Finished experiments of each kind that "other" shares with the lab (readable, not changeable by the
-    fuzzing user), a private one of theirs (a 404 for it), and a queued one of the fuzzing user's own."""
+    fuzzing user), a private one of theirs (a 404 for it), and a queued one of the fuzzing user's own; a
+    finished lab study of "other" and a queued study of the fuzzing user's."""
     client = TestClient(create_app(SETTINGS))  # no lifespan: the database is migrated already
     other, fuzzer = ({"Authorization": f"Bearer {KEYS[name]}"} for name in ("other", "fuzzer"))
     train = train_spec(steps=20, eval_every=10)
@@ -126,8 +132,18 @@ def seeded():
         SEEDED.append(r.json()["id"])
         if run:
             assert execute(SETTINGS, SEEDED[-1]) == "succeeded"
+    # a finished lab-visible study of "other" (2 children) and a queued one of the fuzzing user's own
+    study = {"base": small_spec(trials=4, steps=40), "grid": {"params.lr": [0.05, 0.1]}}
+    for extra, headers, run in [({"visibility": "lab"}, other, True), ({}, fuzzer, False)]:
+        r = client.post("/v1/studies", json={**study, **extra}, headers=headers)
+        assert r.status_code == 202, r.text
+        SEEDED_STUDIES.append(r.json()["id"])
+        for child in client.get(f"/v1/studies/{SEEDED_STUDIES[-1]}", headers=headers).json()["children"]:
+            if run:
+                assert execute(SETTINGS, child["id"]) == "succeeded"
     yield
     SEEDED.clear()
+    SEEDED_STUDIES.clear()
 
 
 def bound_stream(case) -> None:
@@ -146,6 +162,9 @@ BOUNDS = {"less_than_equal": ("le", lambda value, bound: value > bound),
           "greater_than": ("gt", lambda value, bound: value <= bound)}
 
 
+STUDY_ERRORS = {"unknown_path", "bad_path", "too_many_points", "too_many_errors"}
+
+
 def rightly_refused(error: dict) -> bool:
     """Whether a 422 error refuses data that the schema allows, or does not really allow:
 
@@ -154,8 +173,10 @@ def rightly_refused(error: dict) -> bool:
       not have (they depend on its kind, model and layers). Each is a `value_error` naming the rule (for
       `fields`, with the available names);
     - a number really out of its documented bound: schemathesis compares integers with bounds as floats, so
-      it takes 2**63 - 1 + 192 for a valid seed (2**63 - 1 is no float)."""
-    if error.get("type") == "value_error":
+      it takes 2**63 - 1 + 192 for a valid seed (2**63 - 1 is no float);
+    - a study that does not expand: an axis path the base spec does not have, a child spec that its kind's
+      model refuses (the error names the point), or more children than SMD_MAX_STUDY_POINTS."""
+    if error.get("type") == "value_error" or error.get("type") in STUDY_ERRORS or "point" in error:
         return True
     key, outside = BOUNDS.get(error.get("type"), (None, None))
     bound, value = (error.get("ctx") or {}).get(key), error.get("input")
@@ -167,8 +188,12 @@ def valid_data_refused_rightly(response) -> bool:
     if response.status_code != 422:
         return False
     errors = response.json().get("detail")
-    return bool(errors) and isinstance(errors, list) and all(isinstance(e, dict) and rightly_refused(e)
-                                                             for e in errors)
+    if not (errors and isinstance(errors, list) and all(isinstance(e, dict) for e in errors)):
+        return False
+    # a union (a study axis: a list of values, or a span) reports every member it tried, each at the union's
+    # location plus the member's name: when one member refuses the data rightly, the others' refusals follow
+    unions = {tuple(e.get("loc", ()))[:-1] for e in errors if rightly_refused(e)}
+    return all(rightly_refused(e) or tuple(e.get("loc", ()))[:-1] in unions for e in errors)
 
 
 def validate(case, response, **kwargs) -> None:

@@ -1,0 +1,504 @@
+"""The studies resource (design §5): submit, list, read, follow, cancel, delete; the comparison table
+(JSON, CSV, Parquet) and plots. A study's children are ordinary experiments (/v1/experiments/{id})."""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
+from fastapi.encoders import jsonable_encoder
+from pydantic import ValidationError
+
+from api import etag, exports
+from api.deps import CurrentUserDep, DbDep, ManagedStudyDep, SettingsDep, StudyDep
+from api.responses import FORBIDDEN, NOT_MODIFIED, STUDY_NOT_FOUND, UNAUTHORIZED, Responses
+from api.results import downsample_indices
+from api.routes.events import EventStream, _known_revision, _stream
+from api.routes.experiments import CURSOR_PATTERN
+from api.schemas import SERVICE_FIELDS, ErrorOut, StudyOut, StudyPage, StudySubmission, StudyTable
+from smdengine import (
+    DERIVED_AXES,
+    OVERLAY_X,
+    ChildRecord,
+    StudyError,
+    expand_study,
+    group_by_point,
+    json_safe,
+    output_names,
+    study_table,
+    table_columns,
+    theory_curve,
+    theory_of,
+    time_axis,
+)
+from store import series, studies
+from store.models import EPOCH, PRIORITIES, Experiment, as_utc
+from store.studies import NewChild, StudyView
+from worker.queue import queue_for, ring
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/studies", tags=["studies"])
+
+ENDED = ("succeeded", "failed", "cancelled", "partial")
+RING_AT_ONCE = 32   # doorbells sent per queue at submission; the sweeper rings for the rest
+MAX_LINE_POINTS = 2000
+CURVE_POINTS = 60
+
+
+def _links(status: str, *operations: str) -> dict:
+    return {"responses": {status: {"links": {
+        operation[0].upper() + operation[1:]: {"operationId": operation,
+                                               "parameters": {"study_id": "$response.body#/id"}}
+        for operation in operations}}}}
+
+
+def _body_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Engine errors as a request's 422 detail: locations in the body, JSON-safe."""
+    return json_safe(jsonable_encoder([{**e, "loc": ["body", *e.get("loc", [])]} for e in errors]))
+
+
+@router.post("", status_code=202, response_model=StudyOut, operation_id="submitStudy",
+             responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
+                        **UNAUTHORIZED,
+                        403: {"model": ErrorOut, "description": "priority high is for admins only."},
+                        422: {"description": "Invalid study: each error names where (an axis with the nearest "
+                                             "valid paths; a point with its index and axis values, the field "
+                                             "and the reason), or too many children (SMD_MAX_STUDY_POINTS)."},
+                        429: {"model": ErrorOut, "description": "Over a quota, applied to the study as a whole "
+                                                                "(the detail says which); Retry-After says when "
+                                                                "to try again. Nothing is stored."}},
+             openapi_extra=_links("202", "getStudy", "cancelStudy"))
+def submit_study(submission: StudySubmission, db: DbDep, settings: SettingsDep, user: CurrentUserDep,
+                 response: Response):
+    """Expand a study into its children, validate every one, check your quotas for the whole study,
+    store the study and all its children in one transaction, and queue them."""
+    if submission.priority == "high" and not user.is_admin:
+        raise HTTPException(status_code=403, detail="priority: 'high' is for admins only; use 'low' or 'normal'")
+    engine = submission.model_dump(mode="json", exclude=SERVICE_FIELDS)
+    try:
+        expanded = expand_study(engine, max_children=settings.max_study_points)
+    except StudyError as exc:
+        raise HTTPException(status_code=422, detail=_body_errors(exc.errors)) from None
+    except ValidationError as exc:  # the model above already validated it: a study the engine reads otherwise
+        raise HTTPException(status_code=422, detail=_body_errors(
+            [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()])) from None
+    label = (submission.name or submission.base.name or "study")[:190]
+    children = [NewChild(index=c.index, point=c.point, seed=c.seed, values=c.values, kind=c.spec.kind,
+                         name=f"{label} #{c.index}", spec=c.spec.model_dump(mode="json"),
+                         total_steps=c.spec.params.steps, queue=queue_for(c.spec.device), work=c.spec.work)
+                 for c in expanded]
+    max_work = user.max_work or settings.max_work
+    max_active = user.max_active_jobs or settings.max_active_jobs
+    try:  # committed when this returns: the rows exist before any worker can see a message
+        study = studies.create(db, owner_id=user.id, name=submission.name, visibility=submission.visibility,
+                               priority=PRIORITIES[submission.priority],
+                               spec=submission.model_dump(mode="json", exclude=SERVICE_FIELDS, exclude_unset=True),
+                               axes=submission.axes(), points=len({c.point for c in expanded}), children=children,
+                               max_active_jobs=max_active, max_work=max_work,
+                               default_retry_seconds=settings.quota_retry_seconds)
+    except studies.WorkQuotaExceeded as exc:
+        raise HTTPException(status_code=429, headers={"Retry-After": str(settings.quota_retry_seconds)}, detail=(
+            f"quota: work is limited to {exc.limit} for {user.name} (trials·steps·dim; × 1/dt and × samples where "
+            f"they apply), and this study's {len(children)} children need {exc.work} together: make it smaller, "
+            f"or ask an admin to raise the limit (smd users quota)")) from None
+    except studies.StudyQuotaExceeded as exc:
+        raise HTTPException(status_code=429, headers={"Retry-After": str(exc.retry_after)}, detail=(
+            f"quota: at most {exc.limit} queued + running jobs for {user.name}; you have {exc.active} and this "
+            f"study adds {exc.adding}: wait for some to end, cancel some, or submit a smaller study")) from None
+    queues: dict[str, int] = {}
+    for child in children:
+        queues[child.queue] = queues.get(child.queue, 0) + 1
+    for queue, n in queues.items():
+        try:
+            ring(settings, queue, min(n, RING_AT_ONCE))
+        except Exception as exc:  # the children are safe in the database: the sweeper rings once the broker is back
+            log.warning("could not reach the broker for study %s (%s); the sweeper will queue it", study.id, exc)
+    response.headers["Location"] = f"/v1/studies/{study.id}"
+    return study
+
+
+_MAX_MICROS = (as_utc(datetime.max) - EPOCH) // timedelta(microseconds=1)
+
+
+def _encode_cursor(study: StudyView) -> str:
+    return f"{(as_utc(study.created_at) - EPOCH) // timedelta(microseconds=1)}.{study.id}"
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    micros, _, study_id = cursor.partition(".")
+    return EPOCH + timedelta(microseconds=min(int(micros), _MAX_MICROS)), study_id
+
+
+@router.get("", response_model=StudyPage, operation_id="listStudies", responses=UNAUTHORIZED)
+def list_studies(request: Request, response: Response, db: DbDep, user: CurrentUserDep,
+                 limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                 cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN, description=(
+                     "Where the previous page ended: its next_cursor."))] = None):
+    """List the studies you may see (yours and lab-visible ones; all for admins), newest first
+    (without their children)."""
+    items, total = studies.page(db, viewer_id=user.id, everyone=user.is_admin,
+                                after=_decode_cursor(cursor) if cursor else None, limit=limit + 1)
+    next_cursor = _encode_cursor(items[limit - 1]) if len(items) > limit else None
+    if next_cursor:
+        response.headers["Link"] = f'<{request.url.include_query_params(cursor=next_cursor)}>; rel="next"'
+    return StudyPage(items=[StudyOut.model_validate(s) for s in items[:limit]], total=total, limit=limit,
+                     next_cursor=next_cursor)
+
+
+@router.get("/{study_id}", response_model=StudyOut, operation_id="getStudy",
+            responses={**STUDY_NOT_FOUND, **NOT_MODIFIED}, openapi_extra=_links("200", "cancelStudy"))
+def get_study(study: StudyDep, db: DbDep, request: Request, response: Response):
+    """Status, counts by child status, progress, estimated finish and every child (id, axis values,
+    seed, status) of one study (ETag: send If-None-Match to poll)."""
+    current = etag.tag(study, "study")
+    if etag.matches(request, current):
+        return etag.not_modified(current)
+    full = studies.get_with_children(db, study.id)
+    if full is None:  # deleted meanwhile
+        raise HTTPException(status_code=404, detail=f"study {study.id} not found")
+    response.headers["ETag"] = etag.tag(full, "study")
+    return full
+
+
+@router.post("/{study_id}/cancel", status_code=202, response_model=StudyOut, operation_id="cancelStudy",
+             openapi_extra=_links("202", "getStudy", "deleteStudy"),
+             responses={**STUDY_NOT_FOUND, **FORBIDDEN,
+                        409: {"model": ErrorOut, "description": "The study already ended."}})
+def cancel_study(study: ManagedStudyDep, db: DbDep):
+    """Cancel every unfinished child: queued ones at once, running ones within seconds (keeping their
+    partial results)."""
+    if study.status in ENDED:
+        raise HTTPException(status_code=409, detail=f"study {study.id} already {study.status}")
+    current = studies.request_cancel(db, study.id)
+    if current is None:
+        raise HTTPException(status_code=404, detail=f"study {study.id} not found")
+    return current
+
+
+@router.delete("/{study_id}", status_code=204, operation_id="deleteStudy",
+               responses={**STUDY_NOT_FOUND, **FORBIDDEN,
+                          409: {"model": ErrorOut, "description": "A child is still queued or running: cancel "
+                                                                  "the study first."}})
+def delete_study(study: ManagedStudyDep, db: DbDep):
+    """Delete an ended study and its children with their results (owner or admin)."""
+    if study.status not in ENDED or not studies.remove(db, study.id):
+        raise HTTPException(status_code=409, detail=f"study {study.id} is {study.status}: cancel it first")
+    return Response(status_code=204)
+
+
+# ----------------------------------------------------------------------------- events
+
+STUDY_EVENT_FORMAT = (
+    "A stream of Server-Sent Events, each a snapshot of the study:\n\n"
+    "    id: <revision>\n"
+    "    event: status | progress\n"
+    "    data: {\"id\": ..., \"status\": ..., \"progress\": ..., \"counts\": {...}, \"children_count\": ..., "
+    "\"eta\": ..., \"eta_seconds\": ..., \"cancel_requested\": ..., \"finished_at\": ..., \"revision\": ...}\n\n"
+    "As for an experiment's events: `retry:` first, then the current state (unless Last-Event-ID shows the "
+    "client has it), then an event whenever the revision changes (`status` when the status changed). The "
+    "stream ends after the event reporting succeeded, failed, cancelled or partial, after `event: deleted`, "
+    "or when `timeout` runs out.")
+
+
+def _snapshot(study: StudyView) -> dict[str, Any]:
+    def iso(value: datetime | None) -> str | None:
+        return None if value is None else as_utc(value).isoformat().replace("+00:00", "Z")
+
+    return {"id": study.id, "status": study.status, "progress": study.progress, "counts": study.counts,
+            "children_count": study.children_count, "eta": iso(study.eta), "eta_seconds": study.eta_seconds,
+            "cancel_requested": study.cancel_requested, "finished_at": iso(study.finished_at),
+            "revision": study.revision}
+
+
+def _reader(url: str, study_id: str) -> Callable[[], dict[str, Any] | None]:
+    def read() -> dict[str, Any] | None:
+        study = studies.get(url, study_id)
+        return None if study is None else _snapshot(study)
+    return read
+
+
+@router.get("/{study_id}/events", operation_id="streamStudyEvents", response_class=Response,
+            responses={200: {"description": STUDY_EVENT_FORMAT,
+                             "content": {"text/event-stream": {"schema": {
+                                 "type": "object", "required": ["data"],
+                                 "properties": {"event": {"type": "string", "enum": ["status", "progress", "deleted"]},
+                                                "id": {"type": "string"}, "data": {"type": "string"},
+                                                "retry": {"type": "integer"}}}}}},
+                       **STUDY_NOT_FOUND})
+async def stream_study_events(study: StudyDep, request: Request, settings: SettingsDep,
+                              timeout: Annotated[float | None, Query(
+                                  gt=0, le=3600, description="Close the stream after this many seconds "
+                                                             "(default: when the study ends).")] = None,
+                              last_event_id: Annotated[str | None, Header(
+                                  alias="Last-Event-ID", description="The id of the last event received: the "
+                                                                     "current state is sent only if it is "
+                                                                     "newer.")] = None):
+    """Stream the study's status and progress as Server-Sent Events until it ends."""
+    body = _stream(request, _reader(settings.db_url, study.id), _snapshot(study), _known_revision(last_event_id),
+                   settings.events_poll_seconds, settings.events_keepalive_seconds, timeout, ended=ENDED)
+    return EventStream(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+# ----------------------------------------------------------------------------- table
+
+
+class Group(StrEnum):
+    point = "point"
+
+
+GROUP = Query(description="point: one row per point, each numeric value the mean over its succeeded "
+                          "children (seeds) beside <name>_se, its standard error.")
+
+
+def _records(children: list[Experiment]) -> list[ChildRecord]:
+    return [ChildRecord(index=c.study_index or 0, point=c.study_point or 0, values=c.study_values or {},
+                        seed=c.study_seed if c.study_seed is not None else int(c.spec.get("seed", 0)),
+                        status=c.status, spec=c.spec, summary=c.summary, theory=c.theory, experiment_id=c.id)
+            for c in children]
+
+
+def _rows(db: str, study: StudyView, group: Group | None) -> list[dict[str, Any]]:
+    rows = study_table(_records(studies.children(db, study.id)))
+    if group == Group.point:
+        rows = group_by_point(rows, study.axes)
+    return json_safe(rows)
+
+
+_TABLE_DOC = ("One row per child: index, point, seed, experiment_id, status, the axis values (named by their "
+              "paths), the derived values (intrinsic_lr, lr_over_wd, ...), every summary value and every scalar "
+              "theory value; with group=point one row per point, means over seeds and <name>_se.")
+
+
+def _table_responses(media_type: str | None) -> Responses:
+    out: Responses = {**STUDY_NOT_FOUND, **NOT_MODIFIED}
+    if media_type is not None:
+        out = {200: {"description": _TABLE_DOC, "content": {media_type: {"schema": {"type": "string",
+                                                                                    "format": "binary"}}}},
+               **{code: {"description": r["description"], "content": {"application/json": {
+                   "schema": {"$ref": "#/components/schemas/ErrorOut"}}}} for code, r in STUDY_NOT_FOUND.items()},
+               **NOT_MODIFIED}
+    return out
+
+
+@router.get("/{study_id}/table", response_model=StudyTable, operation_id="getStudyTable",
+            responses=_table_responses(None))
+def get_study_table(study: StudyDep, db: DbDep, request: Request, response: Response,
+                    group: Annotated[Group | None, GROUP] = None):
+    """The study's comparison table as JSON, {columns, rows}: one row per child (index, point, seed,
+    experiment_id, status, axis values by path, derived values, every summary value and every scalar
+    theory value), or per point with group=point (means over seeds and <name>_se)."""
+    current = etag.tag(study, "table", group)
+    if etag.matches(request, current):
+        return etag.not_modified(current)
+    rows = _rows(db, study, group)
+    response.headers["ETag"] = current
+    return StudyTable(columns=table_columns(rows), rows=rows)
+
+
+class CsvResponse(Response):
+    media_type = "text/csv"
+
+
+class ParquetResponse(Response):
+    media_type = exports.PARQUET_MEDIA_TYPE
+
+
+def _table_export(study: StudyView, db: str, request: Request, group: Group | None, fmt: str,
+                  render: Callable[[list[str], list[dict[str, Any]]], bytes],
+                  response_class: type[Response]) -> Response:
+    current = etag.tag(study, fmt, group)
+    if etag.matches(request, current):
+        return etag.not_modified(current)
+    rows = _rows(db, study, group)
+    suffix = "-points" if group else ""
+    return response_class(content=render(table_columns(rows), rows), headers={
+        "ETag": current, "Content-Disposition": f'attachment; filename="study-{study.id}{suffix}.{fmt}"'})
+
+
+@router.get("/{study_id}/table.csv", response_class=CsvResponse, operation_id="exportStudyTableCsv",
+            responses=_table_responses("text/csv"))
+def export_study_table_csv(study: StudyDep, db: DbDep, request: Request,
+                           group: Annotated[Group | None, GROUP] = None):
+    """The study's table as CSV (floats written to read back exactly; null is an empty cell)."""
+    return _table_export(study, db, request, group, "csv", exports.rows_to_csv, CsvResponse)
+
+
+@router.get("/{study_id}/table.parquet", response_class=ParquetResponse, operation_id="exportStudyTableParquet",
+            responses=_table_responses(exports.PARQUET_MEDIA_TYPE))
+def export_study_table_parquet(study: StudyDep, db: DbDep, request: Request,
+                               group: Annotated[Group | None, GROUP] = None):
+    """The study's table as a Parquet file."""
+    return _table_export(study, db, request, group, "parquet", exports.rows_to_parquet, ParquetResponse)
+
+
+# ----------------------------------------------------------------------------- plots
+
+
+class PlotFormat(StrEnum):
+    png = "png"
+    svg = "svg"
+
+
+MEDIA_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
+PLOT_RESPONSES: Responses = {
+    200: {"content": {"image/png": {}, "image/svg+xml": {}}, "description": "The plot."},
+    **STUDY_NOT_FOUND,
+    422: {"model": ErrorOut, "description": "A metric or axis that does not apply to this study (a validation "
+                                            "error whose msg lists those that do), or a bad parameter."}}
+METRIC = Query(max_length=200, description="A metric the study's children record (the detail of a 422 lists them).")
+
+
+def _not_applicable(what: str, value: str, choices: list[str], why: str = "") -> HTTPException:
+    """A 422 shaped like a validation error (as /results answers an unknown field): loc, msg, type."""
+    listed = ", ".join(choices) if choices else "none (no child has succeeded yet)"
+    return HTTPException(status_code=422, detail=[{
+        "loc": ["query", what], "type": "value_error",
+        "msg": f"{what} {value!r} does not apply to this study{why}; available: {listed}"}])
+
+
+def _metrics(children: list[Experiment]) -> list[str]:
+    """The declared metric names the succeeded children summarize (theory names excluded)."""
+    done = [c for c in children if c.status == "succeeded"]
+    if not done:
+        return []
+    theory = {name for c in done for name in (c.theory or {})}
+    summary = {name for c in done for name in (c.summary or {})}
+    return [n for n in output_names(done[0].spec) if n != "step" and n in summary and n not in theory]
+
+
+def _axes(study: StudyView, rows: list[dict[str, Any]]) -> list[str]:
+    """The axes and derived values present in the grouped rows."""
+    names = [*study.axes, *DERIVED_AXES]
+    return [n for n in names if any(_number(row.get(n)) for row in rows)]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _renderers():
+    try:
+        from api import study_plots
+    except ImportError as exc:  # the renderers are a separate module (api/study_plots.py)
+        raise HTTPException(status_code=404, detail=f"study plots are not available on this server ({exc})") from None
+    return study_plots
+
+
+def _label(child: Experiment, axes: list[str]) -> str:
+    values = child.study_values or {}
+    parts = [f"{path.rsplit('.', 1)[-1]}={values[path]:g}" if _number(values.get(path))
+             else f"{path.rsplit('.', 1)[-1]}={values.get(path)}" for path in axes if path in values]
+    return ", ".join([*parts, f"seed={child.study_seed}"])
+
+
+def _image(content: bytes, fmt: PlotFormat) -> Response:
+    return Response(content=content, media_type=MEDIA_TYPES[fmt.value])
+
+
+@router.get("/{study_id}/plots/overlay.{fmt}", response_class=Response, operation_id="getStudyOverlay",
+            responses=PLOT_RESPONSES)
+def get_overlay(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[str, METRIC],
+                x: Annotated[str, Query(description=f"The time axis: {', '.join(OVERLAY_X)}.")] = "step"):
+    """A metric of every succeeded child on one plot, against step, lr_time (Σ η), tau (seed 002's τ(t))
+    or intrinsic_time (t·ηλ); theory dashed."""
+    children = studies.children(db, study.id)
+    metrics = _metrics(children)
+    if metric not in metrics:
+        raise _not_applicable("metric", metric, metrics)
+    if x not in OVERLAY_X:
+        raise _not_applicable("x", x, list(OVERLAY_X))
+    lines = []
+    for child in children:
+        if child.status != "succeeded":
+            continue
+        stored = series.read_series(db, child.id)
+        steps = stored.get("step", [])
+        theory_name = theory_of(child.kind, child.spec, metric)
+        keep = downsample_indices(len(steps), MAX_LINE_POINTS) if len(steps) > MAX_LINE_POINTS else range(len(steps))
+        full_theory = child.theory or {}
+        try:
+            xs = time_axis(child.spec, steps, x, full_theory)
+        except ValueError as exc:
+            raise _not_applicable("x", x, list(OVERLAY_X), f" (child {child.study_index}: {exc})") from None
+        ys = stored.get(metric, [])
+        given = full_theory.get(theory_name) if theory_name else None
+        theory = (given if isinstance(given, list) else [given] * len(steps) if _number(given) else None)
+        lines.append({"label": _label(child, study.axes), "x": [xs[i] for i in keep],
+                      "y": [_float(ys[i]) if i < len(ys) else math.nan for i in keep],
+                      "theory": None if theory is None else [_float(theory[i]) if i < len(theory) else math.nan
+                                                             for i in keep]})
+    return _image(_renderers().overlay(lines, metric, x, fmt.value), fmt)
+
+
+def _float(value: Any) -> float:
+    return float(value) if _number(value) else math.nan
+
+
+def _point_rows(db: str, study: StudyView) -> tuple[list[Experiment], list[dict[str, Any]]]:
+    children = studies.children(db, study.id)
+    return children, group_by_point(study_table(_records(children)), study.axes)
+
+
+def _checked(study: StudyView, children: list[Experiment], rows: list[dict[str, Any]], metric: str,
+             **axes: str) -> str | None:
+    """422 unless the metric and axes apply; the metric's theory name when the rows hold it."""
+    metrics = _metrics(children)
+    if metric not in metrics:
+        raise _not_applicable("metric", metric, metrics)
+    available = _axes(study, rows)
+    for name, value in axes.items():
+        if value not in available:
+            raise _not_applicable(name, value, available)
+    done = next(c for c in children if c.status == "succeeded")
+    theory = theory_of(done.kind, done.spec, metric)
+    return theory if theory is not None and any(_number(row.get(theory)) for row in rows) else None
+
+
+@router.get("/{study_id}/plots/heatmap.{fmt}", response_class=Response, operation_id="getStudyHeatmap",
+            responses=PLOT_RESPONSES)
+def get_heatmap(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[str, METRIC],
+                x: Annotated[str, Query(max_length=200, description="An axis or derived value.")],
+                y: Annotated[str, Query(max_length=200, description="Another axis or derived value.")]):
+    """The tail metric over two axes (means over seeds), the theory beside it on the same colour
+    scale, iso-ηλ diagonals drawn."""
+    children, rows = _point_rows(db, study)
+    theory = _checked(study, children, rows, metric, x=x, y=y)
+    return _image(_renderers().heatmap(json_safe(rows), x, y, metric, theory, fmt.value), fmt)
+
+
+@router.get("/{study_id}/plots/scatter.{fmt}", response_class=Response, operation_id="getStudyScatter",
+            responses=PLOT_RESPONSES)
+def get_scatter(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[str, METRIC],
+                x: Annotated[str, Query(max_length=200, description="An axis or derived value.")]):
+    """The tail metric against an axis or derived value, error bars over seeds, the theory curve
+    overlaid."""
+    children, rows = _point_rows(db, study)
+    theory = _checked(study, children, rows, metric, x=x)
+    xs = [float(row[x]) for row in rows if _number(row.get(x))]
+    curve = None
+    done = next(c for c in children if c.status == "succeeded")
+    if xs and theory_of(done.kind, done.spec, metric) is not None:
+        grid = _span(min(xs), max(xs))
+        try:
+            ys = theory_curve(done.spec, x, metric, grid)
+        except (ValueError, KeyError, IndexError, TypeError) as exc:  # no theory along this axis
+            log.info("study %s: no theory curve of %s along %s (%s)", study.id, metric, x, exc)
+            ys = None
+        if ys is not None:
+            curve = (grid, ys)
+    return _image(_renderers().scatter(json_safe(rows), x, metric, theory, curve, fmt.value), fmt)
+
+
+def _span(low: float, high: float) -> list[float]:
+    """CURVE_POINTS values from low to high: geometric when both are positive and far apart."""
+    if high <= low:
+        return [low]
+    if low > 0 and high / low > 10:
+        return [math.exp(math.log(low) + (math.log(high) - math.log(low)) * i / (CURVE_POINTS - 1))
+                for i in range(CURVE_POINTS)]
+    return [low + (high - low) * i / (CURVE_POINTS - 1) for i in range(CURVE_POINTS)]
+

@@ -1,0 +1,347 @@
+"""The studies API in-process (the main flows on SQLite and PostgreSQL, the rest on SQLite), with a real
+filesystem broker and the real engine: children are run by the worker's runner, in the order the
+fair-share claim gives them."""
+from __future__ import annotations
+
+import csv
+import importlib.util
+import io
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from api.main import create_app
+from store.models import Experiment, SeriesChunk, Study
+from store.settings import Settings
+from tests.conftest import auth, make_users, small_spec
+from tests.dbutil import session_scope
+from worker.runner import execute, execute_next
+
+HAS_RENDERERS = importlib.util.find_spec("api.study_plots") is not None
+needs_renderers = pytest.mark.skipif(not HAS_RENDERERS, reason="api/study_plots.py (the renderers, written "
+                                                               "separately) is not merged yet")
+
+
+def study_spec(**extra) -> dict:
+    """A 2 × 2 lr × weight_decay grid of small nrq runs, seeds 1 and 2: 8 children, 4 points."""
+    base = small_spec(trials=16, steps=200, record_every=20)
+    spec = {"name": "grid", "base": base,
+            "grid": {"params.lr": [0.05, 0.1], "params.weight_decay": [0.01, 0.02]}, "seeds": [1, 2]}
+    spec.update(extra)
+    return spec
+
+
+def make_settings(tmp_path, **overrides) -> Settings:
+    values = {"state_dir": tmp_path / "state", "database_url": f"sqlite:///{tmp_path / 'smd.sqlite3'}",
+              "flush_seconds": 0.2, "auth": "off", "sweeper": False, **overrides}
+    return Settings(**values)
+
+
+@pytest.fixture
+def env(tmp_path, database_url):
+    """(client, settings) with auth off, on SQLite and on PostgreSQL."""
+    settings = make_settings(tmp_path, database_url=database_url)
+    with TestClient(create_app(settings)) as client:
+        yield client, settings
+
+
+@pytest.fixture
+def sqlite_env(tmp_path):
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings)) as client:
+        yield client, settings
+
+
+def counts(url: str) -> tuple[int, int]:
+    """(studies, experiments) stored."""
+    with session_scope(url) as s:
+        return (s.scalar(select(func.count()).select_from(Study)),
+                s.scalar(select(func.count()).select_from(Experiment)))
+
+
+def submit(client, spec, headers=None) -> dict:
+    r = client.post("/v1/studies", json=spec, headers=headers or {})
+    assert r.status_code == 202, r.text
+    assert r.headers["location"] == f"/v1/studies/{r.json()['id']}"
+    return r.json()
+
+
+def run_all(settings) -> list[str]:
+    """Run queued jobs until none is left; the ids in the order they were claimed."""
+    order = []
+    while True:
+        with session_scope(settings.db_url) as s:
+            before = {e.id for e in s.scalars(select(Experiment).where(Experiment.status == "queued"))}
+        if execute_next(settings, ["cpu"]) == "idle":
+            return order
+        with session_scope(settings.db_url) as s:
+            after = {e.id for e in s.scalars(select(Experiment).where(Experiment.status == "queued"))}
+        order.extend(before - after)
+
+
+def test_a_study_is_stored_run_in_order_and_tabled(env):
+    client, settings = env
+    study = submit(client, study_spec())
+    assert study["status"] == "queued" and study["children_count"] == 8 and study["points"] == 4
+    assert study["axes"] == ["params.lr", "params.weight_decay"] and study["counts"]["queued"] == 8
+    assert study["spec"]["grid"] == study_spec()["grid"] and "visibility" not in study["spec"]
+    assert study["owner"] == "local" and study["visibility"] == "private" and study["priority"] == "normal"
+    assert len(list(settings.broker_folder.glob("*.msg"))) == 8  # a doorbell per child (up to 32)
+
+    got = client.get(f"/v1/studies/{study['id']}").json()
+    children = got["children"]
+    assert [c["index"] for c in children] == list(range(8))
+    expected = [(lr, wd, seed) for lr in (0.05, 0.1) for wd in (0.01, 0.02) for seed in (1, 2)]
+    assert [(c["values"]["params.lr"], c["values"]["params.weight_decay"], c["seed"]) for c in children] == expected
+    assert [c["point"] for c in children] == [0, 0, 1, 1, 2, 2, 3, 3]
+    for child, (lr, wd, seed) in zip(children, expected, strict=True):
+        exp = client.get(f"/v1/experiments/{child['id']}").json()
+        assert exp["study_id"] == study["id"] and exp["name"] == f"grid #{child['index']}"
+        assert exp["spec"]["params"]["lr"] == lr and exp["spec"]["params"]["weight_decay"] == wd
+        assert exp["spec"]["seed"] == seed and exp["spec"]["params"]["trials"] == 16
+
+    first = execute_next(settings, ["cpu"])
+    assert first == "succeeded"
+    running = client.get(f"/v1/studies/{study['id']}").json()
+    assert running["status"] == "running" and running["counts"]["succeeded"] == 1
+    assert running["progress"] == pytest.approx(1 / 8) and running["eta_seconds"] is not None
+    assert running["children"][0]["status"] == "succeeded"   # the first in expansion order ran first
+
+    order = run_all(settings)
+    assert order == [c["id"] for c in children[1:]]            # children run in point order
+    done = client.get(f"/v1/studies/{study['id']}")
+    body = done.json()
+    assert body["status"] == "succeeded" and body["counts"]["succeeded"] == 8 and body["progress"] == 1.0
+    assert body["finished_at"] and body["eta"] is None
+    assert client.get(f"/v1/studies/{study['id']}", headers={"If-None-Match": done.headers["etag"]}).status_code == 304
+
+    table = client.get(f"/v1/studies/{study['id']}/table").json()
+    assert len(table["rows"]) == 8
+    for name in ("index", "point", "seed", "experiment_id", "status", "params.lr", "params.weight_decay",
+                 "intrinsic_lr", "lr_over_wd", "risk", "risk_stationary"):
+        assert name in table["columns"], name
+    row = table["rows"][3]
+    assert row["params.lr"] == 0.05 and row["params.weight_decay"] == 0.02 and row["seed"] == 2
+    assert row["intrinsic_lr"] == pytest.approx(0.05 * 0.02) and 0 < row["risk"] < 1
+
+    grouped = client.get(f"/v1/studies/{study['id']}/table", params={"group": "point"}).json()
+    assert len(grouped["rows"]) == 4 and all(r["n"] == 2 for r in grouped["rows"])
+    pair = [r["risk"] for r in table["rows"][:2]]
+    assert grouped["rows"][0]["risk"] == pytest.approx(sum(pair) / 2) and grouped["rows"][0]["risk_se"] > 0
+
+    text = client.get(f"/v1/studies/{study['id']}/table.csv")
+    assert text.status_code == 200 and text.headers["content-type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(text.text)))
+    assert len(rows) == 8 and float(rows[0]["risk"]) == table["rows"][0]["risk"]
+    parquet = client.get(f"/v1/studies/{study['id']}/table.parquet", params={"group": "point"})
+    assert parquet.status_code == 200 and parquet.content[:4] == b"PAR1"
+    import pyarrow.parquet as pq
+    assert pq.read_table(io.BytesIO(parquet.content)).num_rows == 4
+
+    events = client.get(f"/v1/studies/{study['id']}/events")
+    assert events.status_code == 200 and '"status":"succeeded"' in events.text and "event: status" in events.text
+
+    listed = client.get("/v1/studies").json()
+    assert listed["total"] == 1 and listed["items"][0]["id"] == study["id"] and listed["items"][0]["children"] is None
+    assert client.post(f"/v1/studies/{study['id']}/cancel").status_code == 409
+
+
+def test_pages_of_studies(sqlite_env):
+    client, _ = sqlite_env
+    ids = [submit(client, study_spec(seeds=[i]))["id"] for i in range(3)]
+    page = client.get("/v1/studies", params={"limit": 2}).json()
+    assert page["total"] == 3 and [s["id"] for s in page["items"]] == ids[::-1][:2]
+    rest = client.get("/v1/studies", params={"limit": 2, "cursor": page["next_cursor"]}).json()
+    assert [s["id"] for s in rest["items"]] == ids[:1] and rest["next_cursor"] is None
+
+
+@pytest.mark.parametrize("change, where, words", [
+    ({"grid": {"params.lrr": [0.1]}}, ["body", "axis", "params.lrr"], ["params.lr"]),
+    ({"grid": {"params.lr": [0.1, -0.1]}}, ["body", "point", 1, "params", "lr"], ["greater than 0"]),
+    ({"grid": {}, "zip": {"params.lr": [0.1, 0.2], "params.weight_decay": [0.01]}}, None, ["equal lengths"]),
+])
+def test_bad_studies_are_422_and_store_nothing(sqlite_env, change, where, words):
+    client, settings = sqlite_env
+    r = client.post("/v1/studies", json=study_spec(**change))
+    assert r.status_code == 422, r.text
+    errors = r.json()["detail"]
+    text = str(errors)
+    assert all(w in text for w in words), errors
+    if where is not None:
+        assert any(e["loc"] == where for e in errors), errors
+    if where and where[1] == "point":
+        error = next(e for e in errors if e["loc"] == where)
+        assert error["point"] == {"index": 1, "values": {"params.lr": -0.1}}
+    assert counts(settings.db_url) == (0, 0)
+    assert not list(settings.broker_folder.glob("*.msg"))
+
+
+def test_too_many_points_is_422(tmp_path):
+    settings = make_settings(tmp_path, max_study_points=7)
+    with TestClient(create_app(settings)) as client:
+        r = client.post("/v1/studies", json=study_spec())
+        assert r.status_code == 422 and r.json()["detail"][0]["type"] == "too_many_points"
+        assert "at most 7" in r.json()["detail"][0]["msg"]
+        assert counts(settings.db_url) == (0, 0)
+        assert client.post("/v1/studies", json=study_spec(seeds=[1])).status_code == 202
+
+
+@pytest.mark.parametrize("quota, words", [
+    ({"max_active_jobs": 10}, ["at most 10 queued + running jobs", "you have 3", "adds 8"]),
+    ({"max_work": 100_000}, ["work is limited to 100000", "need 256000"]),
+])
+def test_quotas_apply_to_the_whole_study(tmp_path, quota, words):
+    settings = make_settings(tmp_path, **quota)
+    with TestClient(create_app(settings)) as client:
+        for _ in range(3):
+            assert client.post("/v1/experiments", json=small_spec(trials=1, steps=20, dim=2)).status_code == 202
+        r = client.post("/v1/studies", json=study_spec())   # 8 children of 16·200·10 = 32 000
+        assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1, r.text
+        assert all(w in r.json()["detail"] for w in words), r.json()
+        assert counts(settings.db_url) == (0, 3)
+        assert client.post("/v1/studies", json=study_spec(seeds=[1], grid={"params.lr": [0.1]})).status_code == 202
+
+
+def test_cancel_stops_every_child(env):
+    client, settings = env
+    from store import jobs
+
+    study = submit(client, study_spec())
+    claim = jobs.claim_next(settings.db_url, ["cpu"], "w", 60)      # the first child is running
+    r = client.post(f"/v1/studies/{study['id']}/cancel")
+    assert r.status_code == 202
+    body = r.json()
+    assert body["cancel_requested"] and body["status"] == "running"
+    assert body["counts"]["cancelled"] == 7 and body["counts"]["running"] == 1
+    assert execute_next(settings, ["cpu"]) == "idle"                # nothing new starts
+    assert client.delete(f"/v1/studies/{study['id']}").status_code == 409   # a child still runs
+    running = client.get(f"/v1/experiments/{claim.experiment_id}").json()
+    assert running["status"] == "running" and running["cancel_requested"]
+    jobs.finish_claimed(settings.db_url, claim, "cancelled")          # its runner stops at the next flush
+    ended = client.get(f"/v1/studies/{study['id']}").json()
+    assert ended["status"] == "cancelled" and ended["finished_at"]
+    assert client.post(f"/v1/studies/{study['id']}/cancel").status_code == 409
+
+
+def test_statuses_partial_and_delete_cascades(env):
+    client, settings = env
+    study = submit(client, study_spec(seeds=[1]))
+    children = client.get(f"/v1/studies/{study['id']}").json()["children"]
+    assert execute(settings, children[0]["id"]) == "succeeded"
+    assert client.delete(f"/v1/studies/{study['id']}").status_code == 409   # still active
+    assert client.post(f"/v1/studies/{study['id']}/cancel").status_code == 202
+    got = client.get(f"/v1/studies/{study['id']}").json()
+    assert got["status"] == "partial" and got["counts"] == {"queued": 0, "running": 0, "succeeded": 1,
+                                                            "failed": 0, "cancelled": 3}
+    with session_scope(settings.db_url) as s:
+        assert s.scalar(select(func.count()).select_from(SeriesChunk)) > 0
+    other = client.post("/v1/experiments", json=small_spec()).json()   # not part of the study: stays
+    assert client.delete(f"/v1/studies/{study['id']}").status_code == 204
+    assert counts(settings.db_url) == (0, 1)
+    with session_scope(settings.db_url) as s:
+        assert s.scalar(select(func.count()).select_from(SeriesChunk)) == 0
+    assert client.get(f"/v1/studies/{study['id']}").status_code == 404
+    assert client.get(f"/v1/experiments/{children[0]['id']}").status_code == 404
+    assert client.get(f"/v1/experiments/{other['id']}").status_code == 200
+
+
+def test_owner_and_admin_rules(tmp_path):
+    settings = make_settings(tmp_path, auth="on")
+    keys = make_users(settings.db_url)
+    with TestClient(create_app(settings)) as client:
+        alice, bob, root = auth(keys.alice), auth(keys.bob), auth(keys.root)
+        private = submit(client, study_spec(seeds=[1]), alice)
+        shared = submit(client, study_spec(seeds=[1], visibility="lab"), alice)
+        for method, path in [("get", ""), ("get", "/table"), ("post", "/cancel"), ("delete", ""),
+                             ("get", "/events"), ("get", "/plots/overlay.png?metric=risk")]:
+            r = getattr(client, method)(f"/v1/studies/{private['id']}{path}", headers=bob)
+            assert r.status_code == 404 and private["id"] in r.json()["detail"], (method, path, r.text)
+        assert client.get(f"/v1/studies/{shared['id']}", headers=bob).status_code == 200
+        assert client.get(f"/v1/studies/{shared['id']}/table", headers=bob).status_code == 200
+        assert client.post(f"/v1/studies/{shared['id']}/cancel", headers=bob).status_code == 403
+        assert client.delete(f"/v1/studies/{shared['id']}", headers=bob).status_code == 403
+        assert [s["id"] for s in client.get("/v1/studies", headers=bob).json()["items"]] == [shared["id"]]
+        assert client.get("/v1/studies", headers=root).json()["total"] == 2
+        assert client.post(f"/v1/studies/{private['id']}/cancel", headers=root).status_code == 202
+        assert client.post("/v1/studies", json=study_spec(priority="high"), headers=bob).status_code == 403
+        assert client.get("/v1/studies").status_code == 401
+        high = submit(client, study_spec(seeds=[1], priority="high"), root)
+        assert high["priority"] == "high"
+
+
+def test_plot_arguments_that_do_not_apply_are_422(sqlite_env):
+    client, settings = sqlite_env
+    study = submit(client, study_spec(seeds=[1], grid={"params.lr": [0.05, 0.1]}))
+    base = f"/v1/studies/{study['id']}/plots"
+    before = client.get(f"{base}/overlay.png", params={"metric": "risk"})
+    assert before.status_code == 422 and "no child has succeeded" in before.json()["detail"][0]["msg"]
+    run_all(settings)
+
+    def refused(path, **params) -> tuple[list, str]:
+        r = client.get(f"{base}/{path}", params=params)
+        assert r.status_code == 422, r.text
+        (error,) = r.json()["detail"]
+        return error["loc"], error["msg"]
+
+    loc, msg = refused("overlay.png", metric="bogus")
+    assert loc == ["query", "metric"] and "'bogus'" in msg and "available: risk, loss" in msg
+    loc, msg = refused("overlay.svg", metric="risk", x="banana")
+    assert loc == ["query", "x"] and "step, lr_time, tau, intrinsic_time" in msg
+    loc, msg = refused("heatmap.png", metric="risk", x="params.lr", y="params.momentum")
+    assert loc == ["query", "y"] and "available: params.lr, intrinsic_lr, lr_over_wd" in msg
+    loc, msg = refused("scatter.png", metric="risk_stationary", x="intrinsic_lr")   # a theory, not a metric
+    assert loc == ["query", "metric"] and "risk_stationary" in msg
+    assert client.get(f"{base}/scatter.gif", params={"metric": "risk", "x": "params.lr"}).status_code == 422
+
+
+@needs_renderers
+def test_plots_render(sqlite_env, monkeypatch):
+    client, settings = sqlite_env
+    study = submit(client, study_spec())
+    run_all(settings)
+    base = f"/v1/studies/{study['id']}/plots"
+    for x in ("step", "lr_time", "tau", "intrinsic_time"):
+        r = client.get(f"{base}/overlay.png", params={"metric": "risk", "x": x})
+        assert r.status_code == 200 and r.content[:8] == b"\x89PNG\r\n\x1a\n", (x, r.text[:300])
+    r = client.get(f"{base}/heatmap.svg", params={"metric": "risk", "x": "params.lr", "y": "params.weight_decay"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg+xml") and b"<svg" in r.content
+    r = client.get(f"{base}/scatter.png", params={"metric": "risk", "x": "intrinsic_lr"})
+    assert r.status_code == 200 and r.content[:4] == b"\x89PNG"
+
+
+def test_plot_data_handed_to_the_renderers(sqlite_env, monkeypatch):
+    """What the routes gather for api.study_plots (a stand-in module here, so this runs without it)."""
+    import sys
+    import types
+
+    client, settings = sqlite_env
+    calls = {}
+    fake = types.ModuleType("api.study_plots")
+    fake.overlay = lambda lines, metric, x, fmt: calls.setdefault("overlay", (lines, metric, x, fmt)) and b"o"
+    fake.heatmap = lambda rows, x, y, metric, theory, fmt: calls.setdefault("heatmap", (rows, x, y, metric, theory)) \
+        and b"h"
+    fake.scatter = lambda rows, x, metric, theory, curve, fmt: calls.setdefault(
+        "scatter", (rows, x, metric, theory, curve)) and b"s"
+    monkeypatch.setitem(sys.modules, "api.study_plots", fake)
+    import api
+    monkeypatch.setattr(api, "study_plots", fake, raising=False)
+    study = submit(client, study_spec())
+    run_all(settings)
+    base = f"/v1/studies/{study['id']}/plots"
+    assert client.get(f"{base}/overlay.png", params={"metric": "risk", "x": "intrinsic_time"}).content == b"o"
+    lines, metric, x, fmt = calls["overlay"]
+    assert len(lines) == 8 and metric == "risk" and x == "intrinsic_time" and fmt == "png"
+    assert lines[0]["label"] == "lr=0.05, weight_decay=0.01, seed=1"
+    assert len(lines[0]["x"]) == len(lines[0]["y"]) == len(lines[0]["theory"]) == 10
+    assert lines[0]["x"][1] == pytest.approx(20 * 0.05 * 0.01)
+    assert client.get(f"{base}/heatmap.svg", params={"metric": "risk", "x": "params.lr",
+                                                      "y": "params.weight_decay"}).content == b"h"
+    rows, x, y, metric, theory = calls["heatmap"]
+    assert len(rows) == 4 and theory == "risk_stationary" and (x, y) == ("params.lr", "params.weight_decay")
+    assert client.get(f"{base}/scatter.png", params={"metric": "risk", "x": "intrinsic_lr"}).content == b"s"
+    rows, x, metric, theory, curve = calls["scatter"]
+    assert len(rows) == 4 and "risk_se" in rows[0] and theory == "risk_stationary"
+    xs, ys = curve
+    assert len(xs) == len(ys) == 60 and xs[0] == pytest.approx(0.0005) and xs[-1] == pytest.approx(0.002)
+    assert all(y is None or y > 0 for y in ys)
