@@ -1,0 +1,177 @@
+"""Studies on the production topology: a real Redis, a real `smd api` (auth on, its sweeper) and two
+real `smd worker` processes sharing a database (SQLite and PostgreSQL); users and keys made with the CLI.
+
+- A 12-point study uses both workers, its children start in point order, and another user's single
+  job submitted after the study started is not held back behind the study's remaining points.
+- A worker SIGKILLed mid-study: its child resumes on another worker from its checkpoint, and the
+  study's table equals the table of the same children run by the engine in this process.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+
+import smdengine
+from tests.integration.procs import spawn, stop, wait_http
+from tests.servers import free_port, redis_server
+
+pytestmark = pytest.mark.integration
+ENDED = {"succeeded", "failed", "cancelled", "partial"}
+
+
+def nrq(trials: int, steps: int, record_every: int) -> dict:
+    return {"kind": "nrq", "seed": 0, "device": "cpu",
+            "params": {"dim": 10, "trials": trials, "steps": steps, "record_every": record_every}}
+
+
+@pytest.fixture(scope="module")
+def redis_url():
+    with redis_server() as url:
+        yield url
+
+
+def cli(env: dict, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "smdcli.main", *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done.stdout
+
+
+class Stack:
+    """An API (auth on) and named workers (concurrency 1 each) on one Redis and one database."""
+
+    def __init__(self, tmp, redis_url, database_url):
+        self.tmp = tmp
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "SMD_BROKER_URL": redis_url, "SMD_DATABASE_URL": database_url,
+                    "SMD_STATE_DIR": str(tmp / "state"), "SMD_PORT": str(self.port), "SMD_AUTH": "on",
+                    "SMD_FLUSH_SECONDS": "0.3", "SMD_LEASE_SECONDS": "3", "SMD_SWEEP_SECONDS": "0.5",
+                    "SMD_CHECKPOINT_SECONDS": "0.5", "SMD_WORKER_CONCURRENCY": "1", "SMD_WORKER_QUEUES": "cpu",
+                    "SMD_SOFT_SHUTDOWN_SECONDS": "2"}
+        self.keys = {}
+        for name in ("alice", "bob"):
+            cli(self.env, "users", "create", name)
+            self.keys[name] = cli(self.env, "keys", "create", name).strip()
+        self.workers: dict[str, subprocess.Popen] = {}
+        self.api = spawn([sys.executable, "-m", "smdcli.main", "api"], self.env, tmp / "api.log")
+        wait_http(f"{self.base}/healthz", self.api, tmp / "api.log")
+
+    def client(self, user: str) -> httpx.Client:
+        return httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {self.keys[user]}"}, timeout=30)
+
+    def start_worker(self, name: str) -> None:
+        self.workers[name] = spawn([sys.executable, "-m", "smdcli.main", "worker"],
+                                   {**self.env, "SMD_WORKER_NAME": name}, self.tmp / f"{name}.log")
+
+    def kill_worker(self, name: str) -> None:
+        proc = self.workers.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-2500:]}" for p in sorted(self.tmp.glob("*.log")))
+
+    def close(self) -> None:
+        for proc in [self.api, *self.workers.values()]:
+            stop(proc)
+
+
+@pytest.fixture
+def stack(tmp_path, redis_url, database_url):
+    s = Stack(tmp_path, redis_url, database_url)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def when(value: str) -> datetime:
+    return datetime.fromisoformat(value).astimezone(UTC)
+
+
+def wait_study(client: httpx.Client, study_id: str, done, timeout: float = 240, logs=lambda: "") -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = client.get(f"/v1/studies/{study_id}").json()
+        if done(body):
+            return body
+        assert time.monotonic() < deadline, (body, logs())
+        time.sleep(0.2)
+
+
+def children(client: httpx.Client, study: dict) -> list[dict]:
+    """Every child as its experiment (with started_at and worker), in study order."""
+    return [client.get(f"/v1/experiments/{child['id']}").json()
+            for child in sorted(study["children"], key=lambda c: c["index"])]
+
+
+def test_a_study_uses_both_workers_in_point_order_and_holds_back_no_other_user(stack):
+    stack.start_worker("w1")
+    stack.start_worker("w2")
+    alice, bob = stack.client("alice"), stack.client("bob")
+    study = {"name": "twelve", "base": nrq(128, 6000, 200), "grid": {"params.lr": [0.05, 0.1, 0.2, 0.4],
+                                                                      "params.weight_decay": [0.005, 0.01, 0.02]}}
+    r = alice.post("/v1/studies", json=study)
+    assert r.status_code == 202, r.text
+    assert r.headers["Location"] == f"/v1/studies/{r.json()['id']}"
+    study_id = r.json()["id"]
+    wait_study(alice, study_id, lambda b: b["status"] == "running", logs=stack.logs)
+    r = bob.post("/v1/experiments", json=nrq(64, 2000, 100))
+    assert r.status_code == 202, r.text
+    single = r.json()["id"]
+    body = wait_study(alice, study_id, lambda b: b["status"] in ENDED, logs=stack.logs)
+    assert body["status"] == "succeeded", (body, stack.logs())
+    runs = children(alice, body)
+    assert len(runs) == 12 and all(run["status"] == "succeeded" for run in runs)
+    assert {run["worker"] for run in runs} == {"w1", "w2"}, [run["worker"] for run in runs]
+    starts = [when(run["started_at"]) for run in runs]
+    assert starts == sorted(starts)   # point order
+    bobs = bob.get(f"/v1/experiments/{single}").json()
+    deadline = time.monotonic() + 60
+    while bobs["status"] != "succeeded":
+        assert time.monotonic() < deadline, bobs
+        time.sleep(0.2)
+        bobs = bob.get(f"/v1/experiments/{single}").json()
+    assert when(bobs["started_at"]) < starts[-1], (bobs["started_at"], [run["started_at"] for run in runs])
+    assert bob.get(f"/v1/studies/{study_id}").status_code == 404   # alice's private study
+    table = alice.get(f"/v1/studies/{study_id}/table").json()
+    assert len(table["rows"]) == 12
+
+
+def test_a_worker_killed_mid_study_loses_nothing(stack):
+    stack.start_worker("w1")
+    stack.start_worker("w2")
+    alice = stack.client("alice")
+    study = {"name": "killed", "base": nrq(256, 30_000, 300), "grid": {"params.lr": [0.1, 0.2]},
+             "seeds": [0, 1]}
+    r = alice.post("/v1/studies", json=study)
+    assert r.status_code == 202, r.text
+    study_id = r.json()["id"]
+
+    def mid_child_on_w1(body: dict) -> bool:   # w1 is a third into a child: past its first checkpoints
+        return any(alice.get(f"/v1/experiments/{c['id']}").json()["worker"] == "w1"
+                   for c in body["children"] if c["status"] == "running" and c["progress"] > 0.3)
+
+    wait_study(alice, study_id, mid_child_on_w1, timeout=120, logs=stack.logs)
+    stack.kill_worker("w1")
+    stack.start_worker("w3")
+    body = wait_study(alice, study_id, lambda b: b["status"] in ENDED, timeout=300, logs=stack.logs)
+    assert body["status"] == "succeeded", (body, stack.logs())
+    runs = children(alice, body)
+    assert any(run["attempts"] == 2 for run in runs), [run["attempts"] for run in runs]
+    served = alice.get(f"/v1/studies/{study_id}/table").json()
+    records = [smdengine.ChildRecord(c.index, c.point, c.values, c.seed, "succeeded", c.spec.model_dump(mode="json"),
+                                     **{k: v for k, v in smdengine.run(c.spec).to_document().items()
+                                        if k in ("summary", "theory")})
+               for c in smdengine.expand_study(study)]
+    local = smdengine.study_table(records)
+    assert [{k: v for k, v in row.items() if k != "experiment_id"} for row in served["rows"]] == \
+           [{k: v for k, v in row.items() if k != "experiment_id"} for row in local]
