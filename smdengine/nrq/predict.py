@@ -7,22 +7,18 @@ import numpy as np
 
 from smdengine._science import Phase, au_equilibrium, phase_at, record_steps
 from smdengine.nrq import theory
-from smdengine.nrq.spec import NRQPhysics, NRQSpec
-
-
-def predict_nrq(spec: NRQSpec, init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
-    """``au_equilibrium`` always; ``norm_sq_theory`` for SGD; ``risk_stationary`` and ``kappa``
-    for SGD on a two-level spectrum. Each a list aligned on the record steps.
-
-    ``norm_sq_theory`` averages the closed form over the initial squared norms: the law of
-    |X_0|² before a run, the realized ``init_norms_sq`` (one per trial) once it has started.
-    """
-    return predict_physics(spec.params, spec.params.momentum, init_norms_sq)
+from smdengine.nrq.spec import NRQPhysics
 
 
 def predict_physics(p: NRQPhysics, momentum: float = 0.0,
                     init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
-    """:func:`predict_nrq` for the NRQ problem ``p`` run with momentum ``momentum``."""
+    """Theory of the NRQ problem ``p`` run with momentum ``momentum``: ``au_equilibrium`` always;
+    ``norm_sq_theory`` for SGD; ``risk_stationary`` and ``kappa`` for SGD on a two-level spectrum.
+    Each a list aligned on the record steps.
+
+    ``norm_sq_theory`` averages the closed form over the initial squared norms: the law of
+    |X_0|² before a run, the realized ``init_norms_sq`` (one per trial) once it has started.
+    """
     steps = record_steps(p.steps, p.record_every)
     all_phases = p.phases()
     out: dict[str, Any] = {
