@@ -29,8 +29,10 @@ def predict_physics(p: NRQPhysics, momentum: float = 0.0,
         return out
     if init_norms_sq is None:
         nodes, weights = theory.init_norm_sq_law(p.dim, p.init_std)
-    else:
-        nodes, weights = _compress(np.asarray(init_norms_sq, dtype=np.float64))
+    else:   # at most 1024 weighted nodes standing for the sample: sorted, averaged in contiguous groups
+        parts = np.array_split(np.sort(np.asarray(init_norms_sq, dtype=np.float64)), min(1024, len(init_norms_sq)))
+        nodes, weights = np.array([part.mean() for part in parts]), np.array([len(part) for part in parts])
+        weights = weights / len(init_norms_sq)
     out["norm_sq_theory"] = _norm_sq_series(p, steps, all_phases, nodes, weights)
     levels = p.two_level()
     if levels is not None:
@@ -69,11 +71,3 @@ def _norm_sq_series(p: NRQPhysics, steps: list[int], all_phases: list[Phase], no
                                             ph.lr, ph.weight_decay)
             out[chunk] = m_t @ weights
     return out.tolist()
-
-
-def _compress(values: np.ndarray, groups: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``groups`` weighted nodes standing for the sample ``values`` (sorted, averaged in
-    contiguous groups; exact when there are no more values than groups)."""
-    values = np.sort(values)
-    parts = np.array_split(values, min(groups, len(values)))
-    return np.array([part.mean() for part in parts]), np.array([len(part) for part in parts]) / len(values)
