@@ -14,7 +14,6 @@ torch is imported when a run starts, not with this module.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from smdengine._registry import model_of, parse_spec
@@ -29,7 +28,7 @@ from smdengine._runtime import (
     StopCheck,
     fingerprint,
 )
-from smdengine._simulator import Context, Row
+from smdengine._simulator import Context
 
 if TYPE_CHECKING:
     import torch
@@ -46,45 +45,6 @@ def resolve_device(device: str) -> torch.device:
     if device == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device: expected a CUDA device, got none available on this worker")
     return torch.device(device)
-
-
-class _Recorder:
-    """The series of one run. Rows (name → 0-d tensor: one number per point, a mean over trials; 1-d:
-    a list per point) stay on the device until an event, so recording does not synchronise with an
-    accelerator every point."""
-
-    def __init__(self, names: Sequence[str], total_steps: int, on_progress: ProgressCallback | None,
-                 resumed: Checkpoint | None):
-        self.names = tuple(names)
-        self.total_steps = total_steps
-        self.on_progress = on_progress
-        self.series: dict[str, list] = {"step": [], **{m: [] for m in self.names}}
-        self._steps: list[int] = []
-        self._rows: dict[str, list[torch.Tensor]] = {m: [] for m in self.names}
-        if resumed is not None:
-            missing = set(self.series) - set(resumed.series)
-            if missing:
-                raise ValueError(f"checkpoint: expected series {sorted(self.series)}, got none for {sorted(missing)}")
-            self.series = {k: list(resumed.series[k]) for k in self.series}
-
-    def record(self, step: int, row: Row) -> None:
-        self._steps.append(step)
-        for name in self.names:
-            self._rows[name].append(row[name])
-
-    def flush(self, step: int) -> None:
-        """Move the buffered rows into :attr:`series` and report them as one progress event."""
-        import torch
-
-        points: dict[str, list] = {"step": self._steps}
-        for name in self.names:
-            rows = self._rows[name]
-            points[name] = torch.stack(rows).tolist() if rows else []
-        for key, values in points.items():
-            self.series[key].extend(values)
-        self._steps, self._rows = [], {m: [] for m in self.names}
-        if self.on_progress is not None:
-            self.on_progress(Progress(step=step, total_steps=self.total_steps, points=points))
 
 
 def run(spec: AnySpec | dict[str, Any], *, on_progress: ProgressCallback | None = None,
@@ -108,45 +68,62 @@ def run(spec: AnySpec | dict[str, Any], *, on_progress: ProgressCallback | None 
 
     spec = parse_spec(spec)
     device = resolve_device(spec.device)
-    resumed: Checkpoint | None = None
-    if checkpoint is not None:
-        checkpoint.fingerprint = fingerprint(spec.model_dump_json(), device.type)
-        resumed = checkpoint.resume
-        if resumed is not None and resumed.fingerprint != checkpoint.fingerprint:
-            raise IncompatibleCheckpoint("checkpoint: expected one made by this spec on this device type, "
-                                         "got one from another run")
+    hooks = checkpoint if checkpoint is not None else CheckpointHooks()
+    hooks.fingerprint = fingerprint(spec.model_dump_json(), device.type)
+    resumed, save = hooks.resume, hooks.save
+    if resumed is not None and resumed.fingerprint != hooks.fingerprint:
+        raise IncompatibleCheckpoint("checkpoint: expected one made by this spec on this device type, "
+                                     "got one from another run")
     dtype = getattr(torch, spec.params.dtype)   # float64 or float32
     gen = torch.Generator(device=device).manual_seed(spec.seed)
-    ctx = Context(device, dtype, gen, data_dir, checkpointing=checkpoint is not None and checkpoint.save is not None)
+    ctx = Context(device, dtype, gen, data_dir, checkpointing=save is not None)
     sim = model_of(spec).load_simulator()(spec, ctx, **options)
-    total, every = sim.total_steps, sim.record_every
-    recorder = _Recorder(sim.names, total, on_progress, resumed)
+    total, every, names = sim.total_steps, sim.record_every, tuple(sim.names)
+    # the series; rows (name → 0-d tensor: one number per point, a mean over trials; 1-d: a list per
+    # point) are buffered on the device until an event, so that recording does not synchronise with an
+    # accelerator every point
+    series: dict[str, list] = {"step": [], **{m: [] for m in names}}
+    buffered: dict[str, list] = {k: [] for k in series}
     start = 0
     if resumed is not None:
+        missing = set(series) - set(resumed.series)
+        if missing:
+            raise ValueError(f"checkpoint: expected series {sorted(series)}, got none for {sorted(missing)}")
+        series = {k: list(resumed.series[k]) for k in series}
         sim.load_state(resumed.state, resumed.step)
         start = resumed.step
-    save = checkpoint.save if checkpoint is not None else None
-    save_interval = checkpoint.interval if checkpoint is not None else 0.0
-    mark = checkpoint.fingerprint if checkpoint is not None else ""
-    step, record, clock = sim.step, recorder.record, time.monotonic
+
+    def flush(step: int) -> None:
+        """Move the buffered rows into ``series`` and report them as one progress event."""
+        points = {k: rows if k == "step" else torch.stack(rows).tolist() if rows else []
+                  for k, rows in buffered.items()}
+        for key, values in points.items():
+            series[key].extend(values)
+            buffered[key] = []
+        if on_progress is not None:
+            on_progress(Progress(step=step, total_steps=total, points=points))
+
+    step, clock = sim.step, time.monotonic
     last_emit = last_save = clock()
     for n in range(start, total):
         row = step(n, n % every == 0)
         if row is not None:
-            record(n - n % every, row)
+            buffered["step"].append(n - n % every)
+            for name in names:
+                buffered[name].append(row[name])
         if clock() - last_emit >= progress_interval:
             done = n + 1
-            recorder.flush(done)
+            flush(done)
             last_emit = clock()
             if should_stop is not None and should_stop():
                 raise Cancelled(done)
-            if save is not None and clock() - last_save >= save_interval:
-                save(Checkpoint(step=done, n_points=len(recorder.series["step"]), state=sim.state(),
-                                series={k: list(v) for k, v in recorder.series.items()}, fingerprint=mark))
+            if save is not None and clock() - last_save >= hooks.interval:
+                save(Checkpoint(step=done, n_points=len(series["step"]), state=sim.state(),
+                                series={k: list(v) for k, v in series.items()}, fingerprint=hooks.fingerprint))
                 last_save = clock()
-    recorder.flush(total)
+    flush(total)
     theory = sim.theory()
-    return RunResult(series=recorder.series, theory=theory, summary=sim.summarize(recorder.series, theory),
+    return RunResult(series=series, theory=theory, summary=sim.summarize(series, theory),
                      distributions=sim.distributions())
 
 

@@ -64,8 +64,7 @@ class Checkpoint:
         import torch
 
         buffer = io.BytesIO()
-        torch.save({"step": self.step, "n_points": self.n_points, "state": self.state, "series": self.series,
-                    "fingerprint": self.fingerprint}, buffer)
+        torch.save(vars(self), buffer)   # {"step": …, "n_points": …, "state": …, "series": …, "fingerprint": …}
         return buffer.getvalue()
 
     @classmethod

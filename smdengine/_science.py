@@ -21,9 +21,6 @@ def au_equilibrium(lr: float, weight_decay: float, momentum: float = 0.0) -> flo
     return math.sqrt(2.0 * weight_decay * lr / (1.0 + momentum))
 
 
-RateChange = Any   # a kind's ScheduleEntry (step resolved, lr_factor, weight_decay_factor, rescale)
-
-
 @dataclass(frozen=True)
 class Phase:
     start: int            # first update of the phase
@@ -32,8 +29,9 @@ class Phase:
     rescale: float        # factor applied to the scale-invariant weights at the start (1.0: none)
 
 
-def rate_phases(lr: float, weight_decay: float, entries: Iterable[RateChange]) -> list[Phase]:
-    """Phases in order; factors are cumulative (each entry multiplies the rates then in force)."""
+def rate_phases(lr: float, weight_decay: float, entries: Iterable[Any]) -> list[Phase]:
+    """Phases in order; factors are cumulative (each entry, a kind's ScheduleEntry with its step resolved,
+    multiplies the rates then in force)."""
     out = [Phase(0, lr, weight_decay, 1.0)]
     for entry in entries:
         prev = out[-1]
@@ -71,7 +69,7 @@ def check_recording(steps: int, record_every: int, max_points: int = 1_000_000) 
                          .replace(",", " "))
 
 
-def check_schedule(field: str, entries: Iterable[RateChange], lr: float, weight_decay: float, steps: int,
+def check_schedule(field: str, entries: Iterable[Any], lr: float, weight_decay: float, steps: int,
                    lr_max: float, weight_decay_max: float, strict_weight_decay: bool, bounds: str) -> None:
     """Entries at strictly increasing steps in [1, steps), and the rates in force within range:
     lr ∈ [1e-12, lr_max]; weight decay ≤ weight_decay_max, and (``strict_weight_decay``) 0 or ≥ 1e-12.

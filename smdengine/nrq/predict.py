@@ -7,22 +7,18 @@ import numpy as np
 
 from smdengine._science import Phase, au_equilibrium, phase_at, record_steps
 from smdengine.nrq import theory
-from smdengine.nrq.spec import NRQPhysics, NRQSpec
-
-
-def predict_nrq(spec: NRQSpec, init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
-    """``au_equilibrium`` always; ``norm_sq_theory`` for SGD; ``risk_stationary`` and ``kappa``
-    for SGD on a two-level spectrum. Each a list aligned on the record steps.
-
-    ``norm_sq_theory`` averages the closed form over the initial squared norms: the law of
-    |X_0|² before a run, the realized ``init_norms_sq`` (one per trial) once it has started.
-    """
-    return predict_physics(spec.params, spec.params.momentum, init_norms_sq)
+from smdengine.nrq.spec import NRQPhysics
 
 
 def predict_physics(p: NRQPhysics, momentum: float = 0.0,
                     init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
-    """:func:`predict_nrq` for the NRQ problem ``p`` run with momentum ``momentum``."""
+    """Theory of the NRQ problem ``p`` run with momentum ``momentum``: ``au_equilibrium`` always;
+    ``norm_sq_theory`` for SGD; ``risk_stationary`` and ``kappa`` for SGD on a two-level spectrum.
+    Each a list aligned on the record steps.
+
+    ``norm_sq_theory`` averages the closed form over the initial squared norms: the law of
+    |X_0|² before a run, the realized ``init_norms_sq`` (one per trial) once it has started.
+    """
     steps = record_steps(p.steps, p.record_every)
     all_phases = p.phases()
     out: dict[str, Any] = {
@@ -33,8 +29,10 @@ def predict_physics(p: NRQPhysics, momentum: float = 0.0,
         return out
     if init_norms_sq is None:
         nodes, weights = theory.init_norm_sq_law(p.dim, p.init_std)
-    else:
-        nodes, weights = _compress(np.asarray(init_norms_sq, dtype=np.float64))
+    else:   # at most 1024 weighted nodes standing for the sample: sorted, averaged in contiguous groups
+        parts = np.array_split(np.sort(np.asarray(init_norms_sq, dtype=np.float64)), min(1024, len(init_norms_sq)))
+        nodes, weights = np.array([part.mean() for part in parts]), np.array([len(part) for part in parts])
+        weights = weights / len(init_norms_sq)
     out["norm_sq_theory"] = _norm_sq_series(p, steps, all_phases, nodes, weights)
     levels = p.two_level()
     if levels is not None:
@@ -73,11 +71,3 @@ def _norm_sq_series(p: NRQPhysics, steps: list[int], all_phases: list[Phase], no
                                             ph.lr, ph.weight_decay)
             out[chunk] = m_t @ weights
     return out.tolist()
-
-
-def _compress(values: np.ndarray, groups: int = 1024) -> tuple[np.ndarray, np.ndarray]:
-    """At most ``groups`` weighted nodes standing for the sample ``values`` (sorted, averaged in
-    contiguous groups; exact when there are no more values than groups)."""
-    values = np.sort(values)
-    parts = np.array_split(values, min(groups, len(values)))
-    return np.array([part.mean() for part in parts]), np.array([len(part) for part in parts]) / len(values)

@@ -37,36 +37,30 @@ class Stepper:
             out["v"] = saved(self.v)
         return out
 
-    def load_state(self, state: dict[str, Any]) -> tuple[float, float]:
-        """Restore :meth:`state`; returns the (lr, weight_decay) in force."""
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state`."""
         self.x.copy_(state["x"])
         if self.v is not None:
             self.v.copy_(state["v"])
         self.gen.set_state(state["rng"])
         lr, wd = state["rates"]
         self.rates = (lr, wd)
-        return self.rates
 
-    def enter(self, phase: Phase) -> tuple[float, float]:
-        """Start a schedule phase (:class:`smdengine._science.Phase`): apply its rescale of X
-        and return its (lr, weight_decay)."""
+    def enter(self, phase: Phase) -> None:
+        """Start a schedule phase (:class:`smdengine._science.Phase`): its rates, and its rescale
+        X ← factor·X. The momentum buffer, dominated by g ∝ 1/|X|, scales by 1/factor."""
         if phase.rescale != 1.0:
-            self.rescale(phase.rescale)
+            self.x.mul_(phase.rescale)
+            if self.v is not None:
+                self.v.div_(phase.rescale)
         self.rates = (phase.lr, phase.weight_decay)
-        return self.rates
 
-    def rescale(self, factor: float) -> None:
-        """X ← factor·X. The momentum buffer, dominated by g ∝ 1/|X|, scales by 1/factor."""
-        self.x.mul_(factor)
-        if self.v is not None:
-            self.v.div_(factor)
-
-    def step(self, lr: float, wd: float, noise_lr: float | None = None) -> torch.Tensor:
-        """One update X ← X − lr(∇L + λX) − noise_lr·σPε/|X| (noise_lr defaults to lr: SGD;
-        Euler–Maruyama with step dt uses lr·dt and lr·√dt). Returns (s, q) = (|X|², XᵀAX)
+    def step(self, lr: float, wd: float, noise_lr: float) -> torch.Tensor:
+        """One update X ← X − lr(∇L + λX) − noise_lr·σPε/|X| (SGD: noise_lr = lr; Euler–Maruyama
+        with step dt uses lr·dt and lr·√dt; SGDM ignores it: the noise enters v). Returns (s, q) = (|X|², XᵀAX)
         before it, shape (trials, 2)."""
         x, eps, buf = self.x, self.eps, self.buf
-        sig = self.sigma * (lr if noise_lr is None else noise_lr)
+        sig = self.sigma * noise_lr
         torch.randn(x.shape, generator=self.gen, out=eps)
         sq = torch.mul(x, x, out=buf) @ self.reduce
         s, q = sq[:, 0:1], sq[:, 1:2]

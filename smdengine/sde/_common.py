@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from smdengine._science import check_recording
 from smdengine._spec_base import StrictModel
@@ -32,8 +32,10 @@ class Recording(StrictModel):
     record_every: int = Field(100, ge=1, description="Record the series every this many SGD steps.")
     dtype: Literal["float64", "float32"] = "float64"
 
-    def _check_recording(self) -> None:
+    @model_validator(mode="after")
+    def _check_recording(self) -> Recording:   # before the model's own checks
         check_recording(self.steps, self.record_every)
+        return self
 
     def tail_start(self) -> float:
         return self.steps / 2.0

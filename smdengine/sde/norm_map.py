@@ -125,7 +125,6 @@ class NormMapParams(Recording):
 
     @model_validator(mode="after")
     def _check(self) -> NormMapParams:
-        self._check_recording()
         if not 0 < 2 * self.weight_decay * self.lr < 1:
             raise ValueError(f"weight_decay: expected 2λη < 1 so the map contracts, got {2 * self.weight_decay * self.lr:.6g}")
         return self
@@ -223,7 +222,11 @@ class NormMap(Simulator["SDESpec"]):
 
     def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
         summary = super().summarize(series, theory)
-        summary["rel_error_max_tail"] = _rel_error_max(series, theory["norm_sq_equilibrium"], self.p.tail_start())
+        # max over the tail of |norm_sq/norm_sq_equilibrium − 1| (NaN when a value is not finite)
+        errors = [abs(got / want - 1.0) for n, got, want in zip(series["step"], series["norm_sq"],
+                                                                  theory["norm_sq_equilibrium"], strict=False)
+                  if n >= self.p.tail_start()]
+        summary["rel_error_max_tail"] = max(errors, default=0.0) if all(map(math.isfinite, errors)) else math.nan
         return summary
 
 
@@ -350,18 +353,6 @@ def equilibrium(mean_unit_grad_sq, lr: float, weight_decay: float, momentum: flo
     else:
         denom = 2.0 * weight_decay
     return np.sqrt(np.asarray(mean_unit_grad_sq, dtype=np.float64) * lr / denom)
-
-
-def _rel_error_max(series: dict[str, list], expected: list[float], start: float) -> float:
-    """max over recorded steps ≥ start of |norm_sq/expected − 1| (NaN when a value is not finite)."""
-    worst = 0.0
-    for n, got, want in zip(series["step"], series["norm_sq"], expected, strict=False):
-        if n >= start:
-            err = abs(got / want - 1.0)
-            if not math.isfinite(err):
-                return math.nan
-            worst = max(worst, err)
-    return worst
 
 
 MODEL = Model("norm_map", NormMapParams, "smdengine.sde.norm_map:NormMap", OUTPUTS)

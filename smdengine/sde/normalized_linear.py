@@ -57,7 +57,6 @@ class NormalizedLinearParams(Recording):
 
     @model_validator(mode="after")
     def _check(self) -> NormalizedLinearParams:
-        self._check_recording()
         substeps(self.dt)
         if self.integrator == "sgd" and self.dt != 1.0:
             raise ValueError(f"dt: expected 1 with integrator sgd (it has no step size), got {self.dt}")

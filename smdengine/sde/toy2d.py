@@ -79,7 +79,6 @@ class Toy2DParams(Recording):
 
     @model_validator(mode="after")
     def _check(self) -> Toy2DParams:
-        self._check_recording()
         substeps(self.dt)
         if not all(math.isfinite(c) and abs(c) <= 1e6 for c in self.center) or self.center == (0.0, 0.0):
             raise ValueError(f"center: expected a finite point other than the origin, got {self.center}")

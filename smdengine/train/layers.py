@@ -83,8 +83,10 @@ def image_norm(x: torch.Tensor, kind: str, trials: int, groups: int, gamma: torc
     return F.group_norm(x, trials * (groups if kind == "group" else 1), weight, bias, EPS)
 
 
-def fold(x: torch.Tensor) -> torch.Tensor:
-    """Per-trial images (T, B, C, H, W) → (B, T·C, H, W)."""
+def fold(x: torch.Tensor, trials: int) -> torch.Tensor:
+    """Per-trial (T, B, C, H, W) or shared (B, C, H, W) images → (B, T·C, H, W)."""
+    if x.dim() == 4:
+        return x.repeat(1, trials, 1, 1)
     t, b, c, h, w = x.shape
     return x.transpose(0, 1).reshape(b, t * c, h, w)
 

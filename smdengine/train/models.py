@@ -11,13 +11,12 @@ affine parameters are frozen (seed 001 §6.1), so every trainable weight belongs
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
 from smdengine.train import layers as L
-from smdengine.train.shapes import cnn_plan, input_shape_and_classes, resnet_blocks
+from smdengine.train.shapes import cnn_plan, input_shape_and_classes, resnet_blocks, widths
 from smdengine.train.spec import TrainParams
 
 
@@ -34,47 +33,39 @@ class Net:
         self.shape, self.classes = input_shape_and_classes(p)
 
     # -- construction -------------------------------------------------------------------------
-    def _param(self, name: str, shape: tuple[int, ...], std: float, trainable: bool = True) -> torch.Tensor:
-        t = torch.randn((self.trials, *shape), generator=self.gen, device=self.device, dtype=self.dtype) * std
-        return self._add(name, t, trainable)
-
-    def _const(self, name: str, shape: tuple[int, ...], value: float, trainable: bool) -> torch.Tensor:
-        return self._add(name, torch.full((self.trials, *shape), value, device=self.device, dtype=self.dtype),
-                         trainable)
-
-    def _add(self, name: str, t: torch.Tensor, trainable: bool) -> torch.Tensor:
-        t.requires_grad_(trainable)
-        self.params[name] = t
+    def _param(self, name: str, shape: tuple[int, ...], trainable: bool, std: float = 0.0,
+               value: float = 0.0) -> None:
+        """A (T, *shape) parameter: N(0, std²) draws, or ``value`` everywhere when std is 0."""
+        size = (self.trials, *shape)
+        if std:
+            t = torch.randn(size, generator=self.gen, device=self.device, dtype=self.dtype) * std
+        else:
+            t = torch.full(size, value, device=self.device, dtype=self.dtype)
+        self.params[name] = t.requires_grad_(trainable)
         if trainable:
             self.trainable.append(name)
-        return t
 
-    def weight(self, name: str, shape: tuple[int, ...], group: str | None = "") -> str:
+    def weight(self, name: str, shape: tuple[int, ...], group: str = "") -> None:
         """A weight before a normalization, He-initialised; joins ``group`` ('' = its own)."""
-        fan_in = math.prod(shape[1:])
-        self._param(name, shape, math.sqrt(2.0 / fan_in))
-        if group is not None:
-            self.groups.setdefault(group or name, []).append(name)
-        return name
+        self._param(name, shape, True, std=math.sqrt(2.0 / math.prod(shape[1:])))
+        self.groups.setdefault(group or name, []).append(name)
 
-    def norm(self, name: str, width: int) -> str:
+    def norm(self, name: str, width: int) -> None:
         """Affine parameters (and running statistics for batch norm) of a normalization over ``width``
         features or channels; nothing for weight standardization."""
         if self.p.norm == "weight_standardization":
-            return name
-        frozen = self.p.scale_invariant
-        if not frozen:
-            self._const(f"{name}.gamma", (width,), 1.0, True)
-            self._const(f"{name}.beta", (width,), 0.0, True)
+            return
+        if not self.p.scale_invariant:
+            self._param(f"{name}.gamma", (width,), True, value=1.0)
+            self._param(f"{name}.beta", (width,), True)
         if self.p.norm == "batch":
             self.buffers[f"{name}.running_mean"] = torch.zeros(self.trials, width, device=self.device, dtype=self.dtype)
             self.buffers[f"{name}.running_var"] = torch.ones(self.trials, width, device=self.device, dtype=self.dtype)
-        return name
 
     def classifier(self, width: int) -> None:
         trainable = not self.p.scale_invariant
-        self._param("classifier.weight", (self.classes, width), 1.0 / math.sqrt(width), trainable)
-        self._const("classifier.bias", (self.classes,), 0.0, trainable)
+        self._param("classifier.weight", (self.classes, width), trainable, std=1.0 / math.sqrt(width))
+        self._param("classifier.bias", (self.classes,), trainable)
 
     # -- use ------------------------------------------------------------------------------------
     def w(self, name: str, gain: float = math.sqrt(2.0)) -> torch.Tensor:
@@ -82,24 +73,18 @@ class Net:
         w = self.params[name]
         return L.standardize(w, gain) if self.p.norm == "weight_standardization" else w
 
-    def _affine(self, name: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        return self.params.get(f"{name}.gamma"), self.params.get(f"{name}.beta")
-
-    def _running(self, name: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-        if self.p.norm != "batch":
-            return None
-        return self.buffers[f"{name}.running_mean"], self.buffers[f"{name}.running_var"]
-
-    def dense_norm(self, x: torch.Tensor, name: str, training: bool) -> torch.Tensor:
-        if self.p.norm == "weight_standardization":
+    def normalize(self, x: torch.Tensor, name: str, training: bool) -> torch.Tensor:
+        """``x`` through the normalization ``name``, dense (T, B, F) or image (B, T·C, H, W) layout."""
+        p = self.p
+        if p.norm == "weight_standardization":
             return x
-        return L.dense_norm(x, self.p.norm, self.p.norm_groups, *self._affine(name), self._running(name), training)
-
-    def image_norm(self, x: torch.Tensor, name: str, training: bool) -> torch.Tensor:
-        if self.p.norm == "weight_standardization":
-            return x
-        return L.image_norm(x, self.p.norm, self.trials, self.p.norm_groups, *self._affine(name),
-                            self._running(name), training)
+        affine = self.params.get(f"{name}.gamma"), self.params.get(f"{name}.beta")
+        running = None
+        if p.norm == "batch":
+            running = self.buffers[f"{name}.running_mean"], self.buffers[f"{name}.running_var"]
+        if x.dim() == 3:
+            return L.dense_norm(x, p.norm, p.norm_groups, *affine, running, training)
+        return L.image_norm(x, p.norm, self.trials, p.norm_groups, *affine, running, training)
 
     def logits(self, features: torch.Tensor) -> torch.Tensor:
         """(T, B, F) → (T, B, classes) through the classifier (never standardized)."""
@@ -129,7 +114,7 @@ class MLP(Net):
         h = x.flatten(x.dim() - len(self.shape))
         for i in range(self.p.depth):
             h = L.linear(h, self.w(f"layers.{i}.weight"))
-            h = F.relu(self.dense_norm(h, f"layers.{i}.norm", training))
+            h = F.relu(self.normalize(h, f"layers.{i}.norm", training))
         return self.logits(h)
 
 
@@ -141,14 +126,14 @@ class CNN(Net):
         for i, (c_in, c_out, _) in enumerate(cnn_plan(self.p)):
             self.weight(f"conv.{i}.weight", (c_out, c_in, 3, 3))
             self.norm(f"conv.{i}.norm", c_out)
-        self.classifier(self.p.widths()[-1])
+        self.classifier(widths(self.p)[-1])
         return self
 
     def forward(self, x: torch.Tensor, training: bool) -> torch.Tensor:
-        h = _fold_input(x, self.trials, len(self.shape))
+        h = L.fold(x, self.trials)
         for i, (_, _, stride) in enumerate(cnn_plan(self.p)):
             h = L.conv(h, self.w(f"conv.{i}.weight"), stride)
-            h = F.relu(self.image_norm(h, f"conv.{i}.norm", training))
+            h = F.relu(self.normalize(h, f"conv.{i}.norm", training))
         return self.logits(L.unfold_pooled(h, self.trials))
 
 
@@ -172,33 +157,24 @@ class ResNet(Net):
             self.weight(f"{pre}.conv2.weight", (c_out, c_out, 3, 3), self._stream(s))
             if stride != 1 or c_in != c_out:
                 self.weight(f"{pre}.shortcut.weight", (c_out, c_in, 1, 1), self._stream(s))
-        self.norm("final.norm", self.p.widths()[-1])
-        self.classifier(self.p.widths()[-1])
+        self.norm("final.norm", widths(self.p)[-1])
+        self.classifier(widths(self.p)[-1])
         return self
 
     def forward(self, x: torch.Tensor, training: bool) -> torch.Tensor:
-        h = L.conv(_fold_input(x, self.trials, len(self.shape)), self.w("stem.weight"))
+        h = L.conv(L.fold(x, self.trials), self.w("stem.weight"))
         for s, b, _c_in, _c_out, stride in resnet_blocks(self.p):
             pre = f"stage{s}.block{b}"
-            a = F.relu(self.image_norm(h, f"{pre}.norm1", training))
+            a = F.relu(self.normalize(h, f"{pre}.norm1", training))
             shortcut = (L.conv(a, self.w(f"{pre}.shortcut.weight"), stride)
                         if f"{pre}.shortcut.weight" in self.params else h)
             r = L.conv(a, self.w(f"{pre}.conv1.weight"), stride)
-            r = L.conv(F.relu(self.image_norm(r, f"{pre}.norm2", training)), self.w(f"{pre}.conv2.weight"))
+            r = L.conv(F.relu(self.normalize(r, f"{pre}.norm2", training)), self.w(f"{pre}.conv2.weight"))
             h = shortcut + r
-        h = F.relu(self.image_norm(h, "final.norm", training))
+        h = F.relu(self.normalize(h, "final.norm", training))
         return self.logits(L.unfold_pooled(h, self.trials))
 
 
-def _fold_input(x: torch.Tensor, trials: int, image_dims: int) -> torch.Tensor:
-    """Per-trial (T, B, C, H, W) or shared (B, C, H, W) images → (B, T·C, H, W)."""
-    if x.dim() == image_dims + 1:
-        return x.repeat(1, trials, 1, 1)
-    return L.fold(x)
-
-
-MODELS: dict[str, Callable[..., Net]] = {"mlp": MLP, "cnn": CNN, "resnet": ResNet}
-
-
 def build(p: TrainParams, trials: int, device: torch.device, dtype: torch.dtype, gen: torch.Generator) -> Net:
-    return MODELS[p.model](p, trials, device, dtype, gen).build()
+    model: type[Net] = {"mlp": MLP, "cnn": CNN, "resnet": ResNet}[p.model]
+    return model(p, trials, device, dtype, gen).build()

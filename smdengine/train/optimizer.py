@@ -50,8 +50,7 @@ class SGD:
             rows = store.view(self.rows, w.shape[0] * pieces, n // pieces).transpose(0, 1)
             partial = None if pieces == 1 else store.new_empty((w.shape[0] * pieces, self.rows, self.rows))
             self.gram_operands.append((rows, rows.transpose(1, 2), partial))
-        others = set(range(len(params))) - set(self.tracked)
-        self.others = sorted(others)
+        self.others = sorted(set(range(len(params))) - set(self.tracked))
         self.velocity = ([torch.zeros_like(self.params[i]) for i in self.others] if momentum > 0 else None)
         self.count = 0
 

@@ -20,19 +20,19 @@ def input_shape_and_classes(p: Architecture) -> tuple[tuple[int, ...], int]:
     return INPUT[p.dataset.name]
 
 
-def widths(model: str, depth: int, width: int) -> list[int]:
+def widths(p: Architecture) -> list[int]:
     """Widths of the normalized layers (hidden units or channels), in order."""
-    if model == "mlp":
-        return [width] * depth
-    if model == "cnn":
-        return [width * 2 ** min(i, 2) for i in range(depth)]
-    return [width * 2 ** s for s in range(3)]
+    if p.model == "mlp":
+        return [p.width] * p.depth
+    if p.model == "cnn":
+        return [p.width * 2 ** min(i, 2) for i in range(p.depth)]
+    return [p.width * 2 ** s for s in range(3)]
 
 
 def cnn_plan(p: Architecture) -> list[tuple[int, int, int]]:
     """(in channels, out channels, stride) per conv layer of the CNN (stride 2 at layers 1 and 2)."""
     plan, c_in = [], input_shape_and_classes(p)[0][0]
-    for i, c_out in enumerate(widths(p.model, p.depth, p.width)):
+    for i, c_out in enumerate(widths(p)):
         plan.append((c_in, c_out, 2 if i in (1, 2) else 1))
         c_in = c_out
     return plan
@@ -42,7 +42,7 @@ def resnet_blocks(p: Architecture) -> Iterator[tuple[int, int, int, int, int]]:
     """(stage, block, in channels, out channels, stride) of every block of the pre-activation ResNet."""
     n = (p.depth - 2) // 6
     c_in = p.width
-    for s, c_out in enumerate(widths(p.model, p.depth, p.width)):
+    for s, c_out in enumerate(widths(p)):
         for b in range(n):
             stride = 2 if s > 0 and b == 0 else 1
             yield s, b, c_in, c_out, stride
@@ -52,7 +52,7 @@ def resnet_blocks(p: Architecture) -> Iterator[tuple[int, int, int, int, int]]:
 def forward_macs(p: Architecture) -> int:
     """Forward multiply-adds per sample of one trial."""
     shape, classes = input_shape_and_classes(p)
-    last = widths(p.model, p.depth, p.width)[-1]
+    last = widths(p)[-1]
     if p.model == "mlp":
         d, w = p.depth, p.width
         return math.prod(shape) * w + (d - 1) * w * w + w * classes

@@ -55,7 +55,6 @@ class TrainRun(Simulator[TrainSpec]):
         self.params = self.optimizer.params
         net.params.update(zip(net.trainable, self.params, strict=True))  # tracked weights are now views of the storage
 
-        self.track = track
         self.names = GLOBAL_METRICS + (tuple(layer_key(g, m) for g in groups for m in LAYER_METRICS) if track else ())
         self.tracker = (Tracker(groups, [j for _, j in tracked], p.trials, p.record_every, p.momentum,
                                 self.optimizer.rows, dtype, device) if track else None)
@@ -137,15 +136,12 @@ class TrainRun(Simulator[TrainSpec]):
         """au_equilibrium on the record steps (the rates in force at each window's first step)."""
         p = spec.params
         all_phases = p.phases()
-        out = []
-        for n in range(0, p.total_steps - p.record_every + 1, p.record_every):
-            ph = phase_at(all_phases, n)
-            out.append(au_equilibrium(ph.lr, ph.weight_decay, p.momentum))
-        return {"au_equilibrium": out}
+        in_force = [phase_at(all_phases, n) for n in range(0, p.total_steps - p.record_every + 1, p.record_every)]
+        return {"au_equilibrium": [au_equilibrium(ph.lr, ph.weight_decay, p.momentum) for ph in in_force]}
 
     def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
         final_loss, final_acc = evaluate(self.net, self.data.x_test, self.data.y_test)
-        summary = summarize(series, theory, self.groups if self.track else [], self.p.tail_start())
+        summary = summarize(series, theory, self.groups if self.tracker is not None else [], self.p.tail_start())
         summary.update(test_loss_final=float(final_loss), test_acc_final=float(final_acc),
                        scale_invariance_max_cos=self.max_cos, train_samples=int(self.data.y_train.shape[0]),
                        noisy_labels=int(self.data.noisy.sum()))

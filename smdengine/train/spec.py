@@ -52,11 +52,10 @@ class Cifar10Data(StrictModel):
         return self.train_samples, self.test_samples
 
 
-DATASETS = ("digits", "synthetic", "cifar10")
 if TYPE_CHECKING:
     DatasetSpec = DigitsData | SyntheticData | Cifar10Data
 else:   # the same union, discriminated by name, naming the field and the choices in its error
-    DatasetSpec = tagged_union("name", dict(zip(DATASETS, (DigitsData, SyntheticData, Cifar10Data), strict=True)))
+    DatasetSpec = tagged_union("name", {"digits": DigitsData, "synthetic": SyntheticData, "cifar10": Cifar10Data})
 
 
 class ScheduleEntry(StrictModel):
@@ -122,11 +121,9 @@ class TrainParams(StrictModel):
             raise ValueError(f"model: {self.model} expects an image dataset (digits or cifar10), got synthetic")
         if self.model == "resnet" and (self.depth < 8 or (self.depth - 2) % 6):
             raise ValueError(f"depth: expected 6n+2 (8, 14, 20, 32, …) for resnet, got {self.depth}")
-        if self.norm == "group":
-            for width in self.widths():
-                if width % self.norm_groups:
-                    raise ValueError(f"norm_groups: expected a divisor of every width {self.widths()}, "
-                                     f"got {self.norm_groups}")
+        widths = shapes.widths(self)
+        if self.norm == "group" and any(width % self.norm_groups for width in widths):
+            raise ValueError(f"norm_groups: expected a divisor of every width {widths}, got {self.norm_groups}")
         check_recording(self.steps, self.record_every, max_points=100_000)
         if self.eval_every is None:
             self.eval_every = min(10 * self.record_every, self.steps // self.record_every * self.record_every)
@@ -149,9 +146,6 @@ class TrainParams(StrictModel):
         """``steps`` (set from ``epochs`` by the validator)."""
         assert self.steps is not None
         return self.steps
-
-    def widths(self) -> list[int]:
-        return shapes.widths(self.model, self.depth, self.width)
 
     def phases(self) -> list[Phase]:
         return rate_phases(self.lr, self.weight_decay, self.schedule)

@@ -20,10 +20,8 @@ from collections.abc import Sequence
 import torch
 
 from smdengine._runtime import saved
-from smdengine.train.spec import LAYER_METRICS
 
 SLOT_CACHE = 1024     # longest window whose per-step buffer views are made in advance
-METRICS = LAYER_METRICS   # the keys of each group's entry in :meth:`Tracker.reduce`
 
 
 def norm_theory(unit_grad_sq: torch.Tensor, lr: float, weight_decay: float, momentum: float) -> torch.Tensor:
@@ -78,8 +76,8 @@ class Tracker:
         return out
 
     def reduce(self, lr: float, weight_decay: float) -> dict[str, dict[str, torch.Tensor]]:
-        """Metrics of every group over the window (0-d tensors), and reset. lr, weight_decay: the rates
-        in force at the end of the window (for the running-mean time scale and norm_theory)."""
+        """Metrics of every group (spec.LAYER_METRICS) over the window (0-d tensors), and reset. lr,
+        weight_decay: the rates in force at the end of the window (for the running-mean time scale and norm_theory)."""
         n = len(self.rates)
         gram = self.buf[:n].to(torch.float64)                       # (n, P, T, R, R)
         dev = gram.device
