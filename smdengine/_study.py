@@ -27,9 +27,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from smdengine._registry import REGISTRY, AnySpec, parse_spec
+from smdengine._registry import AnySpec, parse_spec
 from smdengine._spec_base import StrictModel
-from smdengine.train.spec import DATASETS
 
 MAX_AXIS_VALUES = 10_000
 
@@ -219,8 +218,8 @@ def _field_loc(data: Any, loc: tuple[Any, ...]) -> list[Any]:
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and part < len(node):
             node = node[part]
-        elif isinstance(part, str) and part in _TAGS:
-            continue
+        elif isinstance(node, dict) and isinstance(part, str) and part in node.values():
+            continue   # the tag of a union member (kind, model, dataset name): a value of this object
         out.append(part)
     return out
 
@@ -228,9 +227,6 @@ def _field_loc(data: Any, loc: tuple[Any, ...]) -> list[Any]:
 def _plain(error: Any) -> dict[str, Any]:
     """A pydantic error as JSON-safe data (its ``ctx`` may hold an exception)."""
     return {"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]}
-
-
-_TAGS = {*REGISTRY, *(m.name for kind in REGISTRY.values() for m in kind.models), *DATASETS}
 
 
 def set_path(data: Any, path: str, value: Any) -> None:
