@@ -23,7 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
-from matplotlib.ticker import MaxNLocator, NullLocator
+from matplotlib.ticker import MaxNLocator, NullFormatter, NullLocator
 
 from api.plots import MEDIA_TYPES, _nan, _note, encode
 
@@ -190,7 +190,7 @@ def _edges(levels: list) -> tuple[np.ndarray, bool]:
     if not _numeric(levels):
         return np.arange(n + 1) - 0.5, False
     v = np.asarray(levels, dtype=float)
-    log = bool(v.min() > 0) and _spans(list(v), LOG_AXIS_DECADES)
+    log = bool(v.min() > 0) and (_spans(list(v), LOG_AXIS_DECADES) or _geometric(v))
     t = np.log(v) if log else v
     if n == 1:
         half = 0.2 if log else (abs(t[0]) * 0.1 or 0.5)
@@ -199,6 +199,14 @@ def _edges(levels: list) -> tuple[np.ndarray, bool]:
         mid = (t[1:] + t[:-1]) / 2
         e = np.concatenate([[t[0] - (mid[0] - t[0])], mid, [t[-1] + (t[-1] - mid[-1])]])
     return (np.exp(e) if log else e), log
+
+
+def _geometric(v: np.ndarray) -> bool:
+    """At least three increasing levels with one common ratio (a logspace axis: equal cells on a log scale)."""
+    if len(v) < 3 or not np.all(np.diff(v) > 0):
+        return False
+    ratios = v[1:] / v[:-1]
+    return bool(np.allclose(ratios, ratios[0], rtol=1e-6))
 
 
 def _scale_axis(ax, which: str, levels: list, edges: np.ndarray, log: bool) -> None:
@@ -279,8 +287,10 @@ def scatter(rows: list[dict], x: str, metric: str, theory: str | None,
         _note(ax, f"no values of {metric}")
     if _spans(xs_all, LOG_AXIS_DECADES):
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())   # labelled minor ticks collide within a decade
     if _spans(ys_all, LOG_Y_DECADES):
         ax.set_yscale("log")
+        ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(AXIS_LABELS.get(x, x))
     ax.set_ylabel(f"{metric} (tail mean)")
     ax.grid(alpha=0.3)

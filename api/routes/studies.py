@@ -381,10 +381,8 @@ def _number(value: Any) -> bool:
 
 
 def _renderers():
-    try:
-        from api import study_plots
-    except ImportError as exc:  # the renderers are a separate module (api/study_plots.py)
-        raise HTTPException(status_code=404, detail=f"study plots are not available on this server ({exc})") from None
+    from api import study_plots  # matplotlib loads with the first plot, not with the app
+
     return study_plots
 
 

@@ -1,0 +1,125 @@
+"""`smd study` against a real `smd serve` (embedded SQLite and filesystem broker, auth on, a key made
+with `smd keys create`), and `smd study run` on the same study without the service:
+
+- the acceptance grid (4×4 lr × weight_decay, each point started at its equilibrium norm) from one
+  submission: every child succeeds, the tail risk lies within Monte-Carlo tolerance of
+  `risk_stationary` at every point and along every iso-ηλ diagonal, the plots render, and the
+  local run writes the same table, number for number;
+- the remote commands' error paths: an unknown axis (422, exit 2), over a quota (429, exit 3),
+  and a cancelled study (`status --follow` exits 2).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from tests.engine.test_study import STUDY_ACCEPTANCE, risk_tolerance
+from tests.integration.procs import spawn, stop, wait_http
+from tests.servers import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def smd(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "smdcli.main", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    """(env for remote commands as alice, env for bob (a small work quota), base URL, state folder)."""
+    tmp = tmp_path_factory.mktemp("serve")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMD_")}
+    env.update(SMD_PORT=str(port), SMD_STATE_DIR=str(tmp / "state"), SMD_AUTH="on", SMD_FLUSH_SECONDS="0.3",
+               SMD_SWEEP_SECONDS="0.5", SMD_MAX_STUDY_POINTS="100")
+    keys = {}
+    for name in ("alice", "bob"):
+        assert smd(env, "users", "create", name).returncode == 0
+        keys[name] = smd(env, "keys", "create", name).stdout.strip()
+    assert smd(env, "users", "quota", "bob", "--max-work", "1000000").returncode == 0
+    proc = spawn([sys.executable, "-m", "smdcli.main", "serve"], env, tmp / "serve.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{base}/healthz", proc, tmp / "serve.log")
+        yield ({**env, "SMD_URL": base, "SMD_KEY": keys["alice"]}, {**env, "SMD_URL": base, "SMD_KEY": keys["bob"]},
+               base, tmp)
+    finally:
+        stop(proc)
+
+
+def test_the_acceptance_grid_through_the_service_and_locally(service, tmp_path):
+    alice, _, base, state = service
+    study_file = tmp_path / "study.json"
+    study_file.write_text(json.dumps({**STUDY_ACCEPTANCE, "visibility": "lab"}))
+    submitted = smd(alice, "study", "submit", str(study_file), "--follow", "--quiet")
+    assert submitted.returncode == 0, (submitted.stderr, (state / "serve.log").read_text()[-3000:])
+    study_id = submitted.stdout.strip()
+    assert "succeeded" in submitted.stderr
+    status = smd(alice, "study", "status", study_id)
+    assert status.returncode == 0 and "succeeded" in status.stdout and "succeeded 16" in status.stdout
+    table = smd(alice, "study", "table", study_id, "-o", str(tmp_path / "served.json"))
+    assert table.returncode == 0, table.stderr
+    served = json.loads((tmp_path / "served.json").read_text())["rows"]
+    assert len(served) == 16 and {row["status"] for row in served} == {"succeeded"}
+    for row in served:   # acceptance 1: every point at the stationary risk, within 3 standard errors
+        assert abs(row["risk"] - row["risk_stationary"]) <= risk_tolerance(row), row
+    diagonals: dict[int, list[dict]] = {}
+    for row in served:
+        diagonals.setdefault(round(row["intrinsic_lr"] / 1.25e-4), []).append(row)
+    assert sorted(len(d) for d in diagonals.values()) == [1, 1, 2, 2, 3, 3, 4]
+    for members in diagonals.values():
+        for row in members:
+            assert abs(row["risk"] - members[0]["risk"]) <= risk_tolerance(row) + risk_tolerance(members[0])
+
+    local = smd(alice, "study", "run", str(study_file), "-o", str(tmp_path / "local"), "-j", "2", "--quiet")
+    assert local.returncode == 0, local.stderr
+    written = json.loads((tmp_path / "local" / "table.json").read_text())["rows"]
+    assert [{k: v for k, v in row.items() if k != "experiment_id"} for row in served] == \
+           [{k: v for k, v in row.items() if k != "experiment_id"} for row in written]   # the same numbers
+
+    plots = f"{base}/v1/studies/{study_id}/plots"
+    headers = {"Authorization": f"Bearer {alice['SMD_KEY']}"}
+    for name, params in (("heatmap", {"metric": "risk", "x": "params.lr", "y": "params.weight_decay"}),
+                         ("scatter", {"metric": "risk", "x": "intrinsic_lr"}),
+                         ("overlay", {"metric": "risk", "x": "intrinsic_time"})):
+        r = httpx.get(f"{plots}/{name}.png", params=params, headers=headers, timeout=60)
+        assert r.status_code == 200 and r.content[:8] == b"\x89PNG\r\n\x1a\n", (name, r.text[:300])
+        if os.environ.get("SMD_KEEP_PLOTS"):   # to look at them: SMD_KEEP_PLOTS=/some/dir pytest ...
+            with open(os.path.join(os.environ["SMD_KEEP_PLOTS"], f"{name}.png"), "wb") as out:
+                out.write(r.content)
+    r = httpx.get(f"{plots}/scatter.png", params={"metric": "nope", "x": "intrinsic_lr"}, headers=headers)
+    assert r.status_code == 422 and "risk" in r.text   # names the metrics that do apply
+
+
+def test_remote_errors_quota_and_cancel(service, tmp_path):
+    alice, bob, _, _ = service
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"base": {"kind": "nrq"}, "grid": {"params.learning_rate": [0.1]}}))
+    refused = smd(alice, "study", "submit", str(bad))
+    assert refused.returncode == 2 and "params.learning_rate" in refused.stderr and "params.lr" in refused.stderr
+    many = tmp_path / "many.json"
+    many.write_text(json.dumps({"base": {"kind": "nrq"}, "grid": {"params.lr": {"linspace": [0.1, 0.2], "num": 101}}}))
+    too_many = smd(alice, "study", "submit", str(many))
+    assert too_many.returncode == 2 and "at most 100" in too_many.stderr
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps({"base": {"kind": "nrq", "params": {"dim": 10, "trials": 100, "steps": 1000}},
+                               "seeds": [0, 1]}))
+    over = smd(bob, "study", "submit", str(big))
+    assert over.returncode == 3 and "work" in over.stderr, over.stderr   # 2·10⁶ > bob's 10⁶
+    long = tmp_path / "long.json"
+    long.write_text(json.dumps({"base": {"kind": "nrq", "params": {"dim": 10, "trials": 500, "steps": 200_000,
+                                                                   "record_every": 1000}},
+                                "grid": {"params.lr": [0.1, 0.2, 0.3]}}))
+    submitted = smd(alice, "study", "submit", str(long))
+    assert submitted.returncode == 0, submitted.stderr
+    study_id = submitted.stdout.strip()
+    assert smd(alice, "study", "cancel", study_id).returncode == 0
+    followed = smd(alice, "study", "status", study_id, "--follow", "--quiet", timeout=120)
+    assert followed.returncode == 2 and "cancelled" in followed.stderr, followed.stderr
+    assert smd(bob, "study", "status", study_id).returncode == 1   # alice's private study: a 404 for bob
