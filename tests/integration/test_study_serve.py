@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -98,7 +99,7 @@ def test_the_acceptance_grid_through_the_service_and_locally(service, tmp_path):
 
 
 def test_remote_errors_quota_and_cancel(service, tmp_path):
-    alice, bob, _, _ = service
+    alice, bob, base, _ = service
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"base": {"kind": "nrq"}, "grid": {"params.learning_rate": [0.1]}}))
     refused = smd(alice, "study", "submit", str(bad))
@@ -119,7 +120,21 @@ def test_remote_errors_quota_and_cancel(service, tmp_path):
     submitted = smd(alice, "study", "submit", str(long))
     assert submitted.returncode == 0, submitted.stderr
     study_id = submitted.stdout.strip()
+    client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {alice['SMD_KEY']}"}, timeout=30)
+    first = client.get(f"/v1/studies/{study_id}").json()["children"][0]["id"]
+    deadline = time.monotonic() + 60
+    while not client.get(f"/v1/experiments/{first}/results", params={"max_points": 2}).json()["series"]["step"]:
+        assert time.monotonic() < deadline, "the first child stored no points"
+        time.sleep(0.2)   # running, with points stored
+    cancelled_at = time.monotonic()
     assert smd(alice, "study", "cancel", study_id).returncode == 0
     followed = smd(alice, "study", "status", study_id, "--follow", "--quiet", timeout=120)
     assert followed.returncode == 2 and "cancelled" in followed.stderr, followed.stderr
+    assert time.monotonic() - cancelled_at < 20   # the running child stopped within seconds (flushes every 0.3 s)
+    children = [client.get(f"/v1/experiments/{c['id']}").json() for c in
+                client.get(f"/v1/studies/{study_id}").json()["children"]]
+    assert [c["status"] for c in children] == ["cancelled"] * 3
+    assert [c["attempts"] for c in children] == [1, 0, 0]   # no child started after the cancel
+    partial = client.get(f"/v1/experiments/{first}/results").json()
+    assert 0 < len(partial["series"]["step"]) < 200   # the running child kept its partial results
     assert smd(bob, "study", "status", study_id).returncode == 1   # alice's private study: a 404 for bob
