@@ -352,7 +352,7 @@ def _drop(s: Study, point: int) -> Outcome:
     stat, p = _phase_record(s, point, "au_rms")
     old, new = p.phases()[-2], p.phases()[-1]
     before = predicted_au(p.model_copy(update={"lr_schedule": []}))
-    predicted = before * new.lr / old.lr * math.sqrt(old.weight_decay / new.weight_decay) ** 0   # |X| unchanged
+    predicted = before * new.lr / old.lr   # the AU is ∝ η/|X|² and |X| is unchanged at the decay
     return Outcome(predicted, stat.mean, stat.tolerance, stat.rule(), predicted_au(p) - predicted,
                    "the gap between the new equilibrium AU and old·η′/η")
 
@@ -365,43 +365,60 @@ def _at_once(s: Study, point: int) -> Outcome:
                    "the gap between the new equilibrium AU and the AU without rescale (old·η′/η)")
 
 
+def _fit_rate(t: Any, y: Any) -> float:
+    """The rate ρ of y ≈ A e^{−ρt} + c (A, c by linear least squares for each ρ; ρ minimizing the residual)."""
+    import numpy as np
+    from scipy.optimize import minimize_scalar
+
+    def residual(log_rate: float) -> float:
+        basis = np.stack([np.exp(-math.exp(log_rate) * t), np.ones_like(t)], axis=1)
+        coef, *_ = np.linalg.lstsq(basis, y, rcond=None)
+        return float(((basis @ coef - y) ** 2).sum())
+
+    # a first guess from the log-slope of the excess over the last value, then a bounded search around it
+    excess = y - y[-1]
+    head = excess > excess[0] * math.exp(-2.0)
+    guess = max(-np.polyfit(t[head], np.log(excess[head]), 1)[0], 1e-12) if head.sum() >= 3 else 1.0 / (t[-1] + 1)
+    found = minimize_scalar(residual, bounds=(math.log(guess / 10), math.log(guess * 10)), method="bounded",
+                            options={"xatol": 1e-9})
+    return math.exp(found.x)
+
+
 def _relaxation_times(s: Study, point: int) -> tuple[list[float], float, float]:
-    """Per seed, the measured time ln k/(rate): the rate of e^{−rate·t} fitted (least squares of ln q on t)
-    to q_t = (|X|²_t / |X|²_tail)² − 1 from the decay to where q first falls below q₀e^{−3}."""
+    """Per seed, the measured time ln k/ρ, ρ the rate of (|X|²)² ≈ A e^{−ρt} + c fitted over the final phase
+    (the offset c free: the target |X|⁴ moves with the unit-gradient norm L = |PAX̄|² + (p−1)σ², which
+    follows the risk), then refitted over the first 4/ρ steps. Predicted: |X|⁴'s excess shrinks by
+    (1−η′λ′)⁴ per update (presets.md T4), the time ln k/(−4 ln(1−η′λ′)) ≈ ln k/(4λ′η′)."""
+    import numpy as np
     p = s.params(point)
     old, new = p.phases()[-2], p.phases()[-1]
-    k = (old.lr * new.weight_decay) ** -1 * new.lr * old.weight_decay
-    k = 1.0 / k
+    k = (old.lr / old.weight_decay) / (new.lr / new.weight_decay)   # |X|⁴ at equilibrium ∝ η/λ: old/new
     steps, norms = s.series(point, "norm_sq")
-    tails = [float(doc["summary"]["norm_sq"]) for _, doc in s.members(point)]
+    n = np.asarray(steps, dtype=np.float64)
+    sel = n >= new.start
     out = []
-    for values, tail in zip(norms, tails, strict=True):
-        ts, logs = [], []
-        q0 = None
-        for n, m in zip(steps, values, strict=True):
-            if n < new.start:
-                continue
-            q = (m / tail) ** 2 - 1.0
-            if q0 is None:
-                q0 = q
-            if q <= 0 or q < q0 * math.exp(-3.0):
-                break
-            ts.append(n - new.start)
-            logs.append(math.log(q))
-        if len(ts) < 3:
-            raise Missing("fewer than 3 records in the relaxation window")
-        tm, lm = math.fsum(ts) / len(ts), math.fsum(logs) / len(logs)
-        slope = math.fsum((t - tm) * (y - lm) for t, y in zip(ts, logs, strict=True)) / math.fsum((t - tm) ** 2 for t in ts)
-        out.append(math.log(k) / -slope)
-    return out, k, math.log(k) / (4.0 * new.lr * new.weight_decay)
+    for values in norms:
+        t, y = n[sel] - new.start, np.asarray(values)[sel] ** 2
+        rate = _fit_rate(t, y)
+        head = t <= 4.0 / rate
+        if head.sum() < 5:
+            raise Missing("fewer than 5 records within 4 relaxation times of the decay")
+        out.append(math.log(k) / _fit_rate(t[head], y[head]))
+    return out, k, math.log(k) / (-4.0 * math.log1p(-new.lr * new.weight_decay))
+
+
+def new_rate(s: Study, point: int) -> float:
+    final = s.params(point).phases()[-1]
+    return final.lr * final.weight_decay
 
 
 def _relaxation(s: Study, point: int) -> Outcome:
     times, k, predicted = _relaxation_times(s, point)
     stat = over_seeds(times)
-    return Outcome(math.ceil(predicted), stat.mean, stat.tolerance,
-                   stat.rule() + "; each seed's time from a least-squares fit of ln((|X|²_t/|X|²_tail)² − 1)",
-                   math.ceil(predicted), "the relaxation time itself (what the rescale removes)")
+    return Outcome(predicted, stat.mean, stat.tolerance,
+                   stat.rule() + "; each seed's time from a least-squares fit of |X|⁴ = A e^{−ρt} + c",
+                   predicted, "the relaxation time itself (what the rescale removes)",
+                   note=f"k = {k:g}; ln k/(4λ′η′) = {math.log(k) / (4 * new_rate(s, point)):.1f} in continuous time")
 
 
 def _undershoot(s: Study, point: int, sense: str) -> Outcome:
