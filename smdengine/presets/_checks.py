@@ -101,8 +101,12 @@ class Study:
         return members
 
     def params(self, point: int) -> Any:
+        """The params of the point's spec (what its children were asked to run, whatever their status)."""
         from smdengine._registry import parse_spec
-        return parse_spec(dict(self.members(point)[0][0].spec)).params
+        members = self.by_point.get(point)
+        if not members:
+            raise Missing(f"point {point} has no child")
+        return parse_spec(dict(members[0][0].spec)).params
 
     def seeds(self, point: int) -> list[int]:
         return [c.seed for c, _ in self.members(point)]

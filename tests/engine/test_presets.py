@@ -31,7 +31,7 @@ def test_catalog_is_consistent():
             assert {c.spec.kind for c in children} <= set(preset.kinds)
             names = smdengine.output_names(children[0].spec)
             for panel in preset.panels:
-                assert panel.metric in names["metrics"], (pid, panel.metric)
+                assert panel.metric in names, (pid, panel.metric)
                 assert panel.points is None or max(panel.points) <= max(c.point for c in children)
             est = estimate(pid, size)
             assert est["runs"] == len(children) and est["gpu"] == (size in preset.gpu_sizes)
