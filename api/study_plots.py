@@ -7,13 +7,16 @@ Pure functions of data the caller has already gathered (no database, no HTTP, no
 - :func:`heatmap`: a tail metric over two axes, measured beside theory on the same colour scale, with
   the iso-ηλ diagonals when the axes are the learning rate and the weight decay;
 - :func:`scatter`: a tail metric against an axis or derived value, error bars over seeds, the theory
-  per point as open markers and a theory curve dashed.
+  per point as open markers and a theory curve dashed;
+- :func:`figure`: a preset's panels (each drawn as an overlay is, by :func:`draw_lines`) in a grid
+  like the seed's figure, with the verdicts of its checks printed under them.
 
 Encoding, colours and small helpers are shared with :mod:`api.plots`.
 """
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +30,7 @@ from matplotlib.ticker import MaxNLocator, NullFormatter, NullLocator
 
 from api.plots import MEDIA_TYPES, _nan, _note, encode
 
-__all__ = ["MEDIA_TYPES", "X_LABELS", "heatmap", "overlay", "scatter"]
+__all__ = ["MEDIA_TYPES", "X_LABELS", "draw_lines", "figure", "heatmap", "overlay", "scatter"]
 
 LEGEND_MAX_LINES = 12      # more lines: a colour bar by line order instead of a legend
 TAB_MAX_LINES = 10         # up to this many lines: tab10 colours; beyond, a colormap
@@ -60,6 +63,18 @@ def overlay(lines: list[dict], metric: str, x: str, fmt: str) -> bytes:
     :data:`X_LABELS`, or any name); theory dashed in the line's colour."""
     fig = _figure(7.5, 4.6)
     ax = fig.add_subplot()
+    n = draw_lines(fig, ax, lines, metric, x)
+    ax.set_title(f"{metric} of {n} {'child' if n == 1 else 'children'} against {X_LABELS.get(x, x)}", fontsize=10)
+    return encode(fig, fmt)
+
+
+def draw_lines(fig: Figure, ax, lines: list[dict], metric: str, x: str, log_y: bool | None = None,
+               small: bool = False) -> int:
+    """Draw ``lines`` on ``ax`` (the overlay's drawing, shared with :func:`figure`): one colour per
+    line, its theory dashed in that colour, a legend (a colour bar by line order beyond
+    :data:`LEGEND_MAX_LINES`); log y when ``log_y``, or with None when positive values span more
+    than :data:`LOG_Y_DECADES`. ``small``: smaller legend text (panels of a grid). Returns the
+    number of lines."""
     n = len(lines)
     few = n <= TAB_MAX_LINES
     cmap = colormaps["viridis"]
@@ -78,22 +93,73 @@ def overlay(lines: list[dict], metric: str, x: str, fmt: str) -> bytes:
             has_theory = True
     if has_theory:
         ax.plot([], [], "--", color="0.4", lw=1.0, label="theory (line's colour)")
-    if not any(v is not None for ys in drawn for v in ys):
+    values = [v for ys in drawn for v in ys]
+    if not any(v is not None for v in values):
         _note(ax, "no data")
-    elif _spans([v for ys in drawn for v in ys], LOG_Y_DECADES):
-        ax.set_yscale("log")
+    elif log_y if log_y is not None else _spans(values, LOG_Y_DECADES):
+        if any(_number(v) and v > 0 for v in values):
+            ax.set_yscale("log")
     if n > LEGEND_MAX_LINES:
         bar = fig.colorbar(ScalarMappable(Normalize(0, n - 1), cmap), ax=ax, pad=0.02)
         bar.set_label(f"child, in line order ({n} lines)", fontsize=8)
         bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         bar.ax.tick_params(labelsize=7)
-    ax.set_xlabel(X_LABELS.get(x, x))
-    ax.set_ylabel(metric)
+    ax.set_xlabel(X_LABELS.get(x, x), fontsize=8 if small else None)
+    ax.set_ylabel(metric, fontsize=8 if small else None)
+    if small:
+        ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        ax.legend(handles, labels, fontsize=7 if len(handles) <= 7 else 6, ncol=1 if len(handles) <= 7 else 2)
-    ax.set_title(f"{metric} of {n} {'child' if n == 1 else 'children'} against {X_LABELS.get(x, x)}", fontsize=10)
+        size = (6 if small else 7) if len(handles) <= 7 else (5 if small else 6)
+        ax.legend(handles, labels, fontsize=size, ncol=1 if len(handles) <= 7 else 2)
+    return n
+
+
+# ----------------------------------------------------------------------------- preset figure
+
+VERDICT_COLOURS = {"reproduced": "#1a7f37", "not_reproduced": "#cf222e", "inconclusive": "#9a6700",
+                   "pending": "0.45", "error": "#cf222e"}
+FIGURE_COLUMNS = 4          # panels per row, as the seeds lay theirs out (000 Fig. 2: four per row)
+VERDICT_WRAP = 150          # characters per line of a verdict
+
+
+def figure(title: str, panels: list[dict], verdicts: list[tuple[str, str]], fmt: str) -> bytes:
+    """A preset's figure: ``panels`` (``{"title", "metric", "x", "log_y", "lines"}``, lines as for
+    :func:`overlay`) in a grid of up to :data:`FIGURE_COLUMNS` per row, each drawn by
+    :func:`draw_lines`; under them one line per check (``(text, verdict)``), coloured by verdict."""
+    n = max(len(panels), 1)
+    cols = min(n, FIGURE_COLUMNS)
+    rows = math.ceil(n / cols)
+    wrapped = [(textwrap.wrap(text, VERDICT_WRAP) or [""], verdict) for text, verdict in verdicts]
+    text_lines = sum(len(lines) for lines, _ in wrapped)
+    text_height = 0.35 + 0.19 * text_lines if verdicts else 0.0
+    width = max(4.2 * cols, 9.0)
+    fig = _figure(width, 3.4 * rows + text_height + 0.5)
+    grid = fig.add_gridspec(rows + (1 if verdicts else 0), cols,
+                            height_ratios=[3.4] * rows + ([text_height] if verdicts else []),
+                            left=0.06, right=0.98, top=1 - 0.45 / (3.4 * rows + text_height + 0.5),
+                            bottom=0.02, hspace=0.55 if rows > 1 else 0.3, wspace=0.32)
+    for i, panel in enumerate(panels):
+        ax = fig.add_subplot(grid[i // cols, i % cols])
+        draw_lines(fig, ax, panel.get("lines") or [], str(panel.get("metric", "")), str(panel.get("x", "step")),
+                   log_y=bool(panel.get("log_y")), small=True)
+        ax.set_title(f"({chr(ord('a') + i)}) {panel.get('title', '')}", fontsize=9)
+    if not panels:
+        _note(fig.add_subplot(grid[0, 0]), "no panels")
+    if verdicts:
+        ax = fig.add_subplot(grid[rows, :])
+        ax.axis("off")
+        y = 1.0
+        step = 1.0 / max(text_lines + 1, 1)
+        ax.text(0.0, y, "Checks", fontsize=9, fontweight="bold", va="top", transform=ax.transAxes)
+        y -= step
+        for lines, verdict in wrapped:
+            for j, line in enumerate(lines):
+                ax.text(0.0 if j == 0 else 0.02, y, line, fontsize=7.5, va="top", family="DejaVu Sans",
+                        color=VERDICT_COLOURS.get(verdict, "0.1"), transform=ax.transAxes)
+                y -= step
+    fig.suptitle(title, fontsize=11)
     return encode(fig, fmt)
 
 
