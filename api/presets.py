@@ -111,12 +111,12 @@ def _metric_values(child: FigureChild, metric: str) -> tuple[list, str]:
     return mean, f" (mean of {len(per_layer)} layers)" if len(per_layer) > 1 else ""
 
 
-def _labels(children: Sequence[FigureChild]) -> list[str]:
-    """Legend labels: the axis values that differ between the panel's children, and the seed when
-    the seeds differ."""
+def _labels(children: Sequence[FigureChild], seeds: bool = True) -> list[str]:
+    """Legend labels: the axis values that differ between the panel's children, and (with
+    ``seeds``) the seed when the seeds differ."""
     paths = list(dict.fromkeys(path for c in children for path in c.values))
     varying = [p for p in paths if len({repr(c.values.get(p)) for c in children}) > 1]
-    seeds = len({c.seed for c in children}) > 1
+    seeds = seeds and len({c.seed for c in children}) > 1
     out = []
     for c in children:
         parts = []
@@ -126,20 +126,21 @@ def _labels(children: Sequence[FigureChild]) -> list[str]:
                          else f"{path.rsplit('.', 1)[-1]}={value}")
         if seeds:
             parts.append(f"seed={c.seed}")
-        out.append(", ".join(parts) or f"run {c.index}")
+        out.append(", ".join(parts) or f"point {c.point}")
     return out
 
 
 def panel_lines(panel: Any, children: Sequence[FigureChild]) -> list[dict[str, Any]]:
     """The lines of one panel: ``panel.metric`` of each succeeded child of ``panel.points`` (all when
-    None) against ``panel.x`` (`smdengine.time_axis`), its theory (the metric's first dashed theory,
+    None; the seeds of a point share its colour and its legend entry) against ``panel.x`` (`smdengine.time_axis`), its theory (the metric's first dashed theory,
     `smdengine.theory_of`) beside it; at most :data:`MAX_LINE_POINTS` points per line."""
     from api.results import downsample_indices
 
     chosen = [c for c in children if c.status == "succeeded"
               and (panel.points is None or c.point in set(panel.points))]
     lines = []
-    for child, label in zip(chosen, _labels(chosen), strict=True):
+    seen: set[int] = set()
+    for child, label in zip(chosen, _labels(chosen, seeds=False), strict=True):
         steps = list(child.series.get("step", []))
         ys, suffix = _metric_values(child, panel.metric)
         try:
@@ -150,7 +151,9 @@ def panel_lines(panel: Any, children: Sequence[FigureChild]) -> list[dict[str, A
         name = theory_of(child.kind, child.spec, panel.metric.rpartition(smdengine.LAYER_SEPARATOR)[2])
         given = child.theory.get(name) if name else None
         theory = given if isinstance(given, list) else [given] * len(steps) if _number(given) else None
-        lines.append({"label": label + suffix, "x": [xs[i] for i in keep],
+        first = child.point not in seen
+        seen.add(child.point)
+        lines.append({"label": (label + suffix) if first else None, "group": child.point, "x": [xs[i] for i in keep],
                       "y": [_float(ys[i]) if i < len(ys) else math.nan for i in keep],
                       "theory": None if theory is None else [_float(theory[i]) if i < len(theory) else math.nan
                                                              for i in keep]})

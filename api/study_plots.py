@@ -26,6 +26,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import PlaceHolderLayoutEngine
 from matplotlib.ticker import MaxNLocator, NullFormatter, NullLocator
 
 from api.plots import MEDIA_TYPES, _nan, _note, encode
@@ -71,20 +72,26 @@ def overlay(lines: list[dict], metric: str, x: str, fmt: str) -> bytes:
 def draw_lines(fig: Figure, ax, lines: list[dict], metric: str, x: str, log_y: bool | None = None,
                small: bool = False) -> int:
     """Draw ``lines`` on ``ax`` (the overlay's drawing, shared with :func:`figure`): one colour per
-    line, its theory dashed in that colour, a legend (a colour bar by line order beyond
+    line (per ``group`` when lines carry one: the seeds of one point, labelled once), its theory
+    dashed in that colour, a legend (a colour bar by line order beyond
     :data:`LEGEND_MAX_LINES`); log y when ``log_y``, or with None when positive values span more
     than :data:`LOG_Y_DECADES`. ``small``: smaller legend text (panels of a grid). Returns the
     number of lines."""
     n = len(lines)
-    few = n <= TAB_MAX_LINES
+    groups = list(dict.fromkeys(line.get("group", i) for i, line in enumerate(lines)))
+    shade = {g: k for k, g in enumerate(groups)}
+    few = len(groups) <= TAB_MAX_LINES
     cmap = colormaps["viridis"]
     drawn: list[list] = []
     has_theory = False
     for i, line in enumerate(lines):
-        color = f"C{i}" if few else cmap(i / max(n - 1, 1))
+        k = shade[line.get("group", i)]
+        color = f"C{k}" if few else cmap(k / max(len(groups) - 1, 1))
         xs, ys = list(line.get("x") or []), list(line.get("y") or [])
         m = min(len(xs), len(ys))
-        ax.plot(xs[:m], _nan(ys[:m]), color=color, lw=1.3, label=str(line.get("label", i)) if n <= LEGEND_MAX_LINES else None)
+        label = line.get("label", i) if len(groups) <= LEGEND_MAX_LINES else None
+        ax.plot(xs[:m], _nan(ys[:m]), color=color, lw=1.3 if "group" not in line else 1.0,
+                label=None if label is None else str(label))
         drawn.append(ys[:m])
         theory = line.get("theory")
         if theory:
@@ -99,9 +106,10 @@ def draw_lines(fig: Figure, ax, lines: list[dict], metric: str, x: str, log_y: b
     elif log_y if log_y is not None else _spans(values, LOG_Y_DECADES):
         if any(_number(v) and v > 0 for v in values):
             ax.set_yscale("log")
-    if n > LEGEND_MAX_LINES:
-        bar = fig.colorbar(ScalarMappable(Normalize(0, n - 1), cmap), ax=ax, pad=0.02)
-        bar.set_label(f"child, in line order ({n} lines)", fontsize=8)
+    if len(groups) > LEGEND_MAX_LINES:
+        bar = fig.colorbar(ScalarMappable(Normalize(0, len(groups) - 1), cmap), ax=ax, pad=0.02)
+        bar.set_label(f"child, in line order ({len(groups)} lines)" if len(groups) == n
+                      else f"point, in order ({len(groups)} points)", fontsize=8)
         bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         bar.ax.tick_params(labelsize=7)
     ax.set_xlabel(X_LABELS.get(x, x), fontsize=8 if small else None)
@@ -132,14 +140,14 @@ def figure(title: str, panels: list[dict], verdicts: list[tuple[str, str]], fmt:
     cols = min(n, FIGURE_COLUMNS)
     rows = math.ceil(n / cols)
     wrapped = [(textwrap.wrap(text, VERDICT_WRAP) or [""], verdict) for text, verdict in verdicts]
-    text_lines = sum(len(lines) for lines, _ in wrapped)
-    text_height = 0.35 + 0.19 * text_lines if verdicts else 0.0
-    width = max(4.2 * cols, 9.0)
-    fig = _figure(width, 3.4 * rows + text_height + 0.5)
-    grid = fig.add_gridspec(rows + (1 if verdicts else 0), cols,
-                            height_ratios=[3.4] * rows + ([text_height] if verdicts else []),
-                            left=0.06, right=0.98, top=1 - 0.45 / (3.4 * rows + text_height + 0.5),
-                            bottom=0.02, hspace=0.55 if rows > 1 else 0.3, wspace=0.32)
+    line_in = 0.17                                   # inches per line of text
+    text_in = (0.45 + line_in * sum(len(lines) for lines, _ in wrapped)) if verdicts else 0.0
+    top_in, panel_in, label_in = 0.55, 3.3, 0.55     # title, one row of panels, the last row's x labels
+    height = top_in + rows * panel_in + label_in + text_in + 0.1
+    fig = _figure(max(4.3 * cols, 9.0), height)
+    fig.set_layout_engine(PlaceHolderLayoutEngine(adjust_compatible=True, colorbar_gridspec=True))
+    grid = fig.add_gridspec(rows, cols, left=0.06, right=0.98, top=1 - top_in / height,
+                            bottom=(label_in + text_in + 0.1) / height, hspace=0.45, wspace=0.3)
     for i, panel in enumerate(panels):
         ax = fig.add_subplot(grid[i // cols, i % cols])
         draw_lines(fig, ax, panel.get("lines") or [], str(panel.get("metric", "")), str(panel.get("x", "step")),
@@ -148,18 +156,15 @@ def figure(title: str, panels: list[dict], verdicts: list[tuple[str, str]], fmt:
     if not panels:
         _note(fig.add_subplot(grid[0, 0]), "no panels")
     if verdicts:
-        ax = fig.add_subplot(grid[rows, :])
-        ax.axis("off")
-        y = 1.0
-        step = 1.0 / max(text_lines + 1, 1)
-        ax.text(0.0, y, "Checks", fontsize=9, fontweight="bold", va="top", transform=ax.transAxes)
-        y -= step
+        y = text_in + 0.05
+        fig.text(0.02, y / height, "Checks", fontsize=9, fontweight="bold", va="top")
+        y -= 0.3
         for lines, verdict in wrapped:
             for j, line in enumerate(lines):
-                ax.text(0.0 if j == 0 else 0.02, y, line, fontsize=7.5, va="top", family="DejaVu Sans",
-                        color=VERDICT_COLOURS.get(verdict, "0.1"), transform=ax.transAxes)
-                y -= step
-    fig.suptitle(title, fontsize=11)
+                fig.text(0.02 if j == 0 else 0.035, y / height, line, fontsize=7.5, va="top",
+                         color=VERDICT_COLOURS.get(verdict, "0.1"))
+                y -= line_in
+    fig.suptitle(title, fontsize=11, y=1 - 0.12 / height, va="top")
     return encode(fig, fmt)
 
 

@@ -49,12 +49,16 @@ def get_preset(user: CurrentUserDep, preset_id: Annotated[str, PRESET_ID]):
 
 def _override_loc(loc: tuple | list, overrides: dict[str, Any] | None) -> list[Any]:
     """Where a validation error of the built study lies: ``["overrides", path]`` for the override
-    it comes from (the error's location ends with the path, union tags aside), else the study's."""
-    dotted = ".".join(str(part) for part in loc)
+    it comes from (the error's location ends with the path, or with a parent of it of at least two
+    parts, union tags aside), else the study's own location."""
+    parts = [str(part) for part in loc]
     for path in overrides or {}:
-        inner = dotted.removeprefix("base.")
-        if dotted.endswith(f".{path}") or (inner not in ("", "base") and path.startswith(f"{inner}.")):
+        if ".".join(parts).endswith(f".{path}"):
             return ["overrides", path]
+        for k in range(1, len(parts) - 1):
+            suffix = ".".join(parts[k:])
+            if path.startswith(f"{suffix}."):
+                return ["overrides", path]
     return list(loc)
 
 
