@@ -52,10 +52,12 @@ from smdengine._runtime import (
 )
 from smdengine._spec_base import tagged_union
 from smdengine._study import DERIVED_AXES, Child, Span, StudyError, StudySpec, derived_values, expand_study, valid_paths
+from smdengine.presets import PRESETS, CheckDef, PanelDef, Preset, estimate, evaluate_checks, preset_study
 
 __all__ = ["DERIVED_AXES", "OVERLAY_X", "Child", "ChildRecord", "Span", "StudyError", "StudySpec", "derived_values",
            "expand_study", "group_by_point", "study_table", "table_columns", "theory_curve", "theory_of", "time_axis",
            "valid_paths", "KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
            "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",
            "layer_key", "output_names", "parse_spec", "plot_key", "plots", "predict", "resolve_device", "run",
-           "spec_json_schema", "split_layers", "tagged_union"]
+           "spec_json_schema", "split_layers", "tagged_union", "PRESETS", "CheckDef", "PanelDef", "Preset", "estimate",
+           "evaluate_checks", "preset_study"]

@@ -1,0 +1,128 @@
+"""Presets: named studies over the seeds' figures, at sizes, with checks (design §5; shared/presets.md §3).
+
+A preset is a study spec per size (``quick``: minutes on a 2-core CPU; ``paper``: the seed's own scale)
+and a list of checks. Each check is one claim of a seed (one sentence with its reference); after the
+study's children have ended, :func:`evaluate_checks` computes for each the ``predicted`` value from
+theory (the formulas of design §4, by code), the ``measured`` value from the children's results, a
+``tolerance`` from the Monte-Carlo error of that measurement, and a verdict:
+
+- ``reproduced`` when |measured − predicted| ≤ tolerance (a one-sided claim says so in its rule);
+- ``inconclusive`` when a child it needs is missing or failed, or when the tolerance is wider than the
+  effect being tested (each check names its effect);
+- ``not_reproduced`` otherwise.
+
+Importing this package imports no torch (nor scipy: theory is imported when checks are evaluated).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from copy import deepcopy
+from dataclasses import dataclass
+from typing import Any
+
+from smdengine._compare import ChildRecord
+from smdengine.presets._checks import Evaluator, run_checks
+
+__all__ = ["PRESETS", "CheckDef", "PanelDef", "Preset", "estimate", "evaluate_checks", "preset_study"]
+
+
+@dataclass(frozen=True)
+class CheckDef:
+    """One claim of a seed a preset checks: ``claim`` is one sentence with its seed reference."""
+
+    id: str
+    claim: str
+
+
+@dataclass(frozen=True)
+class PanelDef:
+    """One panel of a preset's figure: ``metric`` of the chosen ``points`` (None: all) against ``x``
+    (an overlay x: step, lr_time, tau, intrinsic_time); the service draws the metric's theory dashed."""
+
+    title: str
+    metric: str
+    x: str = "step"
+    log_y: bool = False
+    points: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named study over a seed figure. ``sizes``: size name → study spec dict (base + grid/zip/points/
+    seeds, name); ``gpu_sizes``: the sizes that need a GPU."""
+
+    id: str
+    title: str
+    seed: str
+    figure: str
+    description: str
+    kinds: tuple[str, ...]
+    tier: int
+    exploratory: bool
+    sizes: Mapping[str, dict]
+    checks: tuple[CheckDef, ...]
+    panels: tuple[PanelDef, ...]
+    gpu_sizes: tuple[str, ...] = ()
+
+
+def _catalog() -> tuple[dict[str, Preset], dict[str, Evaluator]]:
+    from smdengine.presets import nrq, sde
+
+    presets: dict[str, Preset] = {}
+    evaluators: dict[str, Evaluator] = {}
+    for module in (nrq, sde):
+        for preset, evaluator in module.PRESETS:
+            if preset.id in presets:
+                raise RuntimeError(f"preset {preset.id!r} declared twice")
+            presets[preset.id] = preset
+            evaluators[preset.id] = evaluator
+    return presets, evaluators
+
+
+PRESETS, _EVALUATORS = _catalog()
+
+
+def _preset(preset_id: str) -> Preset:
+    try:
+        return PRESETS[preset_id]
+    except KeyError:
+        raise KeyError(f"unknown preset {preset_id!r}; expected one of {', '.join(PRESETS)}") from None
+
+
+def preset_study(preset_id: str, size: str = "quick", seeds: list[int] | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> dict:
+    """The study spec of a preset at ``size``: ``overrides`` ({dotted path: value}) are set on the base,
+    ``seeds`` replace the study's seeds. KeyError for an unknown preset, ValueError for an unknown size
+    (validation of the values is the study expansion's)."""
+    from smdengine._study import set_path
+
+    preset = _preset(preset_id)
+    if size not in preset.sizes:
+        raise ValueError(f"size: expected one of {', '.join(preset.sizes)}, got {size!r}")
+    study = deepcopy(dict(preset.sizes[size]))
+    for path, value in (overrides or {}).items():
+        set_path(study["base"], path, deepcopy(value))
+    if seeds is not None:
+        study["seeds"] = list(seeds)
+    return study
+
+
+def estimate(preset_id: str, size: str) -> dict:
+    """{"runs": number of children, "work": Σ each child spec's ``work``, "gpu": whether the size needs one}."""
+    from smdengine._study import expand_study
+
+    children = expand_study(preset_study(preset_id, size))
+    return {"runs": len(children), "work": int(math.fsum(c.spec.work for c in children)),
+            "gpu": size in PRESETS[preset_id].gpu_sizes}
+
+
+def evaluate_checks(preset_id: str, children: Sequence[ChildRecord],
+                    documents: Sequence[Mapping[str, Any]]) -> list[dict]:
+    """Every check of the preset, in order: {"id", "claim", "predicted", "measured", "tolerance",
+    "tolerance_rule", "verdict", "note"}. ``documents[i]`` is the result document of ``children[i]``
+    (a failed child's may be empty)."""
+    preset = _preset(preset_id)
+    if len(children) != len(documents):
+        raise ValueError(f"documents: expected one per child ({len(children)}), got {len(documents)}")
+    return run_checks(preset.checks, _EVALUATORS[preset_id], children, documents)

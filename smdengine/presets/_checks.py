@@ -1,0 +1,190 @@
+"""The machinery of checks: what an evaluator sees of a study (:class:`Study`), what it returns per check
+(:class:`Outcome`), the Monte-Carlo error rules (:func:`over_seeds`) and the verdict."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from smdengine._compare import ChildRecord
+
+if TYPE_CHECKING:
+    from smdengine.presets import CheckDef
+
+CONFIDENCE = 0.9973   # two-sided, the "3 standard errors" of a normal law
+TAIL_BLOCKS = 10      # one seed: batch means of the tail records in this many blocks
+
+
+class Missing(Exception):
+    """A child a check needs is missing or did not succeed (or has no such result)."""
+
+
+@dataclass(frozen=True)
+class Stat:
+    """A measured mean, its standard error and the factor k that turns it into a tolerance (k·se)."""
+
+    mean: float
+    se: float
+    k: float
+    how: str          # how se was obtained, for the tolerance rule
+
+    @property
+    def tolerance(self) -> float:
+        return self.k * self.se
+
+    def rule(self) -> str:
+        return f"{self.k:.2f} × the standard error ({self.how}; Student t, {CONFIDENCE:.2%} two-sided)"
+
+
+def t_factor(df: int) -> float:
+    from scipy import stats
+    return float(stats.t.ppf(0.5 + CONFIDENCE / 2, df))
+
+
+def over_seeds(values: Sequence[float], what: str = "seeds") -> Stat:
+    """Mean of independent per-seed values and its standard error, sample sd/√n (n ≥ 2)."""
+    n = len(values)
+    if n < 2:
+        raise Missing(f"a standard error needs at least 2 {what}, got {n}")
+    mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    return Stat(mean, sd / math.sqrt(n), t_factor(n - 1), f"over {n} {what}: sample sd/√{n}")
+
+
+def ratio(a: Stat, b: Stat) -> Stat:
+    """a/b with the first-order standard error √((se_a/a)² + (se_b/b)²)·|a/b| (independent a, b), and
+    the larger of the two factors k (the smaller degrees of freedom)."""
+    r = a.mean / b.mean
+    se = abs(r) * math.hypot(a.se / a.mean, b.se / b.mean)
+    return Stat(r, se, max(a.k, b.k), f"propagated to first order from {a.how} and {b.how}")
+
+
+@dataclass
+class Outcome:
+    """What an evaluator measured for one check. ``effect``: the size of the effect the check tests (the
+    verdict is inconclusive when the tolerance is wider), named by ``effect_what``. ``sense``: "equal"
+    (|measured − predicted| ≤ tolerance) or "below" (the claim is measured < predicted, by more than the
+    tolerance)."""
+
+    predicted: float
+    measured: float
+    tolerance: float
+    rule: str
+    effect: float | None = None
+    effect_what: str = ""
+    note: str | None = None
+    sense: str = "equal"
+
+
+@dataclass
+class Study:
+    """The children and documents of a study, by point (what an evaluator reads)."""
+
+    children: Sequence[ChildRecord]
+    documents: Sequence[Mapping[str, Any]]
+    by_point: dict[int, list[tuple[ChildRecord, Mapping[str, Any]]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for child, doc in zip(self.children, self.documents, strict=True):
+            self.by_point.setdefault(child.point, []).append((child, doc))
+        for members in self.by_point.values():
+            members.sort(key=lambda m: m[0].index)
+
+    def members(self, point: int) -> list[tuple[ChildRecord, Mapping[str, Any]]]:
+        members = self.by_point.get(point)
+        if not members:
+            raise Missing(f"point {point} has no child")
+        bad = [c for c, d in members if c.status != "succeeded" or not d.get("series")]
+        if bad:
+            raise Missing(f"point {point}: child {bad[0].index} {bad[0].status}")
+        return members
+
+    def params(self, point: int) -> Any:
+        from smdengine._registry import parse_spec
+        return parse_spec(dict(self.members(point)[0][0].spec)).params
+
+    def seeds(self, point: int) -> list[int]:
+        return [c.seed for c, _ in self.members(point)]
+
+    def series(self, point: int, key: str) -> tuple[list[float], list[list[float]]]:
+        """(steps, one list of values per child of the point)."""
+        members = self.members(point)
+        steps = members[0][1]["series"]["step"]
+        out = []
+        for child, doc in members:
+            values = doc["series"].get(key)
+            if values is None:
+                raise Missing(f"point {point}: child {child.index} has no series {key!r}")
+            out.append([math.nan if v is None else float(v) for v in values])
+        return list(steps), out
+
+    def tail(self, point: int, key: str) -> Stat:
+        """The summary (tail mean) of ``key`` over the point's seeds; with one seed, the batch means of
+        its tail records in 10 blocks stand for independent values."""
+        members = self.members(point)
+        values = []
+        for child, doc in members:
+            value = (doc.get("summary") or {}).get(key)
+            if value is None:
+                raise Missing(f"point {point}: child {child.index} has no summary {key!r}")
+            values.append(float(value))
+        if len(values) > 1:
+            return over_seeds(values)
+        params = self.params(point)
+        start = params.tail_start()
+        steps, [values_t] = self.series(point, key)
+        tail = [v for s, v in zip(steps, values_t, strict=True) if s >= start]
+        blocks = [tail[i * len(tail) // TAIL_BLOCKS:(i + 1) * len(tail) // TAIL_BLOCKS] for i in range(TAIL_BLOCKS)]
+        blocks = [b for b in blocks if b]
+        stat = over_seeds([math.fsum(b) / len(b) for b in blocks], "blocks of the one seed's tail records")
+        return Stat(values[0], stat.se, stat.k, stat.how + " (assumes blocks longer than the correlation time)")
+
+
+Evaluator = Callable[[Study], dict[str, Callable[[], Outcome]]]
+
+
+def _number(x: float) -> float | None:
+    return float(x) if isinstance(x, int | float) and math.isfinite(x) else None
+
+
+def verdict(o: Outcome) -> tuple[str, str | None]:
+    """The verdict of an outcome, and a sentence on why when it is not plainly reproduced."""
+    if not (math.isfinite(o.measured) and math.isfinite(o.predicted) and math.isfinite(o.tolerance)):
+        return "not_reproduced", "the measured value is not finite"
+    if o.sense == "below":
+        gap = o.predicted - o.measured
+        if gap > o.tolerance:
+            return "reproduced", None
+        if gap > 0:
+            return "inconclusive", f"measured below predicted by {gap:.3g}, within the tolerance {o.tolerance:.3g}"
+        return "not_reproduced", f"measured not below predicted ({o.measured:.4g} ≥ {o.predicted:.4g})"
+    if o.effect is not None and o.tolerance > abs(o.effect):
+        return "inconclusive", (f"the tolerance {o.tolerance:.3g} is wider than the effect tested, "
+                                f"{o.effect_what} = {abs(o.effect):.3g}")
+    if abs(o.measured - o.predicted) <= o.tolerance:
+        return "reproduced", None
+    return "not_reproduced", f"|measured − predicted| = {abs(o.measured - o.predicted):.3g} > tolerance {o.tolerance:.3g}"
+
+
+def run_checks(checks: Sequence[CheckDef], evaluator: Evaluator, children: Sequence[ChildRecord],
+               documents: Sequence[Mapping[str, Any]]) -> list[dict]:
+    study = Study(children, documents)
+    measures = evaluator(study)
+    out = []
+    for check in checks:
+        row: dict[str, Any] = {"id": check.id, "claim": check.claim, "predicted": None, "measured": None,
+                               "tolerance": None, "tolerance_rule": None, "verdict": "inconclusive", "note": None}
+        try:
+            outcome = measures[check.id]()
+        except Missing as exc:
+            row["note"] = f"not measurable: {exc}"
+            out.append(row)
+            continue
+        why, extra = verdict(outcome)
+        notes = [n for n in (outcome.note, extra) if n]
+        row.update(predicted=_number(outcome.predicted), measured=_number(outcome.measured),
+                   tolerance=_number(outcome.tolerance), tolerance_rule=outcome.rule, verdict=why,
+                   note="; ".join(notes) or None)
+        out.append(row)
+    return out
