@@ -67,7 +67,8 @@ def _unprocessable(loc: list[Any], msg: str, kind: str = "value_error") -> HTTPE
 
 
 @router.post("/{preset_id}/run", status_code=202, response_model=StudyOut, operation_id="runPreset",
-             responses={**UNAUTHORIZED, **NOT_FOUND,
+             responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
+                        **UNAUTHORIZED, **NOT_FOUND,
                         403: {"model": ErrorOut, "description": "priority high is for admins only."},
                         422: {"description": "An unknown size, or overrides that make an invalid study: each "
                                              "error names where (body.size, body.overrides.<path>, or a point "
