@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.routes import events, experiments, exports, health, ops, plots, queue, studies
+from api.routes import events, experiments, exports, health, ops, plots, presets, queue, studies
 from api.schemas import ErrorOut
 from smdengine import json_safe
 from store import retry
@@ -37,8 +37,8 @@ def _name_tags(errors) -> list:
     return out
 
 
-ROUTERS = (experiments.router, exports.router, events.router, queue.router, plots.router, studies.router, health.router,
-           ops.router)
+ROUTERS = (experiments.router, exports.router, events.router, queue.router, plots.router, studies.router,
+           presets.router, health.router, ops.router)
 
 
 # A transient database error (store/retry.py: unreachable, refused, cut) is answered 503 with this

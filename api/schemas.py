@@ -179,6 +179,29 @@ class StudyChildOut(BaseModel):
     progress: float
 
 
+Verdict = Literal["reproduced", "not_reproduced", "inconclusive", "pending", "error"]
+
+
+class CheckOut(BaseModel):
+    """One check of a preset study: a claim of the seed, what theory predicts, what the children
+    measured, the tolerance (from the measurement's Monte-Carlo error) and the verdict."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    claim: str = Field(..., description="The claim in one sentence, with its seed reference.")
+    predicted: Any = Field(None, description="Derived from theory by the engine (null while pending).")
+    measured: Any = Field(None, description="From the children's results (null while pending).")
+    tolerance: Any = Field(None, description="From the Monte-Carlo error of the measurement.")
+    tolerance_rule: str | None = Field(None, description="How the tolerance was computed (standard error over "
+                                                         "trials or seeds, × how many).")
+    verdict: Verdict = Field(..., description=(
+        "reproduced | not_reproduced | inconclusive (the tolerance is wider than the effect tested); pending "
+        "while a child is queued or running; error when the engine could not evaluate it (the note says why; "
+        "not stored, so a later read tries again)."))
+    note: str | None = None
+
+
 class StudyOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -207,6 +230,12 @@ class StudyOut(BaseModel):
     spec: dict[str, Any] = Field(..., description="The study as submitted (without visibility and priority).")
     children: list[StudyChildOut] | None = Field(None, description="Every child, in expansion order "
                                                                    "(null in lists).")
+    preset: str | None = Field(None, description="The preset it was made from (/v1/presets/{id}), or null.")
+    preset_size: str | None = Field(None, description="The preset's size it ran at (quick, paper).")
+    checks: list[CheckOut] | None = Field(None, description=(
+        "A preset study's checks (null for other studies, and in lists): verdict pending while a child is "
+        "queued or running; evaluated by the engine from the children's results on the first read after the "
+        "last one ended, stored, and served as stored from then on."))
 
     @field_validator("created_at", "started_at", "finished_at", "eta")
     @classmethod
@@ -227,3 +256,64 @@ class StudyTable(BaseModel):
 
     columns: list[str]
     rows: list[dict[str, Any]]
+    checks: list[CheckOut] | None = Field(None, description="A preset study's checks, as GET /v1/studies/{id} "
+                                                            "shows them (null for other studies).")
+
+
+class PresetCheckOut(BaseModel):
+    id: str
+    claim: str = Field(..., description="The claim in one sentence, with its seed reference.")
+
+
+class PresetSizeOut(BaseModel):
+    runs: int = Field(..., description="Children (runs) of the study this size expands to.")
+    work: int = Field(..., description="Estimated work, summed over the runs (as the work quota counts it).")
+    gpu: bool = Field(..., description="Whether this size needs a GPU worker (device cuda).")
+
+
+class PresetSizeDetailOut(PresetSizeOut):
+    spec: dict[str, Any] = Field(..., description="The study spec this size expands to (POST /v1/studies "
+                                                  "accepts it as it is).")
+
+
+class PresetPanelOut(BaseModel):
+    title: str
+    metric: str
+    x: str
+    log_y: bool
+    points: list[int] | None = Field(None, description="The study points drawn (null: all).")
+
+
+class PresetOut(BaseModel):
+    """A preset: a named, documented study of a seed's figure, with the checks it makes."""
+
+    id: str
+    title: str
+    seed: str = Field(..., description="The seed paper (000 … 004).")
+    figure: str = Field(..., description="The seed's figure or table it reproduces.")
+    description: str = Field(..., description="What it shows, in one paragraph.")
+    kinds: list[str] = Field(..., description="The experiment kinds its runs use.")
+    tier: int = Field(..., description="1: exact theory, decisive on a CPU; 2: network-level, on digits; "
+                                       "3: exploratory.")
+    exploratory: bool = Field(..., description="Its checks may be inconclusive (the description says why).")
+    checks: list[PresetCheckOut]
+    panels: list[PresetPanelOut] = Field(..., description="The panels of its figure (plots/figure.png).")
+    sizes: dict[str, PresetSizeOut] = Field(..., description="For each size (quick, paper): runs, estimated "
+                                                             "work and whether it needs a GPU.")
+
+
+class PresetDetailOut(PresetOut):
+    sizes: dict[str, PresetSizeDetailOut] = Field(..., description=(  # type: ignore[assignment]
+        "For each size: runs, estimated work, whether it needs a GPU, and the study spec it expands to."))
+
+
+class PresetRun(SubmitOptions):
+    """Run a preset: its study at a size, with other seeds or overrides if given, submitted as POST
+    /v1/studies submits one (same validation, quotas and queueing)."""
+
+    size: str = Field("quick", max_length=32, description="A size of the preset (GET /v1/presets/{id}).")
+    seeds: list[int] | None = Field(None, min_length=1, max_length=1000,
+                                    description="Replace the preset's seeds (each run once per seed).")
+    overrides: dict[str, Any] | None = Field(None, description=(
+        "{dotted path: value} set in the study spec the size expands to (e.g. base.params.steps); every "
+        "child is validated as any study point is."))

@@ -7,13 +7,16 @@ Pure functions of data the caller has already gathered (no database, no HTTP, no
 - :func:`heatmap`: a tail metric over two axes, measured beside theory on the same colour scale, with
   the iso-ηλ diagonals when the axes are the learning rate and the weight decay;
 - :func:`scatter`: a tail metric against an axis or derived value, error bars over seeds, the theory
-  per point as open markers and a theory curve dashed.
+  per point as open markers and a theory curve dashed;
+- :func:`figure`: a preset's panels (each drawn as an overlay is, by :func:`draw_lines`) in a grid
+  like the seed's figure, with the verdicts of its checks printed under them.
 
 Encoding, colours and small helpers are shared with :mod:`api.plots`.
 """
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,11 +26,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import PlaceHolderLayoutEngine
 from matplotlib.ticker import MaxNLocator, NullFormatter, NullLocator
 
 from api.plots import MEDIA_TYPES, _nan, _note, encode
 
-__all__ = ["MEDIA_TYPES", "X_LABELS", "heatmap", "overlay", "scatter"]
+__all__ = ["MEDIA_TYPES", "X_LABELS", "draw_lines", "figure", "heatmap", "overlay", "scatter"]
 
 LEGEND_MAX_LINES = 12      # more lines: a colour bar by line order instead of a legend
 TAB_MAX_LINES = 10         # up to this many lines: tab10 colours; beyond, a colormap
@@ -60,16 +64,34 @@ def overlay(lines: list[dict], metric: str, x: str, fmt: str) -> bytes:
     :data:`X_LABELS`, or any name); theory dashed in the line's colour."""
     fig = _figure(7.5, 4.6)
     ax = fig.add_subplot()
+    n = draw_lines(fig, ax, lines, metric, x)
+    ax.set_title(f"{metric} of {n} {'child' if n == 1 else 'children'} against {X_LABELS.get(x, x)}", fontsize=10)
+    return encode(fig, fmt)
+
+
+def draw_lines(fig: Figure, ax, lines: list[dict], metric: str, x: str, log_y: bool | None = None,
+               small: bool = False) -> int:
+    """Draw ``lines`` on ``ax`` (the overlay's drawing, shared with :func:`figure`): one colour per
+    line (per ``group`` when lines carry one: the seeds of one point, labelled once), its theory
+    dashed in that colour, a legend (a colour bar by line order beyond
+    :data:`LEGEND_MAX_LINES`); log y when ``log_y``, or with None when positive values span more
+    than :data:`LOG_Y_DECADES`. ``small``: smaller legend text (panels of a grid). Returns the
+    number of lines."""
     n = len(lines)
-    few = n <= TAB_MAX_LINES
+    groups = list(dict.fromkeys(line.get("group", i) for i, line in enumerate(lines)))
+    shade = {g: k for k, g in enumerate(groups)}
+    few = len(groups) <= TAB_MAX_LINES
     cmap = colormaps["viridis"]
     drawn: list[list] = []
     has_theory = False
     for i, line in enumerate(lines):
-        color = f"C{i}" if few else cmap(i / max(n - 1, 1))
+        k = shade[line.get("group", i)]
+        color = f"C{k}" if few else cmap(k / max(len(groups) - 1, 1))
         xs, ys = list(line.get("x") or []), list(line.get("y") or [])
         m = min(len(xs), len(ys))
-        ax.plot(xs[:m], _nan(ys[:m]), color=color, lw=1.3, label=str(line.get("label", i)) if n <= LEGEND_MAX_LINES else None)
+        label = line.get("label", i) if len(groups) <= LEGEND_MAX_LINES else None
+        ax.plot(xs[:m], _nan(ys[:m]), color=color, lw=1.3 if "group" not in line else 1.0,
+                label=None if label is None else str(label))
         drawn.append(ys[:m])
         theory = line.get("theory")
         if theory:
@@ -78,22 +100,71 @@ def overlay(lines: list[dict], metric: str, x: str, fmt: str) -> bytes:
             has_theory = True
     if has_theory:
         ax.plot([], [], "--", color="0.4", lw=1.0, label="theory (line's colour)")
-    if not any(v is not None for ys in drawn for v in ys):
+    values = [v for ys in drawn for v in ys]
+    if not any(v is not None for v in values):
         _note(ax, "no data")
-    elif _spans([v for ys in drawn for v in ys], LOG_Y_DECADES):
-        ax.set_yscale("log")
-    if n > LEGEND_MAX_LINES:
-        bar = fig.colorbar(ScalarMappable(Normalize(0, n - 1), cmap), ax=ax, pad=0.02)
-        bar.set_label(f"child, in line order ({n} lines)", fontsize=8)
+    elif log_y if log_y is not None else _spans(values, LOG_Y_DECADES):
+        if any(_number(v) and v > 0 for v in values):
+            ax.set_yscale("log")
+    if len(groups) > LEGEND_MAX_LINES:
+        bar = fig.colorbar(ScalarMappable(Normalize(0, len(groups) - 1), cmap), ax=ax, pad=0.02)
+        bar.set_label(f"child, in line order ({len(groups)} lines)" if len(groups) == n
+                      else f"point, in order ({len(groups)} points)", fontsize=8)
         bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         bar.ax.tick_params(labelsize=7)
-    ax.set_xlabel(X_LABELS.get(x, x))
-    ax.set_ylabel(metric)
+    ax.set_xlabel(X_LABELS.get(x, x), fontsize=8 if small else None)
+    ax.set_ylabel(metric, fontsize=8 if small else None)
+    if small:
+        ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        ax.legend(handles, labels, fontsize=7 if len(handles) <= 7 else 6, ncol=1 if len(handles) <= 7 else 2)
-    ax.set_title(f"{metric} of {n} {'child' if n == 1 else 'children'} against {X_LABELS.get(x, x)}", fontsize=10)
+        size = (6 if small else 7) if len(handles) <= 7 else (5 if small else 6)
+        ax.legend(handles, labels, fontsize=size, ncol=1 if len(handles) <= 7 else 2)
+    return n
+
+
+# ----------------------------------------------------------------------------- preset figure
+
+VERDICT_COLOURS = {"reproduced": "#1a7f37", "not_reproduced": "#cf222e", "inconclusive": "#9a6700",
+                   "pending": "0.45", "error": "#cf222e"}
+FIGURE_COLUMNS = 4          # panels per row, as the seeds lay theirs out (000 Fig. 2: four per row)
+VERDICT_WRAP = 150          # characters per line of a verdict
+
+
+def figure(title: str, panels: list[dict], verdicts: list[tuple[str, str]], fmt: str) -> bytes:
+    """A preset's figure: ``panels`` (``{"title", "metric", "x", "log_y", "lines"}``, lines as for
+    :func:`overlay`) in a grid of up to :data:`FIGURE_COLUMNS` per row, each drawn by
+    :func:`draw_lines`; under them one line per check (``(text, verdict)``), coloured by verdict."""
+    n = max(len(panels), 1)
+    cols = min(n, FIGURE_COLUMNS)
+    rows = math.ceil(n / cols)
+    wrapped = [(textwrap.wrap(text, VERDICT_WRAP) or [""], verdict) for text, verdict in verdicts]
+    line_in = 0.17                                   # inches per line of text
+    text_in = (0.45 + line_in * sum(len(lines) for lines, _ in wrapped)) if verdicts else 0.0
+    top_in, panel_in, label_in = 0.55, 3.3, 0.55     # title, one row of panels, the last row's x labels
+    height = top_in + rows * panel_in + label_in + text_in + 0.1
+    fig = _figure(max(4.3 * cols, 9.0), height)
+    fig.set_layout_engine(PlaceHolderLayoutEngine(adjust_compatible=True, colorbar_gridspec=True))
+    grid = fig.add_gridspec(rows, cols, left=0.06, right=0.98, top=1 - top_in / height,
+                            bottom=(label_in + text_in + 0.1) / height, hspace=0.45, wspace=0.3)
+    for i, panel in enumerate(panels):
+        ax = fig.add_subplot(grid[i // cols, i % cols])
+        draw_lines(fig, ax, panel.get("lines") or [], str(panel.get("metric", "")), str(panel.get("x", "step")),
+                   log_y=bool(panel.get("log_y")), small=True)
+        ax.set_title(f"({chr(ord('a') + i)}) {panel.get('title', '')}", fontsize=9)
+    if not panels:
+        _note(fig.add_subplot(grid[0, 0]), "no panels")
+    if verdicts:
+        y = text_in + 0.05
+        fig.text(0.02, y / height, "Checks", fontsize=9, fontweight="bold", va="top")
+        y -= 0.3
+        for lines, verdict in wrapped:
+            for j, line in enumerate(lines):
+                fig.text(0.02 if j == 0 else 0.035, y / height, line, fontsize=7.5, va="top",
+                         color=VERDICT_COLOURS.get(verdict, "0.1"))
+                y -= line_in
+    fig.suptitle(title, fontsize=11, y=1 - 0.12 / height, va="top")
     return encode(fig, fmt)
 
 

@@ -33,6 +33,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -108,10 +109,6 @@ def read_json(path: Path) -> Any:
 
 def run_local(path: Path, out_dir: Path, jobs: int = 1, quiet: bool = False, data_dir: str | None = None) -> int:
     """Expand, run every child (``jobs`` processes), write the documents, tables and plots."""
-    from pydantic import ValidationError
-
-    import smdengine
-
     try:
         data = read_json(path)
     except (OSError, json.JSONDecodeError) as exc:
@@ -120,18 +117,40 @@ def run_local(path: Path, out_dir: Path, jobs: int = 1, quiet: bool = False, dat
     if not isinstance(data, dict):
         print(f"smd study: {path}: expected a JSON object", file=sys.stderr)
         return 2
+    return run_study(data, out_dir, jobs=jobs, quiet=quiet, data_dir=data_dir).status
+
+
+@dataclass
+class LocalRun:
+    """What :func:`run_study` did: its exit status, and (unless the study was refused) the study,
+    its children in expansion order and their result documents (as written to children/)."""
+
+    status: int
+    study: Any = None
+    children: list[Any] = field(default_factory=list)
+    docs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = False,
+              data_dir: str | None = None) -> LocalRun:
+    """`smd study run` on a study given as a dict (`smd presets run --local` builds one): status 2
+    and nothing run for a bad study, else 0, or 1 when a child failed."""
+    from pydantic import ValidationError
+
+    import smdengine
+
     if jobs < 1:
         print("smd study: -j: expected at least 1", file=sys.stderr)
-        return 2
+        return LocalRun(2)
     try:
         study = smdengine.StudySpec.model_validate({k: v for k, v in data.items() if k not in SERVICE_KEYS})
         children = smdengine.expand_study(study)
     except ValidationError as exc:
         print_errors([{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()])
-        return 2
+        return LocalRun(2)
     except smdengine.StudyError as exc:
         print_errors(exc.errors)
-        return 2
+        return LocalRun(2)
     out_dir = Path(out_dir)
     (out_dir / "children").mkdir(parents=True, exist_ok=True)
     print(f"smd study: {len(children)} children ({len({c.point for c in children})} points × "
@@ -145,7 +164,7 @@ def run_local(path: Path, out_dir: Path, jobs: int = 1, quiet: bool = False, dat
     except KeyboardInterrupt:
         bar.close()
         print("smd study: interrupted", file=sys.stderr)
-        return 130
+        return LocalRun(130)
     bar.close()
     docs: list[dict[str, Any]] = []
     for child in children:
@@ -161,7 +180,7 @@ def run_local(path: Path, out_dir: Path, jobs: int = 1, quiet: bool = False, dat
         docs.append(doc)
     failed = write_outputs(out_dir, study, children, docs)
     print(f"smd study: wrote {out_dir} ({len(children) - failed} succeeded, {failed} failed)", file=sys.stderr)
-    return 1 if failed else 0
+    return LocalRun(1 if failed else 0, study, list(children), docs)
 
 
 def print_errors(errors: list[dict[str, Any]]) -> None:
@@ -258,15 +277,21 @@ def run_child(spec: dict, data_dir: str | None, on_progress: Any = None) -> tupl
 # ---------------------------------------------------------------------------- tables and plots
 
 
+def child_records(children: list[Any], docs: list[dict[str, Any]]) -> list[Any]:
+    """The engine's ChildRecord of each child, from its result document."""
+    import smdengine
+
+    return [smdengine.ChildRecord(index=c.index, point=c.point, values=c.values, seed=c.seed,
+                                  status=doc["status"], spec=doc["spec"], summary=doc.get("summary"),
+                                  theory=doc.get("theory"), experiment_id=None)
+            for c, doc in zip(children, docs, strict=True)]
+
+
 def write_outputs(out_dir: Path, study: Any, children: list[Any], docs: list[dict[str, Any]]) -> int:
     """Write the tables and plots of the children's documents; returns how many children failed."""
     import smdengine
 
-    records = [smdengine.ChildRecord(index=c.index, point=c.point, values=c.values, seed=c.seed,
-                                     status=doc["status"], spec=doc["spec"], summary=doc.get("summary"),
-                                     theory=doc.get("theory"), experiment_id=None)
-               for c, doc in zip(children, docs, strict=True)]
-    rows = smdengine.study_table(records)
+    rows = smdengine.study_table(child_records(children, docs))
     columns = smdengine.table_columns(rows)
     (out_dir / "table.json").write_text(json.dumps({"columns": columns, "rows": rows}, allow_nan=False),
                                         encoding="utf-8")

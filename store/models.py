@@ -156,6 +156,11 @@ class Study(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # bumped by changes of the study row itself; its ETag adds the children's revisions
     revision: Mapped[int] = mapped_column(Integer, default=0)
+    # a study made from a preset (smdengine.PRESETS): its id and size, and the checks the engine
+    # computed from the children once all had ended (null until then: store.studies.save_checks)
+    preset: Mapped[str | None] = mapped_column(String(64))
+    preset_size: Mapped[str | None] = mapped_column(String(32))
+    checks: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
     owner: Mapped[User | None] = relationship(lazy="joined")
 
     @property

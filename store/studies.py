@@ -9,6 +9,10 @@ and estimated finish are derived from its children at each read (:class:`StudyVi
 A child's place in the study is on its row: ``study_index`` (expansion order), ``study_point`` (the
 index of its axis values), ``study_values`` ({path: value}) and ``study_seed``.
 
+A study made from a preset names it (``preset``, ``preset_size``); its ``checks`` are null until
+:func:`save_checks` stores them, once, after every child has ended (compare-and-set: the first
+writer wins and every later caller gets what it stored).
+
 Every public function is a unit of work (:func:`store.db.transaction`); results are detached.
 """
 from __future__ import annotations
@@ -94,6 +98,9 @@ class StudyView:
     eta_seconds: float | None
     revision: int
     children: list[ChildView] | None = field(default=None)
+    preset: str | None = None
+    preset_size: str | None = None
+    checks: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -170,17 +177,20 @@ def _view(study: Study, agg: _Aggregate) -> StudyView:
                      cancel_requested=study.cancel_requested, created_at=as_utc(study.created_at),
                      finished_at=as_utc(study.finished_at) if status not in ("queued", "running") else None,
                      status=status, counts=counts, progress=progress, started_at=agg.started, eta=eta,
-                     eta_seconds=eta_seconds, revision=study.revision + agg.revision)
+                     eta_seconds=eta_seconds, revision=study.revision + agg.revision, preset=study.preset,
+                     preset_size=study.preset_size, checks=study.checks)
 
 
 @transaction
 def create(session: Session, *, owner_id: str, name: str | None, visibility: str, priority: int,
            spec: dict[str, Any], axes: list[str], points: int, children: list[NewChild], max_active_jobs: int,
-           max_work: int, default_retry_seconds: int) -> StudyView:
+           max_work: int, default_retry_seconds: int, preset: str | None = None,
+           preset_size: str | None = None) -> StudyView:
     """Store a study and all its children (queued, one ``created_at``), or nothing: over the
     owner's work quota (the children's work summed) :class:`WorkQuotaExceeded`; over the
     active-jobs quota (active jobs + children) :class:`StudyQuotaExceeded`. The owner's row is
-    locked first, as for a single submission (store.jobs.submit)."""
+    locked first, as for a single submission (store.jobs.submit). ``preset``/``preset_size``: the
+    preset it was made from (its checks start null)."""
     work = sum(child.work for child in children)
     if work > max_work:
         raise WorkQuotaExceeded(work, max_work)
@@ -191,7 +201,8 @@ def create(session: Session, *, owner_id: str, name: str | None, visibility: str
                                  len(children))
     now = utcnow()
     study = Study(owner_id=owner_id, name=name, visibility=visibility, priority=priority, spec=spec, axes=axes,
-                  children=len(children), points=points, cancel_requested=False, created_at=now, revision=0)
+                  children=len(children), points=points, cancel_requested=False, created_at=now, revision=0,
+                  preset=preset, preset_size=preset_size, checks=None)
     session.add(study)
     session.flush()
     session.add_all([
@@ -298,3 +309,19 @@ def remove(session: Session, study_id: str) -> bool:
     session.execute(delete(Experiment).where(Experiment.study_id == study_id))
     session.execute(delete(Study).where(Study.id == study_id))
     return True
+
+
+@transaction
+def save_checks(session: Session, study_id: str, checks: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """Store a preset study's checks, once: only while its ``checks`` are null and every child has
+    ended (a conditional update, so two readers computing them at once store one result, and a
+    study that is still running, or was deleted meanwhile, stores nothing). Bumps the study's
+    revision (its ETag changes with what GET shows). Returns the checks stored now, ours or the
+    earlier writer's; None when the study does not exist or still has an active child."""
+    unfinished = (select(Experiment.id).where(Experiment.study_id == study_id, Experiment.status.not_in(TERMINAL))
+                  .exists())
+    session.execute(update(Study).where(Study.id == study_id, Study.checks.is_(None), Study.preset.is_not(None),
+                                        ~unfinished)
+                    .values(checks=checks, revision=Study.revision + 1)
+                    .execution_options(synchronize_session=False))
+    return session.scalar(select(Study.checks).where(Study.id == study_id))

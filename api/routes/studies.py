@@ -13,10 +13,10 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import ValidationError
 
-from api import etag, exports
+from api import etag, exports, presets
 from api.deps import CurrentUserDep, DbDep, ManagedStudyDep, SettingsDep, StudyDep
 from api.responses import FORBIDDEN, NOT_MODIFIED, STUDY_NOT_FOUND, UNAUTHORIZED, Responses
-from api.results import downsample_indices
+from api.results import downsample_indices, result_document
 from api.routes.events import EventStream, _known_revision, _stream
 from api.routes.experiments import CURSOR_PATTERN
 from api.schemas import SERVICE_FIELDS, ErrorOut, StudyOut, StudyPage, StudySubmission, StudyTable
@@ -25,6 +25,7 @@ from smdengine import (
     OVERLAY_X,
     ChildRecord,
     StudyError,
+    evaluate_checks,
     expand_study,
     group_by_point,
     json_safe,
@@ -36,7 +37,8 @@ from smdengine import (
     time_axis,
 )
 from store import series, studies
-from store.models import EPOCH, PRIORITIES, Experiment, as_utc
+from store.models import EPOCH, PRIORITIES, Experiment, User, as_utc
+from store.settings import Settings
 from store.studies import NewChild, StudyView
 from worker.queue import queue_for, ring
 
@@ -76,6 +78,17 @@ def submit_study(submission: StudySubmission, db: DbDep, settings: SettingsDep, 
                  response: Response):
     """Expand a study into its children, validate every one, check your quotas for the whole study,
     store the study and all its children in one transaction, and queue them."""
+    study = submit(submission, db, settings, user)
+    response.headers["Location"] = f"/v1/studies/{study.id}"
+    return study
+
+
+def submit(submission: StudySubmission, db: str, settings: Settings, user: User, *, preset: str | None = None,
+           preset_size: str | None = None) -> StudyView:
+    """POST /v1/studies, shared with POST /v1/presets/{id}/run: 403 for priority high unless admin;
+    expand and validate (422 naming the axis, or the point, field and reason); quotas for the
+    whole study (429, nothing stored); the study and all its children in one transaction (with
+    its ``preset`` and ``preset_size``); then the doorbells."""
     if submission.priority == "high" and not user.is_admin:
         raise HTTPException(status_code=403, detail="priority: 'high' is for admins only; use 'low' or 'normal'")
     engine = submission.model_dump(mode="json", exclude=SERVICE_FIELDS)
@@ -99,7 +112,8 @@ def submit_study(submission: StudySubmission, db: DbDep, settings: SettingsDep, 
                                spec=submission.model_dump(mode="json", exclude=SERVICE_FIELDS, exclude_unset=True),
                                axes=submission.axes(), points=len({c.point for c in expanded}), children=children,
                                max_active_jobs=max_active, max_work=max_work,
-                               default_retry_seconds=settings.quota_retry_seconds)
+                               default_retry_seconds=settings.quota_retry_seconds, preset=preset,
+                               preset_size=preset_size)
     except studies.WorkQuotaExceeded as exc:
         raise HTTPException(status_code=429, headers={"Retry-After": str(settings.quota_retry_seconds)}, detail=(
             f"quota: work is limited to {exc.limit} for {user.name} (trials·steps·dim; × 1/dt and × samples where "
@@ -117,7 +131,6 @@ def submit_study(submission: StudySubmission, db: DbDep, settings: SettingsDep, 
             ring(settings, queue, min(n, RING_AT_ONCE))
         except Exception as exc:  # the children are safe in the database: the sweeper rings once the broker is back
             log.warning("could not reach the broker for study %s (%s); the sweeper will queue it", study.id, exc)
-    response.headers["Location"] = f"/v1/studies/{study.id}"
     return study
 
 
@@ -145,6 +158,8 @@ def list_studies(request: Request, response: Response, db: DbDep, user: CurrentU
     next_cursor = _encode_cursor(items[limit - 1]) if len(items) > limit else None
     if next_cursor:
         response.headers["Link"] = f'<{request.url.include_query_params(cursor=next_cursor)}>; rel="next"'
+    for study in items:   # as children: null in lists (GET the study for them)
+        study.checks = None
     return StudyPage(items=[StudyOut.model_validate(s) for s in items[:limit]], total=total, limit=limit,
                      next_cursor=next_cursor)
 
@@ -153,15 +168,68 @@ def list_studies(request: Request, response: Response, db: DbDep, user: CurrentU
             responses={**STUDY_NOT_FOUND, **NOT_MODIFIED}, openapi_extra=_links("200", "cancelStudy"))
 def get_study(study: StudyDep, db: DbDep, request: Request, response: Response):
     """Status, counts by child status, progress, estimated finish and every child (id, axis values,
-    seed, status) of one study (ETag: send If-None-Match to poll)."""
+    seed, status) of one study (ETag: send If-None-Match to poll); a preset study's checks (pending
+    until every child has ended, then evaluated once and stored)."""
+    computed = None
+    if _checks_due(study):   # stored first, so that the ETag below covers them
+        computed = study_checks(db, study)
+        study = _reread(db, study.id)
     current = etag.tag(study, "study")
     if etag.matches(request, current):
         return etag.not_modified(current)
     full = studies.get_with_children(db, study.id)
     if full is None:  # deleted meanwhile
         raise HTTPException(status_code=404, detail=f"study {study.id} not found")
+    if full.preset is not None and full.checks is None:
+        full.checks = computed if computed is not None else study_checks(db, full)
     response.headers["ETag"] = etag.tag(full, "study")
     return full
+
+
+def _reread(db: str, study_id: str) -> StudyView:
+    study = studies.get(db, study_id)
+    if study is None:  # deleted meanwhile
+        raise HTTPException(status_code=404, detail=f"study {study_id} not found")
+    return study
+
+
+def _checks_due(study: StudyView) -> bool:
+    return study.preset is not None and study.checks is None and study.status in ENDED
+
+
+def study_checks(db: str, study: StudyView) -> list[dict[str, Any]] | None:
+    """A preset study's checks (None for other studies): the stored ones; ``pending`` for each
+    while a child is queued or running; else evaluated now by the engine (`evaluate_checks` on the
+    children's records and result documents) and stored with `store.studies.save_checks`.
+
+    Where they are computed: lazily, on the first read after the last child ended (GET of the
+    study, its table or its figure), not by the worker that ends the last child. Any of several
+    paths ends the last child (a worker finishing it, a cancel, the sweeper failing or cancelling
+    an abandoned job), and a worker may die between ending it and evaluating; a read after the end
+    covers them all, needs no new job or hook in the job system, and costs one evaluation per
+    study: `save_checks` is a compare-and-set (checks null and no active child), so readers racing
+    on the first read store one result and every later read serves the stored one. An engine error
+    is not stored (verdict ``error``, the reason in the note): a later read tries again."""
+    if study.preset is None:
+        return None
+    if study.checks is not None:
+        return study.checks
+    preset = presets.preset_or_none(study.preset)
+    if preset is None:   # a preset this engine no longer has
+        return []
+    if study.status not in ENDED:
+        return presets.pending_checks(preset)
+    children = studies.children(db, study.id)
+    if any(c.status not in ENDED for c in children):
+        return presets.pending_checks(preset)
+    documents = [result_document(db, c) for c in children]
+    try:
+        checks = json_safe(evaluate_checks(study.preset, _records(children), documents))
+    except Exception as exc:   # the engine's evaluation failed: say so, store nothing
+        log.exception("study %s: the checks of preset %s could not be evaluated", study.id, study.preset)
+        return presets.failed_checks(preset, exc)
+    stored = studies.save_checks(db, study.id, checks)
+    return stored if stored is not None else checks
 
 
 @router.post("/{study_id}/cancel", status_code=202, response_model=StudyOut, operation_id="cancelStudy",
@@ -296,7 +364,7 @@ def get_study_table(study: StudyDep, db: DbDep, request: Request, response: Resp
         return etag.not_modified(current)
     rows = _rows(db, study, group)
     response.headers["ETag"] = current
-    return StudyTable(columns=table_columns(rows), rows=rows)
+    return StudyTable(columns=table_columns(rows), rows=rows, checks=study_checks(db, study))
 
 
 class CsvResponse(Response):
@@ -500,3 +568,30 @@ def _span(low: float, high: float) -> list[float]:
                 for i in range(CURVE_POINTS)]
     return [low + (high - low) * i / (CURVE_POINTS - 1) for i in range(CURVE_POINTS)]
 
+
+
+@router.get("/{study_id}/plots/figure.{fmt}", response_class=Response, operation_id="getStudyFigure",
+            responses={200: {"content": {"image/png": {}, "image/svg+xml": {}},
+                             "description": "The preset's figure: its panels, the verdicts of its checks under "
+                                            "them."},
+                       **UNAUTHORIZED,
+                       404: {"model": ErrorOut, "description": "No study with that id that you may see, or a "
+                                                               "study not made from a preset."}})
+def get_figure(study: StudyDep, db: DbDep, fmt: PlotFormat):
+    """A preset study's figure, laid out like the seed's: each panel a metric of its runs against
+    step, ηt, τ or t·ηλ with the theory dashed, and under the panels one line per check (claim,
+    predicted, measured ± tolerance, verdict; pending while a child is active)."""
+    preset = presets.preset_or_none(study.preset) if study.preset else None
+    if preset is None:
+        raise HTTPException(status_code=404, detail=(
+            f"study {study.id} was not made from a preset, so it has no figure: draw its overlay, heatmap or "
+            f"scatter (/v1/studies/{study.id}/plots/...)" if study.preset is None else
+            f"study {study.id} was made from preset {study.preset!r}, which this service no longer has"))
+    checks = study_checks(db, study)
+    wanted = None if any(p.points is None for p in preset.panels) else {i for p in preset.panels for i in p.points}
+    children = [presets.figure_child(c.study_index or 0, c.study_point or 0,
+                                     c.study_seed if c.study_seed is not None else int(c.spec.get("seed", 0)),
+                                     c.study_values or {}, result_document(db, c))
+                for c in studies.children(db, study.id)
+                if c.status == "succeeded" and (wanted is None or c.study_point in wanted)]
+    return _image(presets.render_figure(preset, children, checks, fmt.value, study.preset_size), fmt)

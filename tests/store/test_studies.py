@@ -102,3 +102,29 @@ def test_a_study_shares_the_queue_per_user_not_per_study(database_url):
     assert jobs.queue_order(database_url, "cpu") == [ids[0], single, *ids[1:]]
     claimed = [jobs.claim_next(database_url, ["cpu"], "w", 60).experiment_id for _ in range(3)]
     assert claimed == [ids[0], single, ids[1]]
+
+
+def test_save_checks_once_after_the_end_only(database_url):
+    """A preset study's checks: null at creation, refused while a child is active, stored by the
+    first writer once all have ended (the second gets the first's), the revision bumped once; a
+    study that is not from a preset never takes checks."""
+    owner, plain = make(database_url, n=2)
+    study = studies.create(database_url, owner_id=owner, name="p", visibility="private", priority=1,
+                           spec={"base": {}}, axes=["params.lr"], points=1, children=children(2),
+                           max_active_jobs=100, max_work=10**9, default_retry_seconds=60, preset="demo",
+                           preset_size="quick")
+    assert (study.preset, study.preset_size, study.checks) == ("demo", "quick", None)
+    first = [{"id": "a", "verdict": "reproduced", "measured": 1.0}]
+    assert studies.save_checks(database_url, study.id, first) is None          # children queued
+    for _ in range(4):   # both studies' children (plain's first: they were created first)
+        claim = jobs.claim_next(database_url, ["cpu"], "w", 60)
+        jobs.finish_claimed(database_url, claim, "succeeded")
+    ended = studies.get(database_url, study.id)
+    assert ended.status == "succeeded" and ended.checks is None
+    assert studies.save_checks(database_url, study.id, first) == first
+    assert studies.save_checks(database_url, study.id, [{"id": "a", "verdict": "other"}]) == first
+    again = studies.get(database_url, study.id)
+    assert again.checks == first and again.revision == ended.revision + 1
+    assert studies.save_checks(database_url, plain.id, first) is None          # not from a preset
+    assert studies.get(database_url, plain.id).checks is None
+    assert studies.save_checks(database_url, "nope", first) is None

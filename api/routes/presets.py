@@ -1,0 +1,109 @@
+"""The presets resource: the seeds' figures as named, documented studies with checks
+(`smdengine.PRESETS`). List and show them; run one, which submits its study exactly as POST
+/v1/studies does (`api.routes.studies.submit`) with the study's ``preset`` and ``preset_size`` set.
+The study's checks, and its figure, are then read from the study (/v1/studies/{id},
+/v1/studies/{id}/plots/figure.png)."""
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, HTTPException, Path, Response
+from pydantic import ValidationError
+
+import smdengine
+from api import presets
+from api.deps import CurrentUserDep, DbDep, SettingsDep
+from api.responses import UNAUTHORIZED
+from api.routes.studies import _body_errors, submit
+from api.schemas import ErrorOut, PresetDetailOut, PresetOut, PresetRun, StudyOut, StudySubmission
+from smdengine import StudyError
+
+router = APIRouter(prefix="/v1/presets", tags=["presets"])
+
+PRESET_ID = Path(max_length=64, description="A preset id (GET /v1/presets lists them).")
+NOT_FOUND = {404: {"model": ErrorOut, "description": "No preset with that id; the detail lists the ids."}}
+
+
+def _preset(preset_id: str) -> Any:
+    preset = presets.preset_or_none(preset_id)
+    if preset is None:
+        raise HTTPException(status_code=404, detail=(
+            f"preset {preset_id!r} not found; presets: {', '.join(sorted(smdengine.PRESETS))}"))
+    return preset
+
+
+@router.get("", response_model=list[PresetOut], operation_id="listPresets", responses=UNAUTHORIZED)
+def list_presets(user: CurrentUserDep):
+    """Every preset: id, title, seed and figure, what it shows, its kinds, tier, the checks it makes,
+    its figure's panels, and for each size the number of runs, the estimated work and whether it
+    needs a GPU."""
+    return [presets.catalog_entry(preset) for preset in smdengine.PRESETS.values()]
+
+
+@router.get("/{preset_id}", response_model=PresetDetailOut, operation_id="getPreset",
+            responses={**UNAUTHORIZED, **NOT_FOUND})
+def get_preset(user: CurrentUserDep, preset_id: Annotated[str, PRESET_ID]):
+    """One preset, as listed, plus the study spec each size expands to."""
+    return presets.catalog_entry(_preset(preset_id), details=True)
+
+
+def _override_loc(loc: tuple | list, overrides: dict[str, Any] | None) -> list[Any]:
+    """Where a validation error of the built study lies: ``["overrides", path]`` for the override
+    it comes from (the error's location ends with the path, or with a parent of it of at least two
+    parts, union tags aside), else the study's own location."""
+    parts = [str(part) for part in loc]
+    for path in overrides or {}:
+        if ".".join(parts).endswith(f".{path}"):
+            return ["overrides", path]
+        for k in range(1, len(parts) - 1):
+            suffix = ".".join(parts[k:])
+            if path.startswith(f"{suffix}."):
+                return ["overrides", path]
+    return list(loc)
+
+
+def _unprocessable(loc: list[Any], msg: str, kind: str = "value_error") -> HTTPException:
+    return HTTPException(status_code=422, detail=[{"loc": ["body", *loc], "msg": msg, "type": kind}])
+
+
+@router.post("/{preset_id}/run", status_code=202, response_model=StudyOut, operation_id="runPreset",
+             responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
+                        **UNAUTHORIZED, **NOT_FOUND,
+                        403: {"model": ErrorOut, "description": "priority high is for admins only."},
+                        422: {"description": "An unknown size, or overrides that make an invalid study: each "
+                                             "error names where (body.size, body.overrides.<path>, or a point "
+                                             "with its index and axis values, the field and the reason)."},
+                        429: {"model": ErrorOut, "description": "Over a quota, for the study as a whole (as POST "
+                                                                "/v1/studies); Retry-After says when to retry."}},
+             openapi_extra={"responses": {"202": {"links": {"GetStudy": {
+                 "operationId": "getStudy", "parameters": {"study_id": "$response.body#/id"}}}}}})
+def run_preset(run: PresetRun, db: DbDep, settings: SettingsDep, user: CurrentUserDep, response: Response,
+               preset_id: Annotated[str, PRESET_ID]):
+    """Build the preset's study at a size (with your seeds and overrides) and submit it as POST
+    /v1/studies does: every run validated, quotas for the whole study, one transaction, queued.
+    Follow it at the Location; its checks and figure come with it."""
+    preset = _preset(preset_id)
+    if run.size not in preset.sizes:
+        raise _unprocessable(["size"], f"size: expected one of {', '.join(preset.sizes)}, got {run.size!r}")
+    try:
+        spec = smdengine.preset_study(preset.id, run.size, seeds=run.seeds, overrides=run.overrides)
+    except StudyError as exc:
+        raise HTTPException(status_code=422, detail=_body_errors(exc.errors)) from None
+    except (ValueError, KeyError, TypeError, IndexError) as exc:   # an override the study cannot take
+        text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        if text.startswith("size"):
+            raise _unprocessable(["size"], text) from None
+        path = next((p for p in (run.overrides or {}) if p in text), None)
+        raise _unprocessable(["overrides", *([path] if path else [])], f"overrides: {text}") from None
+    try:
+        submission = StudySubmission.model_validate({**spec, "visibility": run.visibility,
+                                                     "priority": run.priority})
+    except ValidationError as exc:   # an override of an unknown path, the wrong type or out of range
+        raise HTTPException(status_code=422, detail=_body_errors(
+            [{"loc": _override_loc(e["loc"], run.overrides), "msg": e["msg"], "type": e["type"]}
+             for e in exc.errors()])) from None
+    study = submit(submission, db, settings, user, preset=preset.id, preset_size=run.size)
+    response.headers["Location"] = f"/v1/studies/{study.id}"
+    if study.preset is not None and study.checks is None:
+        study.checks = presets.pending_checks(preset)
+    return study

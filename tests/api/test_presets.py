@@ -1,0 +1,191 @@
+"""The presets API in-process (SQLite, filesystem broker, the real engine, children run by the worker's
+runner as tests/api/test_studies.py runs them): the catalog, bad input (404 listing the ids, 422 for a
+size or an override, 429 over quota), and a preset run at a tiny override-reduced size: its checks
+pending while children are active, evaluated once on the first read after the end, stored and served
+as stored; its figure."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+import smdengine
+from api.main import create_app
+from api.routes import studies as study_routes
+from store.models import Study
+from tests.api.test_studies import counts, make_settings, run_all, study_spec, submit
+from tests.dbutil import session_scope
+from worker.runner import execute_next
+
+PRESET = "nrq-equilibrium-tradeoff"
+TINY = {"params.steps": 1500, "params.trials": 32, "params.record_every": 50}   # 3 points × 2 seeds, < 1 s each
+PNG = b"\x89PNG\r\n\x1a\n"
+VERDICTS = {"reproduced", "not_reproduced", "inconclusive"}
+
+
+@pytest.fixture
+def sqlite_env(tmp_path):
+    settings = make_settings(tmp_path)
+    with TestClient(create_app(settings)) as client:
+        yield client, settings
+
+
+def test_the_catalog_lists_and_shows_every_preset(sqlite_env):
+    client, _ = sqlite_env
+    listed = client.get("/v1/presets")
+    assert listed.status_code == 200, listed.text
+    entries = {e["id"]: e for e in listed.json()}
+    assert set(entries) == set(smdengine.PRESETS)
+    entry = entries[PRESET]
+    preset = smdengine.PRESETS[PRESET]
+    assert entry["seed"] == preset.seed and entry["figure"] == preset.figure and entry["tier"] == preset.tier
+    assert entry["kinds"] == list(preset.kinds) and entry["description"] == preset.description
+    assert [c["claim"] for c in entry["checks"]] == [c.claim for c in preset.checks]
+    assert [p["metric"] for p in entry["panels"]] == [p.metric for p in preset.panels]
+    for size in preset.sizes:
+        estimate = smdengine.estimate(PRESET, size)
+        assert entry["sizes"][size] == {"runs": estimate["runs"], "work": estimate["work"], "gpu": estimate["gpu"]}
+        assert "spec" not in entry["sizes"][size]
+    shown = client.get(f"/v1/presets/{PRESET}").json()
+    assert {k: v for k, v in shown.items() if k != "sizes"} == {k: v for k, v in entry.items() if k != "sizes"}
+    for size in preset.sizes:
+        assert shown["sizes"][size]["spec"] == smdengine.preset_study(PRESET, size)
+        assert shown["sizes"][size]["runs"] == entry["sizes"][size]["runs"]
+    paths = client.get("/openapi.json").json()["paths"]
+    assert {"/v1/presets", "/v1/presets/{preset_id}", "/v1/presets/{preset_id}/run",
+            "/v1/studies/{study_id}/plots/figure.{fmt}"} <= set(paths)
+
+
+def test_unknown_preset_is_404_listing_the_ids(sqlite_env):
+    client, settings = sqlite_env
+    for r in (client.get("/v1/presets/nope"), client.post("/v1/presets/nope/run", json={})):
+        assert r.status_code == 404, r.text
+        assert all(preset_id in r.json()["detail"] for preset_id in smdengine.PRESETS)
+    assert counts(settings.db_url) == (0, 0)
+
+
+@pytest.mark.parametrize("body, loc, words", [
+    ({"size": "huge"}, ["body", "size"], ["quick", "paper", "huge"]),
+    ({"overrides": {"params.lrr": 0.1}}, ["body", "overrides", "params.lrr"], ["xtra"]),
+    ({"overrides": {"params.trials": -3}}, ["body", "overrides", "params.trials"], ["greater"]),
+    ({"overrides": {"params.lr.x": 1}}, ["body", "overrides"], ["params.lr"]),
+    ({"overrides": {"params.dim": 1}}, ["body", "overrides", "params.dim"], ["greater"]),
+    ({"seeds": []}, ["body", "seeds"], ["at least 1"]),
+])
+def test_a_bad_size_or_override_is_422_and_stores_nothing(sqlite_env, body, loc, words):
+    client, settings = sqlite_env
+    r = client.post(f"/v1/presets/{PRESET}/run", json=body)
+    assert r.status_code == 422, r.text
+    errors = r.json()["detail"]
+    assert any(e["loc"][:len(loc)] == loc for e in errors), errors
+    assert all(w in str(errors) for w in words), errors
+    assert counts(settings.db_url) == (0, 0)
+
+
+def test_over_quota_is_429_and_stores_nothing(tmp_path):
+    settings = make_settings(tmp_path, max_work=1_000_000)   # quick: 24 runs of 250 trials × 20 000 steps × 10
+    with TestClient(create_app(settings)) as client:
+        r = client.post(f"/v1/presets/{PRESET}/run", json={"size": "quick"})
+        assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1, r.text
+        assert "work is limited to 1000000" in r.json()["detail"]
+        assert counts(settings.db_url) == (0, 0)
+    settings = make_settings(tmp_path / "b", max_active_jobs=5)
+    with TestClient(create_app(settings)) as client:
+        r = client.post(f"/v1/presets/{PRESET}/run", json={"overrides": TINY, "seeds": [0, 1]})
+        assert r.status_code == 429 and "at most 5 queued + running jobs" in r.json()["detail"], r.text
+        assert counts(settings.db_url) == (0, 0)
+
+
+def test_a_preset_run_checks_pending_then_evaluated_once_and_its_figure(sqlite_env, monkeypatch):
+    client, settings = sqlite_env
+    r = client.post(f"/v1/presets/{PRESET}/run", json={"overrides": TINY, "seeds": [0, 1], "visibility": "lab"})
+    assert r.status_code == 202, r.text
+    study = r.json()
+    assert r.headers["location"] == f"/v1/studies/{study['id']}"
+    assert study["preset"] == PRESET and study["preset_size"] == "quick" and study["visibility"] == "lab"
+    assert study["children_count"] == 6 and study["points"] == 3
+    expected = smdengine.preset_study(PRESET, "quick", seeds=[0, 1], overrides=TINY)
+    assert study["spec"]["base"] == expected["base"] and study["spec"]["seeds"] == [0, 1]
+    claims = [c.claim for c in smdengine.PRESETS[PRESET].checks]
+    assert [c["claim"] for c in study["checks"]] == claims and {c["verdict"] for c in study["checks"]} == {"pending"}
+
+    calls = []
+    real = study_routes.evaluate_checks
+
+    def spy(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(study_routes, "evaluate_checks", spy)
+    assert execute_next(settings, ["cpu"]) == "succeeded"
+    running = client.get(f"/v1/studies/{study['id']}").json()
+    assert running["status"] == "running" and {c["verdict"] for c in running["checks"]} == {"pending"}
+    assert client.get(f"/v1/studies/{study['id']}/plots/figure.png").status_code == 200   # pending verdicts drawn
+    assert calls == [] and _stored(settings) is None
+
+    run_all(settings)
+    done = client.get(f"/v1/studies/{study['id']}")
+    body = done.json()
+    assert body["status"] == "succeeded" and calls == [PRESET]
+    checks = body["checks"]
+    assert [c["id"] for c in checks] == [c.id for c in smdengine.PRESETS[PRESET].checks]
+    for check in checks:
+        assert check["verdict"] in VERDICTS, check
+        assert isinstance(check["predicted"], float) and isinstance(check["measured"], float), check
+        assert check["tolerance"] > 0 and check["tolerance_rule"], check
+    assert _stored(settings) == checks
+    # the same numbers as the engine computes from the same runs, independently of the service
+    assert client.get(f"/v1/studies/{study['id']}", headers={"If-None-Match": done.headers["etag"]}).status_code == 304
+
+    # stored: later reads serve it as stored, never evaluate again (even if the engine would now say otherwise)
+    monkeypatch.setattr(study_routes, "evaluate_checks", lambda *a, **k: pytest.fail("evaluated twice"))
+    assert client.get(f"/v1/studies/{study['id']}").json()["checks"] == checks
+    table = client.get(f"/v1/studies/{study['id']}/table").json()
+    assert table["checks"] == checks and len(table["rows"]) == 6
+    assert client.get("/v1/studies").json()["items"][0]["checks"] is None   # as children: null in lists
+
+    png = client.get(f"/v1/studies/{study['id']}/plots/figure.png")
+    assert png.status_code == 200 and png.headers["content-type"] == "image/png" and png.content.startswith(PNG)
+    assert len(png.content) > 30_000
+    svg = client.get(f"/v1/studies/{study['id']}/plots/figure.svg")
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+    for check in checks:   # every verdict is printed under the panels
+        assert check["verdict"].upper().replace("_", " ") in svg.text
+    if os.environ.get("SMD_KEEP_PLOTS"):   # to look at it: SMD_KEEP_PLOTS=/some/dir pytest ...
+        with open(os.path.join(os.environ["SMD_KEEP_PLOTS"], "figure.png"), "wb") as out:
+            out.write(png.content)
+    assert calls == [PRESET]
+
+
+def test_checks_of_an_engine_error_are_not_stored(sqlite_env, monkeypatch):
+    client, settings = sqlite_env
+    study = client.post(f"/v1/presets/{PRESET}/run", json={"overrides": {**TINY, "params.steps": 200},
+                                                          "seeds": [0]}).json()
+    run_all(settings)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(study_routes, "evaluate_checks", broken)
+    body = client.get(f"/v1/studies/{study['id']}").json()
+    assert {c["verdict"] for c in body["checks"]} == {"error"} and "boom" in body["checks"][0]["note"]
+    assert _stored(settings) is None
+    monkeypatch.undo()
+    again = client.get(f"/v1/studies/{study['id']}").json()["checks"]
+    assert {c["verdict"] for c in again} <= VERDICTS and _stored(settings) == again
+
+
+def test_a_study_not_from_a_preset_has_no_checks_nor_figure(sqlite_env):
+    client, _ = sqlite_env
+    study = submit(client, study_spec(seeds=[1], grid={"params.lr": [0.1]}))
+    assert study["preset"] is None and study["checks"] is None
+    r = client.get(f"/v1/studies/{study['id']}/plots/figure.png")
+    assert r.status_code == 404 and "not made from a preset" in r.json()["detail"]
+    assert client.get(f"/v1/studies/{study['id']}/table").json()["checks"] is None
+
+
+def _stored(settings) -> list | None:
+    with session_scope(settings.db_url) as s:
+        return s.scalars(select(Study.checks)).one()

@@ -1,0 +1,96 @@
+"""`smd presets` against a real `smd serve` (embedded SQLite and filesystem broker, auth on, keys made
+with `smd keys create`): the catalog from the service, a preset run followed to its end with its checks
+printed, the same checks as `smd presets run --local` on the same runs, the figure served; and the
+error paths (unknown preset or size: exit 2; over quota: exit 3)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from tests.integration.procs import spawn, stop, wait_http
+from tests.servers import free_port
+
+pytestmark = pytest.mark.integration
+
+PRESET = "nrq-equilibrium-tradeoff"
+TINY = ["--set", "params.steps=1500", "--set", "params.trials=32", "--set", "params.record_every=50"]
+
+
+def smd(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "smdcli.main", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    """(env as alice, env as bob (a small work quota), base URL, state folder)."""
+    tmp = tmp_path_factory.mktemp("serve")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMD_")}
+    env.update(SMD_PORT=str(port), SMD_STATE_DIR=str(tmp / "state"), SMD_AUTH="on", SMD_FLUSH_SECONDS="0.3",
+               SMD_SWEEP_SECONDS="0.5")
+    keys = {}
+    for name in ("alice", "bob"):
+        assert smd(env, "users", "create", name).returncode == 0
+        keys[name] = smd(env, "keys", "create", name).stdout.strip()
+    assert smd(env, "users", "quota", "bob", "--max-work", "1000000").returncode == 0
+    proc = spawn([sys.executable, "-m", "smdcli.main", "serve"], env, tmp / "serve.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{base}/healthz", proc, tmp / "serve.log")
+        yield ({**env, "SMD_URL": base, "SMD_KEY": keys["alice"]}, {**env, "SMD_URL": base, "SMD_KEY": keys["bob"]},
+               base, tmp)
+    finally:
+        stop(proc)
+
+
+def test_catalog_from_the_service(service):
+    alice, _, _, _ = service
+    listed = smd(alice, "presets", "list", "--remote", "--json")
+    assert listed.returncode == 0, listed.stderr
+    local = smd(alice, "presets", "list", "--json")
+    assert json.loads(listed.stdout) == json.loads(local.stdout)
+    shown = smd(alice, "presets", "show", PRESET, "--remote")
+    assert shown.returncode == 0 and "nrq-equilibrium-tradeoff (quick)" in shown.stdout, shown.stderr
+    missing = smd(alice, "presets", "show", "nope", "--remote")
+    assert missing.returncode == 2 and PRESET in missing.stderr
+
+
+def test_a_preset_through_the_service_gives_the_local_checks(service, tmp_path):
+    alice, _, base, state = service
+    ran = smd(alice, "presets", "run", PRESET, "--seeds", "0", "1", *TINY, "--follow", "--quiet")
+    assert ran.returncode == 0, (ran.stderr, (state / "serve.log").read_text()[-3000:])
+    study_id = ran.stdout.splitlines()[0].strip()
+    assert "succeeded" in ran.stderr
+    headers = {"Authorization": f"Bearer {alice['SMD_KEY']}"}
+    served = httpx.get(f"{base}/v1/studies/{study_id}", headers=headers, timeout=60).json()
+    assert served["preset"] == PRESET and served["preset_size"] == "quick"
+    checks = served["checks"]
+    assert checks and all(c["verdict"] in ("reproduced", "not_reproduced", "inconclusive") for c in checks)
+    for check in checks:   # the verdict table printed after --follow
+        assert check["id"] in ran.stdout and check["claim"] in ran.stdout
+
+    local = smd(alice, "presets", "run", PRESET, "--local", "-o", str(tmp_path / "local"), "--seeds", "0", "1",
+                *TINY, "-j", "2", "--quiet")
+    assert local.returncode == 0, local.stderr
+    assert json.loads((tmp_path / "local" / "checks.json").read_text())["checks"] == checks   # the same numbers
+
+    figure = httpx.get(f"{base}/v1/studies/{study_id}/plots/figure.png", headers=headers, timeout=60)
+    assert figure.status_code == 200 and figure.content[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_remote_errors(service):
+    alice, bob, _, _ = service
+    unknown = smd(alice, "presets", "run", "nope")
+    assert unknown.returncode == 2 and PRESET in unknown.stderr
+    size = smd(alice, "presets", "run", PRESET, "--size", "huge")
+    assert size.returncode == 2 and "quick" in size.stderr
+    override = smd(alice, "presets", "run", PRESET, "--set", "params.lrr=1")
+    assert override.returncode == 2 and "overrides.params.lrr" in override.stderr
+    over = smd(bob, "presets", "run", PRESET)
+    assert over.returncode == 3 and "work" in over.stderr, over.stderr
