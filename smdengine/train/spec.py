@@ -104,7 +104,7 @@ class TrainParams(StrictModel):
                                                                "classifier and affine parameters keep theirs). "
                                                                "With (η·k², λ/k²) a scale k gives the same run "
                                                                "(seed 000 Cor. 3).")
-    same_init: bool = Field(False, description="Every trial starts from the same weights (those of trial 0's draw); "
+    same_init: bool = Field(False, description="Every trial starts from the same weights (one draw, the one a run with trials = 1 makes); "
                                               "trials then differ only by their batch order.")
     record_every: int = Field(10, ge=1, description="Aggregate the tracked quantities over windows of this many updates.")
     eval_every: int | None = Field(None, ge=1, description="Evaluate on the test set every this many updates "
