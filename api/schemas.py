@@ -136,7 +136,13 @@ class ResultDocument(BaseModel):
     summary: dict[str, Number | dict[str, LayerSummary]] = Field(
         ..., description="Numbers by name (e.g. means over the tail of the run); for the ``train`` kind also "
                          "``layers``: ``{layer: {au_rms, au_mean, norm, unit_grad_sq, eff_lr, norm_theory, "
-                         "au_equilibrium, equilibrium_step}}`` (``equilibrium_step`` null when never reached).")
+                         "au_equilibrium, equilibrium_step}}`` (``equilibrium_step`` null when never reached). "
+                         "``nrq`` and ``train``: per schedule phase i with weight decay, "
+                         "``equilibrium_steps_phase<i>``, the updates from the phase's start until the angular "
+                         "update (every layer's, for train) stays within ±10% of √(2λη/(1+α)) (smoothed over a "
+                         "quarter of the relaxation time (1−α)/(4λη); null when it never does), and from phase 1 "
+                         "on ``equilibrium_steps_predicted_phase<i>`` = ⌈ln k·(1−α)/(4λη)⌉, k the factor by which "
+                         "the phase divides the equilibrium |w|⁴ (the lr decay factor; 1 with rescale).")
     distributions: dict[str, Histogram] = Field(default_factory=dict)
 
 

@@ -119,8 +119,8 @@ def time_axis(spec: Mapping[str, Any], steps: Sequence[float], x: str,
     entries = getattr(params, "lr_schedule", None) or getattr(params, "schedule", None) or []
     phases = rate_phases(lr, wd, entries)
     if x == "tau":
-        if len(phases) > 1 or wd <= 0:
-            raise ValueError("x: tau needs constant rates and weight_decay > 0 (no schedule)")
+        if len(phases) > 1:
+            raise ValueError("x: tau needs constant rates (no schedule)")
         import numpy as np
 
         from smdengine.sde.normalized_linear import time_change

@@ -101,3 +101,116 @@ def tail_means(series: dict[str, list], theory: dict[str, Any], start: float) ->
             continue
         out[key] = math.fsum(values[i] for i in idx) / len(idx)
     return out
+
+
+# ----------------------------------------------------------------------------- time to equilibrium
+
+EQUILIBRIUM_BAND = 0.1   # b: the tracked AU is at equilibrium within ±10% of √(2λη/(1+α))
+
+
+def relaxation_time(lr: float, weight_decay: float, momentum: float = 0.0) -> float:
+    """τ = (1−α)/(4λη), in updates: |w|⁴ approaches its equilibrium like e^{−t/τ} (design §4)."""
+    return (1.0 - momentum) / (4.0 * weight_decay * lr)
+
+
+def norm4_decay(prev: Phase, phase: Phase) -> float:
+    """k of a phase: the factor by which it divides the equilibrium |w|⁴ ∝ η/λ, starting from the
+    previous phase's equilibrium and after its rescale: (η_prev/λ_prev)/(η/λ)·rescale⁴. It is the lr
+    decay factor of a phase that only divides η by k, and 1 for a phase that rescales."""
+    return (prev.lr * phase.weight_decay) / (prev.weight_decay * phase.lr) * phase.rescale**4
+
+
+def predicted_equilibrium_steps(k: float, phase: Phase, momentum: float = 0.0) -> int | None:
+    """⌈ln k·(1−α)/(4λη)⌉ (design §4: at least this many updates to the new equilibrium after η ÷ k; 0
+    with rescale, k = 1). None where it does not apply: k < 1 (the phase raises the equilibrium norm)
+    or λ = 0 (no equilibrium)."""
+    if abs(k - 1.0) <= 1e-9:   # a rescale's k, 1 up to rounding
+        k = 1.0
+    if phase.weight_decay <= 0 or k < 1.0:
+        return None
+    return math.ceil(math.log(k) * relaxation_time(phase.lr, phase.weight_decay, momentum))
+
+
+def band_entry(k: float, band: float = EQUILIBRIUM_BAND) -> float:
+    """x_b: the time, in units of the relaxation time τ, at which the AU of a phase that starts a factor
+    k off its equilibrium |w|⁴ (:func:`norm4_decay`) enters the band ±b around its equilibrium.
+
+    Derivation (continuous time, unit-gradient norm L constant across the phase): with M = |w|²,
+    M_t² = T + (M_0² − T)e^{−t/τ}, T = M_*², and M_0² = k·T; the AU is √L·η/M_t, so
+    AU_t/AU_* = M_*/M_t = (1 + (k−1)e^{−x})^{−½}, x = t/τ. For k > 1 it rises to 1 and enters the band
+    when 1 + (k−1)e^{−x} ≤ (1−b)^{−2}: x_b = ln((k−1)/((1−b)^{−2} − 1)). For k < 1 it falls to 1 and enters
+    when 1 − (1−k)e^{−x} ≥ (1+b)^{−2}: x_b = ln((1−k)/(1 − (1+b)^{−2})). 0 when it starts in the band."""
+    if k >= 1.0:
+        x = math.log(max(k - 1.0, 1e-300) / ((1.0 - band) ** -2 - 1.0))
+    else:
+        x = math.log((1.0 - k) / (1.0 - (1.0 + band) ** -2))
+    return max(0.0, x)
+
+
+def band_offset(k: float, band: float = EQUILIBRIUM_BAND) -> float:
+    """x_b − ln k (units of τ), how much later than ln k·τ the AU enters the band after η ÷ k (k > 1):
+    ln(1 − 1/k) − ln((1−b)^{−2} − 1); at b = 0.1: 0.757 (k = 2), 1.345 (k = 10), 1.440 (k = 100)."""
+    return band_entry(k, band) - math.log(k)
+
+
+def settle_steps(steps: Sequence[int], values: Sequence[float], start: int, end: int, target: float,
+                 timescale: float, width: int = 1, band: float = EQUILIBRIUM_BAND) -> int | None:
+    """Measured updates from ``start`` until the tracked AU stays within ±``band``·``target`` of the
+    equilibrium ``target`` to the end of the phase [start, end).
+
+    ``values[i]`` is an RMS angular update over the ``width`` updates [steps[i], steps[i] + width)
+    (nrq: 1 update, the RMS over trials; train: a window of record_every updates); only the records
+    inside the phase count. Smoothing: each record is replaced by the RMS of the records whose steps
+    lie within ±τ/8 of it (a centred window of τ/4 updates, τ = ``timescale``, cut at the phase's
+    ends; at least the record itself), so that window scatter averages out while the relaxation, on
+    the scale τ, is hardly smeared (a centred mean over w·τ is biased by f''·w²/24 in units of τ: f''/384
+    here). The rule:
+    the first phase record from which every smoothed value to the phase's last record is within the
+    band; the result is that record's step − start (0 ≤ result < the record spacing when the phase
+    starts at equilibrium), None when the last record is outside (or the phase has no record)."""
+    inside = [i for i, n in enumerate(steps) if start <= n and n + width <= end]
+    if not inside:
+        return None
+    at = [steps[i] for i in inside]
+    squares = [values[i] ** 2 if math.isfinite(values[i]) else math.nan for i in inside]
+    half = timescale / 8.0
+    lo = hi = 0
+    settled = None
+    for j, n in enumerate(at):
+        while at[lo] < n - half:
+            lo += 1
+        while hi + 1 < len(at) and at[hi + 1] <= n + half:
+            hi += 1
+        window = [s for s in squares[lo:hi + 1] if math.isfinite(s)]
+        ok = bool(window) and abs(math.sqrt(math.fsum(window) / len(window)) / target - 1.0) <= band
+        if not ok:
+            settled = None
+        elif settled is None:
+            settled = j
+    return None if settled is None else at[settled] - start
+
+
+def equilibrium_summary(all_phases: Sequence[Phase], total_steps: int, steps: Sequence[int],
+                        tracked: Sequence[Sequence[float]], momentum: float = 0.0,
+                        width: int = 1) -> dict[str, int | None]:
+    """Per phase i: ``equilibrium_steps_phase<i>``, the measured updates until every tracked AU series
+    (nrq: one; train: one per layer) stays in the band (:func:`settle_steps`; the largest over the
+    series, None when one never settles), and, from phase 1 on, ``equilibrium_steps_predicted_phase<i>``
+    (:func:`predicted_equilibrium_steps` with k = :func:`norm4_decay`; absent where it does not apply).
+    Phases without weight decay have no equilibrium: no keys. Nothing when there is no tracked series."""
+    out: dict[str, int | None] = {}
+    if not tracked:
+        return out
+    ends = [ph.start for ph in all_phases[1:]] + [total_steps]
+    for i, (phase, end) in enumerate(zip(all_phases, ends, strict=True)):
+        if phase.weight_decay <= 0:
+            continue
+        target = au_equilibrium(phase.lr, phase.weight_decay, momentum)
+        timescale = relaxation_time(phase.lr, phase.weight_decay, momentum)
+        measured = [settle_steps(steps, values, phase.start, end, target, timescale, width) for values in tracked]
+        out[f"equilibrium_steps_phase{i}"] = None if None in measured else max(m for m in measured if m is not None)
+        if i > 0 and all_phases[i - 1].weight_decay > 0:
+            predicted = predicted_equilibrium_steps(norm4_decay(all_phases[i - 1], phase), phase, momentum)
+            if predicted is not None:
+                out[f"equilibrium_steps_predicted_phase{i}"] = predicted
+    return out

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from smdengine._runtime import saved
-from smdengine._science import phase_at, record_steps
+from smdengine._science import equilibrium_summary, phase_at, record_steps
 from smdengine._simulator import Context, Row, Simulator
 from smdengine.nrq import theory
 from smdengine.nrq.predict import predict_physics
@@ -23,7 +23,8 @@ from smdengine.sde._common import params_of, substeps
 class NRQRun(Simulator[Any]):
     """Series: means over trials of the state X_n and its update n → n+1 at the record steps; theory
     :meth:`predict` given the realized initial norms; summary: tail means (last half of the final
-    phase). Checkpoint state: the stepper's (X, v, the generator, the rates in force)."""
+    phase) and each phase's time to equilibrium of ``au_rms``. Checkpoint state: the stepper's (X, v,
+    the generator, the rates in force)."""
 
     names = OUTPUTS.metrics
     k, dt = 1, 1.0   # updates per step and their size: one SGD update per step
@@ -81,6 +82,14 @@ class NRQRun(Simulator[Any]):
     def theory(self) -> dict[str, Any]:
         return self.predict(self.spec, self.init_norms_sq)
 
+    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
+        """Tail means, and per phase i the measured ``equilibrium_steps_phase<i>`` of ``au_rms`` (the RMS
+        over trials of update n's angle) beside ``equilibrium_steps_predicted_phase<i>``
+        (:func:`smdengine._science.equilibrium_summary`)."""
+        p = self.p
+        return {**super().summarize(series, theory),
+                **equilibrium_summary(p.phases(), p.steps, series["step"], [series["au_rms"]], p.momentum)}
+
 
 class NRQSDE(NRQRun):
     """The sde kind's nrq model: k = 1/dt Euler–Maruyama updates per step. Series: means over trials at
@@ -112,6 +121,10 @@ class NRQSDE(NRQRun):
             "eff_lr": (lr / s).mean(),
             "gamma": (s / lr).square().mean(),
         }
+
+    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
+        """Tail means only (its au_rms is the continuous-time rate, not an angle per update)."""
+        return Simulator.summarize(self, series, theory)
 
     def state(self) -> dict[str, Any]:
         return {"f_counts": saved(self.counts), **super().state()}

@@ -15,8 +15,16 @@ class ScheduleEntry(StrictModel):
 
     step: int = Field(..., ge=1, description="First update that uses the new rates.")
     lr_factor: float = Field(..., gt=0, le=1e6)
-    weight_decay_factor: float = Field(1.0, gt=0, le=1e6)
+    weight_decay_factor: float = Field(1.0, ge=0, le=1e6, description="0 switches weight decay off from step on "
+                                                                      "(|X|⁴ then grows by 2η²(p−1)σ² per update).")
     rescale: bool = Field(False, description="Move |X| straight to the new equilibrium: X ← X·(lr_factor/weight_decay_factor)^(1/4).")
+
+    @model_validator(mode="after")
+    def _check(self) -> ScheduleEntry:
+        if self.rescale and self.weight_decay_factor == 0:
+            raise ValueError("rescale: expected weight_decay_factor > 0 (without weight decay there is no "
+                             "equilibrium norm to move to), got 0")
+        return self
 
 
 class NRQPhysics(StrictModel):

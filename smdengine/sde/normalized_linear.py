@@ -15,7 +15,10 @@ Recorded at t = 0, r, 2r, …: ``theta`` — for the first ``record_trials`` tri
 the projection of x̄ on the plane of Γ₁, measured around c from the direction of x̄*;
 ``circular_variance`` 1 − |mean e^{iθ}| over all trials; ``norm`` mean |x|; ``loss`` mean L.
 Theory (seed 002 eq. 11–12, with R(0) = init_norm): ``norm_scale`` R(t), ``tau`` the time change
-τ(t) = ½ ln(1 + (e^{4ηλt} − 1)·η/(2λR(0)⁴)), ``lr_time`` ηt.
+τ(t) = ½ ln(1 + (e^{4ηλt} − 1)·η/(2λR(0)⁴)), ``lr_time`` ηt. Without weight decay (λ = 0, seed 002
+Thm 3.2: the same limiting diffusion, exponentially slower) both have closed λ → 0 limits,
+R(t)⁴ = R(0)⁴ + 2η²t and τ(t) = ½ ln(1 + 2η²t/R(0)⁴), which are what is returned; no theory line of
+this model needs λ > 0, so none is omitted.
 """
 from __future__ import annotations
 
@@ -46,7 +49,7 @@ class NormalizedLinearParams(Recording):
     dim: int = Field(10, ge=3, le=10_000, description="D; N = D − 2 samples, so Γ₁ is a circle.")
     noise_std: float = Field(0.3, gt=0, le=1e3, description="σ̂, with ε ~ N(0, σ̂²I).")
     lr: float = Field(1e-2, gt=0, le=10, description="η.")
-    weight_decay: float = Field(0.05, gt=0, le=100, description="λ.")
+    weight_decay: float = Field(0.05, ge=0, le=100, description="λ; 0 runs without weight decay (seed 002 Thm 3.2).")
     trials: int = Field(60, ge=1, le=1_000_000, description="Independent runs from the same start.")
     integrator: Literal["sgd", "sde"] = Field("sgd", description="sgd: eq. 18 (discrete); sde: eq. 19 by Euler–Maruyama.")
     dt: float = Field(1.0, gt=0, le=1, description=DT_DESCRIPTION + " Used by integrator sde.")
@@ -137,14 +140,20 @@ class NormalizedLinear(Simulator["SDESpec"]):
 
 
 def norm_scale(t: np.ndarray, lr: float, weight_decay: float, init_norm: float = 1.0) -> np.ndarray:
-    """R(t) = (η/(2λ) + e^{−4ηλt}(R₀⁴ − η/(2λ)))^{1/4} (seed 002 eq. 11 with R(0) = R₀)."""
+    """R(t) = (η/(2λ) + e^{−4ηλt}(R₀⁴ − η/(2λ)))^{1/4} (seed 002 eq. 11 with R(0) = R₀); at λ = 0 its limit
+    (R₀⁴ + 2η²t)^{1/4} (e^{−4ηλt} = 1 − 4ηλt + O(λ²): η/(2λ)·4ηλt = 2η²t)."""
+    if weight_decay == 0.0:
+        return (init_norm**4 + 2.0 * lr**2 * np.asarray(t, dtype=np.float64)) ** 0.25
     c = lr / (2.0 * weight_decay)
     return (c + np.exp(-4.0 * lr * weight_decay * t) * (init_norm**4 - c)) ** 0.25
 
 
 def time_change(t: np.ndarray, lr: float, weight_decay: float, init_norm: float = 1.0) -> np.ndarray:
     """τ(t) = ∫₀ᵗ η²/R(s)⁴ ds = ½ ln(1 + (e^{4ηλt} − 1)·k), k = η/(2λR₀⁴) (seed 002 eq. 12),
-    evaluated in logs so that large 4ηλt does not overflow."""
+    evaluated in logs so that large 4ηλt does not overflow. At λ = 0 its limit ½ ln(1 + 2η²t/R₀⁴)
+    ((e^{x} − 1)·k → 4ηλt·η/(2λR₀⁴)), the integral of η²/R(s)⁴ with R⁴ = R₀⁴ + 2η²s."""
+    if weight_decay == 0.0:
+        return 0.5 * np.log1p(2.0 * lr**2 * np.asarray(t, dtype=np.float64) / init_norm**4)
     x = 4.0 * lr * weight_decay * np.asarray(t, dtype=np.float64)
     k = lr / (2.0 * weight_decay * init_norm**4)
     if k < 1.0:  # ln((1 − k) + k e^x)
@@ -153,7 +162,10 @@ def time_change(t: np.ndarray, lr: float, weight_decay: float, init_norm: float 
 
 
 def inverse_time_change(tau: np.ndarray, lr: float, weight_decay: float, init_norm: float = 1.0) -> np.ndarray:
-    """t(T) = ln((e^{2T} − 1)/k + 1)/(4ηλ), the SGD steps that reach τ = T."""
+    """t(T) = ln((e^{2T} − 1)/k + 1)/(4ηλ), the SGD steps that reach τ = T; at λ = 0,
+    R₀⁴(e^{2T} − 1)/(2η²)."""
+    if weight_decay == 0.0:
+        return init_norm**4 * np.expm1(2.0 * np.asarray(tau, dtype=np.float64)) / (2.0 * lr**2)
     k = lr / (2.0 * weight_decay * init_norm**4)
     return np.log(np.expm1(2.0 * np.asarray(tau, dtype=np.float64)) / k + 1.0) / (4.0 * lr * weight_decay)
 

@@ -34,11 +34,18 @@ class Net:
 
     # -- construction -------------------------------------------------------------------------
     def _param(self, name: str, shape: tuple[int, ...], trainable: bool, std: float = 0.0,
-               value: float = 0.0) -> None:
-        """A (T, *shape) parameter: N(0, std²) draws, or ``value`` everywhere when std is 0."""
+               value: float = 0.0, scale: float = 1.0) -> None:
+        """A (T, *shape) parameter: N(0, std²) draws times ``scale``, or ``value`` everywhere when std is
+        0. With ``same_init`` one (1, *shape) draw is copied to every trial."""
         size = (self.trials, *shape)
         if std:
-            t = torch.randn(size, generator=self.gen, device=self.device, dtype=self.dtype) * std
+            same = self.p.same_init and self.trials > 1
+            t = torch.randn((1, *shape) if same else size, generator=self.gen, device=self.device,
+                            dtype=self.dtype) * std
+            if scale != 1.0:
+                t.mul_(scale)
+            if same:
+                t = t.expand(size).clone()
         else:
             t = torch.full(size, value, device=self.device, dtype=self.dtype)
         self.params[name] = t.requires_grad_(trainable)
@@ -46,8 +53,8 @@ class Net:
             self.trainable.append(name)
 
     def weight(self, name: str, shape: tuple[int, ...], group: str = "") -> None:
-        """A weight before a normalization, He-initialised; joins ``group`` ('' = its own)."""
-        self._param(name, shape, True, std=math.sqrt(2.0 / math.prod(shape[1:])))
+        """A weight before a normalization, He-initialised times ``init_scale``; joins ``group`` ('' = its own)."""
+        self._param(name, shape, True, std=math.sqrt(2.0 / math.prod(shape[1:])), scale=self.p.init_scale)
         self.groups.setdefault(group or name, []).append(name)
 
     def norm(self, name: str, width: int) -> None:

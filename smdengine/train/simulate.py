@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from smdengine._runtime import layer_key, saved
-from smdengine._science import au_equilibrium, phase_at
+from smdengine._science import au_equilibrium, equilibrium_summary, phase_at
 from smdengine._simulator import Context, Row, Simulator
 from smdengine.train import models
 from smdengine.train.data import Dataset, load_dataset
@@ -140,8 +140,15 @@ class TrainRun(Simulator[TrainSpec]):
         return {"au_equilibrium": [au_equilibrium(ph.lr, ph.weight_decay, p.momentum) for ph in in_force]}
 
     def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
+        """:func:`summarize`, each phase's time to equilibrium of every layer's ``au_rms``
+        (:func:`smdengine._science.equilibrium_summary`: the largest over the layers), the final test
+        loss and accuracy, the scale-invariance check, and the data sizes."""
         final_loss, final_acc = evaluate(self.net, self.data.x_test, self.data.y_test)
-        summary = summarize(series, theory, self.groups if self.tracker is not None else [], self.p.tail_start())
+        p, groups = self.p, self.groups if self.tracker is not None else []
+        summary = summarize(series, theory, groups, p.tail_start())
+        summary.update(equilibrium_summary(p.phases(), p.total_steps, series["step"],
+                                           [series[layer_key(g, "au_rms")] for g in groups], p.momentum,
+                                           width=p.record_every))
         summary.update(test_loss_final=float(final_loss), test_acc_final=float(final_acc),
                        scale_invariance_max_cos=self.max_cos, train_samples=int(self.data.y_train.shape[0]),
                        noisy_labels=int(self.data.noisy.sum()))

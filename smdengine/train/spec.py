@@ -99,6 +99,13 @@ class TrainParams(StrictModel):
                                                                       "training set (incomplete batches dropped).")
     schedule: list[ScheduleEntry] = Field(default_factory=list, max_length=1000)
     trials: int = Field(1, ge=1, le=256, description="Independent initialisations and batch orders, trained together.")
+    init_scale: float = Field(1.0, ge=1e-4, le=1e4, description="Multiplies the initial scale-invariant weights "
+                                                               "(every weight followed by a normalization; the "
+                                                               "classifier and affine parameters keep theirs). "
+                                                               "With (η·k², λ/k²) a scale k gives the same run "
+                                                               "(seed 000 Cor. 3).")
+    same_init: bool = Field(False, description="Every trial starts from the same weights (one draw, the one a run with trials = 1 makes); "
+                                              "trials then differ only by their batch order.")
     record_every: int = Field(10, ge=1, description="Aggregate the tracked quantities over windows of this many updates.")
     eval_every: int | None = Field(None, ge=1, description="Evaluate on the test set every this many updates "
                                                               "(a multiple of record_every; default 10·record_every).")

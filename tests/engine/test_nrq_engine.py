@@ -124,6 +124,30 @@ def test_document_is_strict_json(params):
     assert set(json.loads(text)) == {"series", "theory", "summary", "distributions"}
 
 
+def test_weight_decay_switched_off_by_the_schedule():
+    """weight_decay_factor 0 at step 200: from there |X|⁴ grows by 2η²(p−1)σ² per update (norm_sq_theory,
+    the λ = 0 closed form, continuous across the switch), the AU equilibrium line is 0, κ and r* are
+    null where λ = 0, and that phase has no time-to-equilibrium keys. Measured (seed 0, 2000 trials):
+    norm_sq / norm_sq_theory over the λ = 0 phase at most 0.36% off (|PAX̄|² ≈ 0.07 next to (p−1)σ² = 9 in
+    the unit gradient, and the trial spread of |X|², ≈ 0.2% SE)."""
+    sched = [{"step": 200, "lr_factor": 1.0, "weight_decay_factor": 0.0}]
+    result = smdengine.run(spec(seed=0, trials=2000, steps=1000, lr_schedule=sched))
+    doc = result.to_document()
+    json.dumps(doc, allow_nan=False)
+    steps, th = result.series["step"], result.theory
+    off = [i for i, n in enumerate(steps) if n >= 200]
+    assert all(th["au_equilibrium"][i] == 0.0 for i in off)
+    assert all(doc["theory"]["risk_stationary"][i] is None and doc["theory"]["kappa"][i] is None for i in off)
+    assert doc["theory"]["risk_stationary"][0] == pytest.approx(theory.risk_stationary(
+        theory.kappa(1.0, 2.0, 10, 1.0, 0.1, 0.01), 10))
+    grown = [th["norm_sq_theory"][i] for i in off]
+    assert all(a < b for a, b in zip(grown, grown[1:], strict=False))
+    for i in off:
+        assert result.series["norm_sq"][i] == pytest.approx(th["norm_sq_theory"][i], rel=0.005)
+    assert "equilibrium_steps_phase1" not in result.summary
+    assert "equilibrium_steps_predicted_phase1" not in result.summary
+
+
 def test_no_weight_decay_runs_and_has_no_equilibrium():
     doc = smdengine.run(spec(weight_decay=0.0)).to_document()
     json.dumps(doc, allow_nan=False)
@@ -207,7 +231,8 @@ def test_summary_is_the_tail_mean():
         if key == "step":
             continue
         assert result.summary[key] == pytest.approx(sum(values[i] for i in idx) / len(idx), rel=1e-12), key
-    assert set(result.summary) == (SERIES_KEYS - {"step"}) | SGD_THEORY_KEYS
+    assert set(result.summary) == (SERIES_KEYS - {"step"}) | SGD_THEORY_KEYS | {
+        "equilibrium_steps_phase0", "equilibrium_steps_phase1", "equilibrium_steps_predicted_phase1"}
 
 
 def test_initial_point_statistics():

@@ -116,7 +116,8 @@ def test_bad_schedule_steps(schedule):
     ({"step": 10, "lr_factor": 0.0}, "lr_factor"),
     ({"step": 10, "lr_factor": -0.1}, "lr_factor"),
     ({"step": 10}, "lr_factor"),
-    ({"step": 10, "lr_factor": 0.1, "weight_decay_factor": 0.0}, "weight_decay_factor"),
+    ({"step": 10, "lr_factor": 0.1, "weight_decay_factor": -0.1}, "weight_decay_factor"),
+    ({"step": 10, "lr_factor": 0.1, "weight_decay_factor": 0.0, "rescale": True}, "rescale"),
 ])
 def test_bad_schedule_entries(entry, field):
     err = assert_rejected(nrq(steps=1000, lr_schedule=[entry]), field)
@@ -164,6 +165,10 @@ def test_good_specs_parse():
     assert p.lr_schedule[1].weight_decay_factor == 2.0
     # weight_decay = 0 and momentum just below 1 are allowed (boundaries of the ranges)
     smdengine.parse_spec(nrq(weight_decay=0.0, momentum=0.999))
+    # a schedule may switch weight decay off (without rescale); it stays off for later entries
+    off = smdengine.parse_spec(nrq(steps=1000, lr_schedule=[
+        {"step": 300, "lr_factor": 1.0, "weight_decay_factor": 0.0}, {"step": 600, "lr_factor": 0.5}])).params
+    assert [(ph.lr, ph.weight_decay) for ph in off.phases()] == [(0.1, 0.01), (0.1, 0.0), (0.05, 0.0)]
     # an explicit spectrum that is two-level is recognised as such
     assert smdengine.parse_spec(nrq(dim=3, eigenvalues=[1.0, 2.0, 2.0])).params.two_level() == (1.0, 2.0)
 
