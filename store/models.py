@@ -86,7 +86,23 @@ class ApiKey(Base):
     user: Mapped[User] = relationship(lazy="joined")
 
 
-class Experiment(Base):
+class _Submitted:
+    """What an experiment and a study share as things a user submitted: the owner's name and the
+    priority's name (the class defines ``owner`` and ``priority``)."""
+
+    owner: Mapped[User | None]
+    priority: Mapped[int]
+
+    @property
+    def owner_name(self) -> str | None:
+        return self.owner.name if self.owner is not None else None
+
+    @property
+    def priority_name(self) -> str:
+        return PRIORITY_NAMES.get(self.priority, "normal")
+
+
+class Experiment(_Submitted, Base):
     __tablename__ = "experiments"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
@@ -126,16 +142,8 @@ class Experiment(Base):
     study_values: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     owner: Mapped[User | None] = relationship(lazy="joined")
 
-    @property
-    def owner_name(self) -> str | None:
-        return self.owner.name if self.owner is not None else None
 
-    @property
-    def priority_name(self) -> str:
-        return PRIORITY_NAMES.get(self.priority, "normal")
-
-
-class Study(Base):
+class Study(_Submitted, Base):
     """A study (design §5): one request expanded into child experiments (rows of ``experiments``
     with ``study_id``), all created with it. Its status, counts and progress are derived from the
     children (store.studies); ``finished_at`` is set when its last child ends."""
@@ -162,14 +170,6 @@ class Study(Base):
     preset_size: Mapped[str | None] = mapped_column(String(32))
     checks: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
     owner: Mapped[User | None] = relationship(lazy="joined")
-
-    @property
-    def owner_name(self) -> str | None:
-        return self.owner.name if self.owner is not None else None
-
-    @property
-    def priority_name(self) -> str:
-        return PRIORITY_NAMES.get(self.priority, "normal")
 
 
 class SeriesChunk(Base):

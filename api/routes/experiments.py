@@ -2,18 +2,18 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
-from api import etag
+from api import cursors, etag
+from api.cursors import CursorQuery
 from api.deps import CurrentUserDep, DbDep, ExperimentDep, ManagedExperimentDep, SettingsDep
 from api.responses import FORBIDDEN, NOT_FOUND, NOT_MODIFIED, UNAUTHORIZED
 from api.results import result_document
 from api.schemas import SERVICE_FIELDS, AttemptOut, ErrorOut, ExperimentOut, ExperimentPage, ResultDocument, Submission
 from store import jobs, series
-from store.models import EPOCH, PRIORITIES, TERMINAL, Experiment, Status, as_utc
+from store.models import PRIORITIES, TERMINAL, Status
 from worker.queue import queue_for, ring
 
 log = logging.getLogger(__name__)
@@ -71,33 +71,17 @@ def submit_experiment(submission: Submission, db: DbDep, settings: SettingsDep, 
     return experiment
 
 
-_MAX_MICROS = (as_utc(datetime.max) - EPOCH) // timedelta(microseconds=1)
-# A keyset position: "<created_at in microseconds since the epoch>.<id>" of the last item of a page. Every
-# string of this form is a position in the (created_at, id) order, so every one the pattern admits is valid.
-CURSOR_PATTERN = r"^[0-9]{1,18}\.[0-9a-f]{1,32}$"
-
-
-def _encode_cursor(experiment: Experiment) -> str:
-    return f"{(as_utc(experiment.created_at) - EPOCH) // timedelta(microseconds=1)}.{experiment.id}"
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    micros, _, experiment_id = cursor.partition(".")
-    return EPOCH + timedelta(microseconds=min(int(micros), _MAX_MICROS)), experiment_id
-
-
 @router.get("", response_model=ExperimentPage, operation_id="listExperiments", responses=UNAUTHORIZED)
 def list_experiments(request: Request, response: Response, db: DbDep, user: CurrentUserDep,
                      status: Annotated[Status | None, Query(description="Only jobs in this state.")] = None,
                      kind: Annotated[str | None, Query(max_length=32, description="Only this kind.")] = None,
                      owner: Annotated[str | None, Query(max_length=64, description="Only this user's.")] = None,
                      limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                     cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN, description=(
-                         "Where the previous page ended: its next_cursor."))] = None):
+                     cursor: CursorQuery = None):
     """List the experiments you may see (yours and lab-visible ones; all for admins), newest first."""
     items, total = jobs.page(db, viewer_id=user.id, everyone=user.is_admin, status=status, kind=kind, owner_name=owner,
-                             after=_decode_cursor(cursor) if cursor else None, limit=limit + 1)
-    next_cursor = _encode_cursor(items[limit - 1]) if len(items) > limit else None
+                             after=cursors.decode(cursor) if cursor else None, limit=limit + 1)
+    next_cursor = cursors.encode(items[limit - 1].created_at, items[limit - 1].id) if len(items) > limit else None
     if next_cursor:
         response.headers["Link"] = f'<{request.url.include_query_params(cursor=next_cursor)}>; rel="next"'
     return ExperimentPage(items=items[:limit], total=total, limit=limit, next_cursor=next_cursor)

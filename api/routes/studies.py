@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -13,12 +13,12 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import ValidationError
 
-from api import etag, exports, presets
+from api import cursors, etag, exports, presets
+from api.cursors import CursorQuery
 from api.deps import CurrentUserDep, DbDep, ManagedStudyDep, SettingsDep, StudyDep
 from api.responses import FORBIDDEN, NOT_MODIFIED, STUDY_NOT_FOUND, UNAUTHORIZED, Responses
 from api.results import downsample_indices, result_document
 from api.routes.events import EventStream, _known_revision, _stream
-from api.routes.experiments import CURSOR_PATTERN
 from api.schemas import SERVICE_FIELDS, ErrorOut, StudyOut, StudyPage, StudySubmission, StudyTable
 from smdengine import (
     DERIVED_AXES,
@@ -37,7 +37,7 @@ from smdengine import (
     time_axis,
 )
 from store import series, studies
-from store.models import EPOCH, PRIORITIES, Experiment, User, as_utc
+from store.models import PRIORITIES, Experiment, User, as_utc
 from store.settings import Settings
 from store.studies import NewChild, StudyView
 from worker.queue import queue_for, ring
@@ -134,28 +134,15 @@ def submit(submission: StudySubmission, db: str, settings: Settings, user: User,
     return study
 
 
-_MAX_MICROS = (as_utc(datetime.max) - EPOCH) // timedelta(microseconds=1)
-
-
-def _encode_cursor(study: StudyView) -> str:
-    return f"{(as_utc(study.created_at) - EPOCH) // timedelta(microseconds=1)}.{study.id}"
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    micros, _, study_id = cursor.partition(".")
-    return EPOCH + timedelta(microseconds=min(int(micros), _MAX_MICROS)), study_id
-
-
 @router.get("", response_model=StudyPage, operation_id="listStudies", responses=UNAUTHORIZED)
 def list_studies(request: Request, response: Response, db: DbDep, user: CurrentUserDep,
                  limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                 cursor: Annotated[str | None, Query(pattern=CURSOR_PATTERN, description=(
-                     "Where the previous page ended: its next_cursor."))] = None):
+                 cursor: CursorQuery = None):
     """List the studies you may see (yours and lab-visible ones; all for admins), newest first
     (without their children)."""
     items, total = studies.page(db, viewer_id=user.id, everyone=user.is_admin,
-                                after=_decode_cursor(cursor) if cursor else None, limit=limit + 1)
-    next_cursor = _encode_cursor(items[limit - 1]) if len(items) > limit else None
+                                after=cursors.decode(cursor) if cursor else None, limit=limit + 1)
+    next_cursor = cursors.encode(items[limit - 1].created_at, items[limit - 1].id) if len(items) > limit else None
     if next_cursor:
         response.headers["Link"] = f'<{request.url.include_query_params(cursor=next_cursor)}>; rel="next"'
     for study in items:   # as children: null in lists (GET the study for them)
