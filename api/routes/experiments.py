@@ -100,12 +100,16 @@ def get_experiment(experiment: ExperimentDep, request: Request, response: Respon
 
 @router.delete("/{experiment_id}", status_code=204, operation_id="deleteExperiment",
                responses={**NOT_FOUND, **FORBIDDEN,
-                          409: {"model": ErrorOut, "description": "Still queued or running: cancel it first."}})
+                          409: {"model": ErrorOut, "description": "Still queued or running (cancel it first), or a "
+                                                                "child of a study (delete the study)."}})
 def delete_experiment(experiment: ManagedExperimentDep, db: DbDep):
     """Delete an ended experiment and its results (owner or admin)."""
     if experiment.status not in TERMINAL:
         raise HTTPException(status_code=409, detail=f"experiment {experiment.id} is {experiment.status}: "
                                                     f"cancel it first")
+    if experiment.study_id is not None:   # a study's table and status are over all of its children
+        raise HTTPException(status_code=409, detail=f"experiment {experiment.id} is a child of study "
+                                                    f"{experiment.study_id}: delete the study instead")
     jobs.remove(db, experiment.id)
     return Response(status_code=204)
 

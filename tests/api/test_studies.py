@@ -231,6 +231,8 @@ def test_statuses_partial_and_delete_cascades(env):
                                                             "failed": 0, "cancelled": 3}
     with session_scope(settings.db_url) as s:
         assert s.scalar(select(func.count()).select_from(SeriesChunk)) > 0
+    refused = client.delete(f"/v1/experiments/{children[0]['id']}")   # an ended child goes with its study only
+    assert refused.status_code == 409 and "delete the study" in refused.json()["detail"]
     other = client.post("/v1/experiments", json=small_spec()).json()   # not part of the study: stays
     assert client.delete(f"/v1/studies/{study['id']}").status_code == 204
     assert counts(settings.db_url) == (0, 1)

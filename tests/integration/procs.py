@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -117,6 +118,49 @@ class RestartableRedis:
         if self.proc is not None:
             stop(self.proc)
             self.proc = None
+
+
+def smd_cli(env: dict, *args: str) -> str:
+    """`smd ARGS` with this environment (e.g. `users create`, `keys create` against the stack's
+    database); its stdout. Fails the test on a non-zero exit."""
+    done = subprocess.run([sys.executable, "-m", "smdcli.main", *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, (args, done.stdout, done.stderr)
+    return done.stdout
+
+
+class Processes:
+    """The service processes of one test: `smd api` and named `smd worker`s with ``env``, each logging
+    to ``<tmp>/<name>.log``; ``close`` stops them all."""
+
+    def __init__(self, tmp: Path, env: dict):
+        self.tmp, self.env = tmp, env
+        self.api: subprocess.Popen | None = None
+        self.workers: dict[str, subprocess.Popen] = {}
+
+    def start_api(self, base: str | None = None) -> None:
+        """Start the API; with ``base``, wait until it answers."""
+        self.api = spawn([sys.executable, "-m", "smdcli.main", "api"], self.env, self.tmp / "api.log")
+        if base is not None:
+            wait_http(f"{base}/healthz", self.api, self.tmp / "api.log")
+
+    def start_worker(self, name: str) -> None:
+        self.workers[name] = spawn([sys.executable, "-m", "smdcli.main", "worker"],
+                                   {**self.env, "SMD_WORKER_NAME": name}, self.tmp / f"{name}.log")
+
+    def kill_worker(self, name: str) -> None:
+        """SIGKILL the worker's whole process tree (main process and pool), as a crashed host."""
+        proc = self.workers.pop(name)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+    def logs(self, tail: int = 2500) -> str:
+        return "\n".join(f"--- {p.name}\n{p.read_text()[-tail:]}" for p in sorted(self.tmp.glob("*.log")))
+
+    def close(self) -> None:
+        for proc in [self.api, *self.workers.values()]:
+            if proc is not None:
+                stop(proc)
 
 
 def submit(stack, spec: dict) -> str:

@@ -9,8 +9,6 @@ Short leases and sweeps: SMD_LEASE_SECONDS=3 (renewed every second), SMD_SWEEP_S
 from __future__ import annotations
 
 import os
-import signal
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import small_spec
-from tests.integration.procs import attempts, results, spawn, stop, submit, wait_checkpoint, wait_http, wait_status
+from tests.integration.procs import Processes, attempts, results, submit, wait_checkpoint, wait_http, wait_status
 from tests.servers import free_port, redis_server, restartable_postgres
 
 pytestmark = pytest.mark.integration
@@ -28,37 +26,20 @@ LEASE = 3.0
 SPEC = small_spec(trials=256, steps=60_000, record_every=200)
 
 
-class Stack:
+class Stack(Processes):
     def __init__(self, tmp: Path, pg, redis_url: str):
-        self.tmp, self.pg = tmp, pg
+        self.pg = pg
         self.database_url = pg.url
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "SMD_BROKER_URL": redis_url, "SMD_DATABASE_URL": pg.url,
-                    "SMD_STATE_DIR": str(tmp / "state"), "SMD_PORT": str(self.port), "SMD_AUTH": "off",
-                    "SMD_FLUSH_SECONDS": "0.3", "SMD_CHECKPOINT_SECONDS": "0.5", "SMD_LEASE_SECONDS": str(LEASE),
-                    "SMD_SWEEP_SECONDS": "0.5", "SMD_MAX_ATTEMPTS": "1", "SMD_SOFT_SHUTDOWN_SECONDS": "2",
-                    "SMD_DB_RETRY_SECONDS": "2", "SMD_DB_REQUEST_RETRY_SECONDS": "0.5",
-                    "SMD_WORKER_DB_WAIT_SECONDS": "60"}
-        self.api = spawn([sys.executable, "-m", "smdcli.main", "api"], self.env, tmp / "api.log")
-        self.workers: dict = {}
+        super().__init__(tmp, {
+            **os.environ, "SMD_BROKER_URL": redis_url, "SMD_DATABASE_URL": pg.url,
+            "SMD_STATE_DIR": str(tmp / "state"), "SMD_PORT": str(self.port), "SMD_AUTH": "off",
+            "SMD_FLUSH_SECONDS": "0.3", "SMD_CHECKPOINT_SECONDS": "0.5", "SMD_LEASE_SECONDS": str(LEASE),
+            "SMD_SWEEP_SECONDS": "0.5", "SMD_MAX_ATTEMPTS": "1", "SMD_SOFT_SHUTDOWN_SECONDS": "2",
+            "SMD_DB_RETRY_SECONDS": "2", "SMD_DB_REQUEST_RETRY_SECONDS": "0.5", "SMD_WORKER_DB_WAIT_SECONDS": "60"})
+        self.start_api()
         self.reference: dict | None = None
-
-    def start_worker(self, name: str) -> None:
-        self.workers[name] = spawn([sys.executable, "-m", "smdcli.main", "worker"],
-                                   {**self.env, "SMD_WORKER_NAME": name}, self.tmp / f"{name}.log")
-
-    def kill_worker(self, name: str) -> None:
-        proc = self.workers.pop(name)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-3000:]}" for p in sorted(self.tmp.glob("*.log")))
-
-    def close(self) -> None:
-        for proc in [self.api, *self.workers.values()]:
-            stop(proc)
 
 
 @pytest.fixture(scope="module")

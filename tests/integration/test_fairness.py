@@ -6,7 +6,6 @@ so B's job starts before A's third one instead of waiting behind all twenty."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -15,26 +14,12 @@ import httpx
 import pytest
 
 from tests.conftest import small_spec
-from tests.integration.procs import spawn, stop, wait_http
-from tests.servers import free_port, redis_server
+from tests.integration.procs import smd_cli, spawn, stop, wait_http
+from tests.servers import free_port
 
 pytestmark = pytest.mark.integration
 SHORT = small_spec(trials=64, steps=2000, record_every=100)   # about half a second of work
 A_JOBS = 20
-
-
-@pytest.fixture(scope="module")
-def redis_url():
-    with redis_server() as url:
-        yield url
-
-
-def cli(env: dict, *args: str) -> str:
-    """`smd ARGS` against the stack's database; its stdout."""
-    done = subprocess.run([sys.executable, "-m", "smdcli.main", *args], env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, (args, done.stdout, done.stderr)
-    return done.stdout
 
 
 @pytest.fixture
@@ -47,8 +32,8 @@ def stack(tmp_path, redis_url, database_url):
            "SMD_WORKER_QUEUES": "cpu", "SMD_WORKER_NAME": "w1"}
     keys = {}
     for name, admin in (("alice", False), ("bob", False), ("root", True)):
-        cli(env, "users", "create", name, *(["--admin"] if admin else []))
-        keys[name] = cli(env, "keys", "create", name).strip()
+        smd_cli(env, "users", "create", name, *(["--admin"] if admin else []))
+        keys[name] = smd_cli(env, "keys", "create", name).strip()
         assert keys[name].startswith("smd_"), keys[name]
     worker = spawn([sys.executable, "-m", "smdcli.main", "worker"], env, tmp_path / "worker.log")
     api = spawn([sys.executable, "-m", "smdcli.main", "api"], env, tmp_path / "api.log")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 
@@ -17,14 +16,12 @@ import pytest
 
 from tests.conftest import small_spec
 from tests.integration.procs import (
+    Processes,
     RestartableRedis,
     attempts,
     results,
-    spawn,
-    stop,
     submit,
     wait_checkpoint,
-    wait_http,
     wait_status,
 )
 from tests.servers import free_port
@@ -36,42 +33,23 @@ LONG = small_spec(trials=256, steps=40_000, record_every=200)
 ENDLESS = small_spec(trials=256, steps=5_000_000, record_every=1000)
 
 
-class Stack:
+class Stack(Processes):
+    """The API and workers on one database and a restartable (append-only) Redis."""
+
     def __init__(self, tmp, database_url):
-        self.tmp, self.database_url = tmp, database_url
+        self.database_url = database_url
         self.redis = RestartableRedis(tmp)
         self.redis.start()
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "SMD_BROKER_URL": self.redis.url, "SMD_DATABASE_URL": database_url,
-                    "SMD_STATE_DIR": str(tmp / "state"), "SMD_PORT": str(self.port), "SMD_FLUSH_SECONDS": "0.3",
-                    "SMD_LEASE_SECONDS": "3", "SMD_SWEEP_SECONDS": "0.5", "SMD_CHECKPOINT_SECONDS": "0.5",
-                    "SMD_MAX_ATTEMPTS": "3", "SMD_SOFT_SHUTDOWN_SECONDS": "2",
-                    "SMD_AUTH": "off"}
-        self.api = None
-        self.workers: dict[str, object] = {}
-
-    def start_api(self):
-        self.api = spawn([sys.executable, "-m", "smdcli.main", "api"], self.env, self.tmp / "api.log")
-        wait_http(f"{self.base}/healthz", self.api, self.tmp / "api.log")
-
-    def start_worker(self, name: str):
-        env = {**self.env, "SMD_WORKER_NAME": name}
-        self.workers[name] = spawn([sys.executable, "-m", "smdcli.main", "worker"], env, self.tmp / f"{name}.log")
-
-    def kill_worker(self, name: str):
-        """SIGKILL the worker's whole process tree (main process and pool), as a crashed host."""
-        proc = self.workers.pop(name)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-2500:]}" for p in sorted(self.tmp.glob("*.log")))
+        super().__init__(tmp, {**os.environ, "SMD_BROKER_URL": self.redis.url, "SMD_DATABASE_URL": database_url,
+                               "SMD_STATE_DIR": str(tmp / "state"), "SMD_PORT": str(self.port),
+                               "SMD_FLUSH_SECONDS": "0.3", "SMD_LEASE_SECONDS": "3", "SMD_SWEEP_SECONDS": "0.5",
+                               "SMD_CHECKPOINT_SECONDS": "0.5", "SMD_MAX_ATTEMPTS": "3",
+                               "SMD_SOFT_SHUTDOWN_SECONDS": "2", "SMD_AUTH": "off"})
 
     def close(self):
-        for proc in [self.api, *self.workers.values()]:
-            if proc is not None:
-                stop(proc)
+        super().close()
         self.redis.stop()
 
 
@@ -79,7 +57,7 @@ class Stack:
 def stack(tmp_path, database_url):
     s = Stack(tmp_path, database_url)
     try:
-        s.start_api()
+        s.start_api(s.base)
         yield s
     finally:
         s.close()
@@ -176,7 +154,7 @@ def test_api_restart_while_jobs_run_loses_nothing(stack):
     except httpx.HTTPError:
         late = "refused"
     assert late == "refused"
-    stack.start_api()
+    stack.start_api(stack.base)
     ids.append(submit(stack, small_spec()))
     for exp_id in ids:
         done = wait_status(stack.base, exp_id, TERMINAL, timeout=180)

@@ -11,16 +11,10 @@ import pytest
 
 from tests.conftest import small_spec
 from tests.integration.procs import spawn, stop, wait_http, wait_status
-from tests.servers import free_port, redis_server
+from tests.servers import free_port
 
 pytestmark = pytest.mark.integration
 _redis_db = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def redis_url():
-    with redis_server() as url:
-        yield url
 
 
 @pytest.fixture

@@ -9,9 +9,6 @@ real `smd worker` processes sharing a database (SQLite and PostgreSQL); users an
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime
 
@@ -19,8 +16,8 @@ import httpx
 import pytest
 
 import smdengine
-from tests.integration.procs import spawn, stop, wait_http
-from tests.servers import free_port, redis_server
+from tests.integration.procs import Processes, smd_cli
+from tests.servers import free_port
 
 pytestmark = pytest.mark.integration
 ENDED = {"succeeded", "failed", "cancelled", "partial"}
@@ -31,57 +28,25 @@ def nrq(trials: int, steps: int, record_every: int) -> dict:
             "params": {"dim": 10, "trials": trials, "steps": steps, "record_every": record_every}}
 
 
-@pytest.fixture(scope="module")
-def redis_url():
-    with redis_server() as url:
-        yield url
-
-
-def cli(env: dict, *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "smdcli.main", *args], env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, (args, done.stdout, done.stderr)
-    return done.stdout
-
-
-class Stack:
+class Stack(Processes):
     """An API (auth on) and named workers (concurrency 1 each) on one Redis and one database."""
 
     def __init__(self, tmp, redis_url, database_url):
-        self.tmp = tmp
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "SMD_BROKER_URL": redis_url, "SMD_DATABASE_URL": database_url,
-                    "SMD_STATE_DIR": str(tmp / "state"), "SMD_PORT": str(self.port), "SMD_AUTH": "on",
-                    "SMD_FLUSH_SECONDS": "0.3", "SMD_LEASE_SECONDS": "3", "SMD_SWEEP_SECONDS": "0.5",
-                    "SMD_CHECKPOINT_SECONDS": "0.5", "SMD_WORKER_CONCURRENCY": "1", "SMD_WORKER_QUEUES": "cpu",
-                    "SMD_SOFT_SHUTDOWN_SECONDS": "2"}
+        super().__init__(tmp, {**os.environ, "SMD_BROKER_URL": redis_url, "SMD_DATABASE_URL": database_url,
+                               "SMD_STATE_DIR": str(tmp / "state"), "SMD_PORT": str(self.port), "SMD_AUTH": "on",
+                               "SMD_FLUSH_SECONDS": "0.3", "SMD_LEASE_SECONDS": "3", "SMD_SWEEP_SECONDS": "0.5",
+                               "SMD_CHECKPOINT_SECONDS": "0.5", "SMD_WORKER_CONCURRENCY": "1",
+                               "SMD_WORKER_QUEUES": "cpu", "SMD_SOFT_SHUTDOWN_SECONDS": "2"})
         self.keys = {}
         for name in ("alice", "bob"):
-            cli(self.env, "users", "create", name)
-            self.keys[name] = cli(self.env, "keys", "create", name).strip()
-        self.workers: dict[str, subprocess.Popen] = {}
-        self.api = spawn([sys.executable, "-m", "smdcli.main", "api"], self.env, tmp / "api.log")
-        wait_http(f"{self.base}/healthz", self.api, tmp / "api.log")
+            smd_cli(self.env, "users", "create", name)
+            self.keys[name] = smd_cli(self.env, "keys", "create", name).strip()
+        self.start_api(self.base)
 
     def client(self, user: str) -> httpx.Client:
         return httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {self.keys[user]}"}, timeout=30)
-
-    def start_worker(self, name: str) -> None:
-        self.workers[name] = spawn([sys.executable, "-m", "smdcli.main", "worker"],
-                                   {**self.env, "SMD_WORKER_NAME": name}, self.tmp / f"{name}.log")
-
-    def kill_worker(self, name: str) -> None:
-        proc = self.workers.pop(name)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text()[-2500:]}" for p in sorted(self.tmp.glob("*.log")))
-
-    def close(self) -> None:
-        for proc in [self.api, *self.workers.values()]:
-            stop(proc)
 
 
 @pytest.fixture
