@@ -510,18 +510,23 @@ def _early_points() -> list[dict[str, Any]]:
 def norm_sq_mean_field(p: Any) -> Any:
     """E|X_t|² at every update t = 0 … steps by the deterministic recursion M ← (1−ηλ)²M + η²L/M (presets.md
     T1, the noise's unit-gradient norm L = (p−1)σ², |PAX̄|² neglected), the rates of the phase in force and X ×
-    rescale at a phase's start (M × rescale²), from M₀ = p·init_std²."""
+    rescale at a phase's start (M × rescale²), averaged over the law of M₀ = s²χ²_p (quadrature,
+    :func:`smdengine.nrq.theory.init_norm_sq_law`: no Jensen bias from starting at E M₀)."""
     import numpy as np
+
+    from smdengine.nrq import theory
     phases = p.phases()
     by_start = {ph.start: ph for ph in phases}
     unit_grad_sq = (p.dim - 1) * p.noise_std**2
+    m, weights = theory.init_norm_sq_law(p.dim, p.init_std)
+    m = m.copy()
     out = np.empty(p.steps + 1)
-    m, phase = p.dim * p.init_std**2, phases[0]
+    phase = phases[0]
     for t in range(p.steps + 1):
         if t in by_start and t > 0:
             phase = by_start[t]
             m *= phase.rescale**2
-        out[t] = m
+        out[t] = float(weights @ m)
         m = (1.0 - phase.lr * phase.weight_decay) ** 2 * m + phase.lr**2 * unit_grad_sq / m
     return out
 
@@ -576,7 +581,12 @@ def _slope(s: Study, point: int) -> Outcome:
                         for n in steps])
     stat = over_seeds([_log_slope(steps, v, where) for v in norms])
     predicted = _log_slope(steps, field[np.asarray(steps)], where)
-    return Outcome(predicted, stat.mean, stat.tolerance, stat.rule(), predicted, "the slope itself",
+    # the neglected |PAX̄|² ≤ (a_p − a_1)²/4 adds at most η²(a_p − a_1)²/(4M²) per update to d ln M/dt
+    spread = max(p.spectrum()) - min(p.spectrum())
+    model = first.lr**2 * spread**2 / (4.0 * float(field[np.asarray(steps)][where].min()) ** 2)
+    return Outcome(predicted, stat.mean, stat.tolerance + model,
+                   stat.rule() + f" + {model:.3g}, the most the neglected |PAX̄|² ≤ (a_p−a_1)²/4 can add to the slope "
+                                 "(η²(a_p−a_1)²/(4M²) at the window's smallest M)", predicted, "the slope itself",
                    note=f"2 ln(1 − ηλ) = {2 * math.log1p(-first.lr * first.weight_decay):.6g}; "
                         f"−2ηλ = {-2 * first.lr * first.weight_decay:.6g}")
 
