@@ -616,7 +616,7 @@ def _early_preset():
                      "O(ln(G₀/(Kη²))/(Kηλ) + ln K/(ηλ)) instead of O(ln(G₀/η²)/(ηλ)))."),
         ("settle-2", f"With the rescale X ÷ {k:g}^¼ at the decay the final equilibrium is reached at the decay itself "
                      "(seed 001 App. E; seed 003 Cor 3.1's rescale strategy)."),
-        ("slope", f"Far above equilibrium ln|X|² falls linearly at 2 ln(1−ηλ) ≈ −2ηλ per update (seed 001 Fig. 8 "
+        ("slope", "Far above equilibrium ln|X|² falls linearly at 2 ln(1−ηλ) ≈ −2ηλ per update (seed 001 Fig. 8 "
                   "norm panel, App. E; SGD step identity, presets.md T1)."),
     )
     params = {"init_std": e["init_std"], "weight_decay": e["weight_decay"], "lr": e["lr"], "steps": e["steps"]}

@@ -147,7 +147,7 @@ def _stationary_preset():
 
 # ----------------------------------------------------------------------------- toy2d-chaos
 
-TOY = {"lr": 0.1, "weight_decay": 0.5, "center": [0.1, 1.0], "cloud_radius": 1e-6, "trials": 100, "steps": 400,
+TOY: dict[str, Any] = {"lr": 0.1, "weight_decay": 0.5, "center": [0.1, 1.0], "cloud_radius": 1e-6, "trials": 100, "steps": 400,
        "record_every": 1}
 FLOW_DT = 0.01
 DECADES = 2.0    # "orders of magnitude": the claim's threshold, at least two decades of growth
@@ -215,7 +215,7 @@ def _toy_preset():
         seed="001", figure="Fig. 5a",
         description=(
             f"GD with weight decay (η {TOY['lr']:g}, λ {TOY['weight_decay']:g}) on the scale-invariant L = x²/(x²+y²) "
-            f"from {TOY['trials']} starts within {TOY['cloud_radius']:g} of {tuple(TOY['center'])}, against the "
+            f"from {TOY['trials']} starts within {TOY['cloud_radius']:g} of ({TOY['center'][0]}, {TOY['center'][1]}), against the "
             f"gradient flow (Euler with dt {FLOW_DT:g}). Weight decay shrinks |w| until the effective step η/|w|² "
             "makes an update at zero loss unstable (`stable_until`), after which GD amplifies the cloud's tiny "
             "differences by many orders of magnitude while the flow's loss falls monotonically to 0. The claim is "
@@ -356,7 +356,7 @@ def _norm_map_preset(momentum: float):
     checks = _checkdefs(
         ("equilibrium-constant", f"With L_t = 10 the {name} norm map settles at its fixed point x* = {fixed} "
                                  "(seed 004 App. G, Fig. 3–4; seed 003 Thm 1/2)."),
-        ("equilibrium-noise", f"With L_t = 10 + U(−3, 3) the mean norm settles at x* of E L = 10 (seed 004 App. G)."),
+        ("equilibrium-noise", "With L_t = 10 + U(−3, 3) the mean norm settles at x* of E L = 10 (seed 004 App. G)."),
         ("relaxation-time", f"|w|⁴ relaxes to x*² with time constant ≈ {tau} (seed 003/004, design §4; exactly −1/ln ρ of "
                             "the linearized map), measured by an exponential fit to the noisy run's series."),
         ("tracks-slow-drive", "With L_t = 10 + sin(2πt/period) the norm tracks x*(L_t) with the linear-response lag "
@@ -505,7 +505,7 @@ def _scaling_preset():
         ("equal-tau-agree", f"Runs at η = {lrs[1]:g} and {lrs[2]:g} have the same circular variance of the angle θ on "
                             "the solution circle at equal τ(t) = ½ ln(1 + (e^{4ηλt} − 1)η/(2λ)) (seed 002 Fig. 2, "
                             "eq. 12: the limiting diffusion runs on τ)."),
-        ("equal-lr-time-differ", f"At equal ηt the two differ, by what the τ-alignment predicts: the larger η is "
+        ("equal-lr-time-differ", "At equal ηt the two differ, by what the τ-alignment predicts: the larger η is "
                                  "½ ln 10 further along in τ (seed 002 Fig. 2: ηt does not align the runs)."),
     )
     return _preset(
