@@ -64,8 +64,9 @@ def ratio(a: Stat, b: Stat) -> Stat:
 class Outcome:
     """What an evaluator measured for one check. ``effect``: the size of the effect the check tests (the
     verdict is inconclusive when the tolerance is wider), named by ``effect_what``. ``sense``: "equal"
-    (|measured − predicted| ≤ tolerance) or "below" (the claim is measured < predicted, by more than the
-    tolerance)."""
+    (|measured − predicted| ≤ tolerance), "below" (the claim is measured < predicted, by more than the
+    tolerance) or "above" (measured > predicted by more than the tolerance; ``predicted`` is then the
+    threshold the claim names)."""
 
     predicted: float
     measured: float
@@ -156,13 +157,14 @@ def verdict(o: Outcome) -> tuple[str, str | None]:
     """The verdict of an outcome, and a sentence on why when it is not plainly reproduced."""
     if not (math.isfinite(o.measured) and math.isfinite(o.predicted) and math.isfinite(o.tolerance)):
         return "not_reproduced", "the measured value is not finite"
-    if o.sense == "below":
-        gap = o.predicted - o.measured
+    if o.sense in ("below", "above"):
+        gap = (o.predicted - o.measured) if o.sense == "below" else (o.measured - o.predicted)
+        word = "below" if o.sense == "below" else "above"
         if gap > o.tolerance:
             return "reproduced", None
         if gap > 0:
-            return "inconclusive", f"measured below predicted by {gap:.3g}, within the tolerance {o.tolerance:.3g}"
-        return "not_reproduced", f"measured not below predicted ({o.measured:.4g} ≥ {o.predicted:.4g})"
+            return "inconclusive", f"measured {word} predicted by {gap:.3g}, within the tolerance {o.tolerance:.3g}"
+        return "not_reproduced", f"measured not {word} predicted ({o.measured:.4g} vs {o.predicted:.4g})"
     if o.effect is not None and o.tolerance > abs(o.effect):
         return "inconclusive", (f"the tolerance {o.tolerance:.3g} is wider than the effect tested, "
                                 f"{o.effect_what} = {abs(o.effect):.3g}")
