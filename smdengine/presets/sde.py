@@ -400,7 +400,10 @@ def scaling_points(lrs: tuple[float, ...], tau_end: float) -> list[dict[str, Any
     lr_time = smallest * float(inverse_time_change(np.array([tau_end]), smallest, wd, r0)[0])
     out = []
     for lr in lrs:
-        steps = max(float(inverse_time_change(np.array([tau_end]), lr, wd, r0)[0]), lr_time / lr) * 1.02
+        # the smallest η runs 2% past t(τ_end); the others 6% past what they must cover, so that their last
+        # record (one record_every before the end) still lies beyond the smallest η's last τ and ηt
+        margin = 1.02 if lr == smallest else 1.06
+        steps = max(float(inverse_time_change(np.array([tau_end]), lr, wd, r0)[0]), 1.02 * lr_time / lr) * margin
         every = max(1, int(steps / RECORDS))
         out.append({"params.lr": lr, "params.steps": int(math.ceil(steps / every) * every),
                     "params.record_every": every})
