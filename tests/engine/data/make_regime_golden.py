@@ -1,4 +1,10 @@
-import json, smdengine
+"""Regenerates regime_golden.json: in-regime specs run and predicted by the engine *before* the out-of-regime
+warnings existed (commit be3d8d0's parent); tests/engine/test_regime.py checks they are unchanged. Run from the
+repository root with the venv python, on the commit whose behaviour is the reference."""
+import json
+
+import smdengine
+
 SPECS = {
  "nrq_schedule": {"kind":"nrq","seed":3,"params":{"lr":0.1,"weight_decay":0.01,"trials":50,"steps":200,"record_every":10,"lr_schedule":[{"step":100,"lr_factor":0.1}]}},
  "nrq_momentum": {"kind":"nrq","seed":4,"params":{"lr":0.1,"weight_decay":0.01,"momentum":0.9,"trials":50,"steps":200,"record_every":10}},
