@@ -256,11 +256,12 @@ def phase_regime(lr: float, weight_decay: float, momentum: float = 0.0, h: float
     x = lr * weight_decay * h
     if not x > 0:
         return None
-    if x / (1.0 + momentum) >= 2.0:
+    tol = 1e-9   # relative: a rate on a boundary, up to rounding (0.01/(1 − 0.9)), is on it
+    if x / (1.0 + momentum) >= 2.0 * (1.0 - tol):
         return "no_equilibrium"
-    if x / (1.0 + momentum) >= 1.0:
+    if x / (1.0 + momentum) >= 1.0 - tol:
         return "decay_not_positive"
-    if x / (1.0 - momentum) > CONTINUOUS_TIME_MAX:
+    if x / (1.0 - momentum) > CONTINUOUS_TIME_MAX * (1.0 + tol):
         return "continuous_time"
     return None
 
