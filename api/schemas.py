@@ -33,6 +33,28 @@ class ErrorOut(BaseModel):
     detail: Any = Field(..., description="What went wrong.")
 
 
+class WarningOut(BaseModel):
+    """A condition under which the spec's rates leave the regime the theory describes (smdengine.spec_warnings):
+    the experiment runs as asked, without the theory lines that do not apply there."""
+
+    code: Literal["no_equilibrium", "decay_not_positive", "continuous_time"] = Field(
+        ..., description="no_equilibrium: λη/(1+α) ≥ 2 (ηλ·dt for an Euler–Maruyama step), the weight norm has no "
+                         "equilibrium; decay_not_positive: λη/(1+α) ≥ 1, the decay factor 1 − λη (1 + α − λη) is not "
+                         "positive, each update reverses the weight; continuous_time: λη/(1−α) > 0.1, beyond the "
+                         "small-ηλ regime of the continuous-time closed forms.")
+    message: str = Field(..., description="The phases and rates concerned, the condition, and what is omitted.")
+    omits: list[str] = Field(..., description="Theory names left out of the results (no dashed line, no summary value).")
+
+
+WARNINGS_DESCRIPTION = ("Out-of-regime warnings of its spec, set at submission: empty when every rate is in the regime "
+                        "the theory describes. The experiment runs as asked; the theory names each warning omits are "
+                        "absent from its results.")
+
+
+def _no_warnings(value: Any) -> Any:
+    return [] if value is None else value   # rows stored before warnings existed
+
+
 class ExperimentOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -58,6 +80,9 @@ class ExperimentOut(BaseModel):
     updated_at: datetime
     spec: dict[str, Any]
     study_id: str | None = Field(None, description="The study this experiment is a child of, if any.")
+    warnings: list[WarningOut] = Field(default_factory=list, description=WARNINGS_DESCRIPTION)
+
+    _warnings = field_validator("warnings", mode="before")(_no_warnings)
 
     @field_validator("created_at", "started_at", "finished_at", "updated_at")
     @classmethod
@@ -183,6 +208,9 @@ class StudyChildOut(BaseModel):
     values: dict[str, Any] = Field(..., description="Its axis values, by dotted path.")
     status: Status
     progress: float
+    warnings: list[WarningOut] = Field(default_factory=list, description=WARNINGS_DESCRIPTION)
+
+    _warnings = field_validator("warnings", mode="before")(_no_warnings)
 
 
 Verdict = Literal["reproduced", "not_reproduced", "inconclusive", "pending", "error"]

@@ -30,6 +30,8 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False) -> int:
         for err in exc.errors():
             print(f"smd run: spec error at {'.'.join(map(str, err['loc']))}: {err['msg']}", file=sys.stderr)
         return 2
+    for warning in smdengine.spec_warnings(spec):   # even with quiet: they say what the results leave out
+        print(f"smd run: warning: {warning['code']}: {warning['message']}", file=sys.stderr)
     bar = tqdm(total=spec.params.steps, unit="step", file=sys.stderr, disable=quiet, dynamic_ncols=True)
 
     def on_progress(progress: smdengine.Progress) -> None:

@@ -37,6 +37,7 @@ from smdengine._registry import (
     plot_key,
     plots,
     spec_json_schema,
+    spec_warnings,
 )
 from smdengine._runtime import (
     LAYER_SEPARATOR,
@@ -59,5 +60,5 @@ __all__ = ["DERIVED_AXES", "OVERLAY_X", "Child", "ChildRecord", "Span", "StudyEr
            "valid_paths", "KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
            "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",
            "layer_key", "output_names", "parse_spec", "plot_key", "plots", "predict", "resolve_device", "run",
-           "spec_json_schema", "split_layers", "tagged_union", "PRESETS", "CheckDef", "PanelDef", "Preset", "estimate",
+           "spec_json_schema", "spec_warnings", "split_layers", "tagged_union", "PRESETS", "CheckDef", "PanelDef", "Preset", "estimate",
            "evaluate_checks", "preset_study"]

@@ -1,7 +1,8 @@
 """A study's comparison (torch-free until a theory curve is asked for): the table of its children, the
 same grouped by point over seeds, the time axes of an overlay and the theory of a scatter.
 
-The table has one row per child: ``index``, ``point``, ``seed``, ``experiment_id``, ``status``, the axis
+The table has one row per child: ``index``, ``point``, ``seed``, ``experiment_id``, ``status``, ``warnings``
+(its out-of-regime warnings, ``"<code>: <message>"`` joined by `` | ``, empty when none), the axis
 values (named by their paths), the derived values (:func:`smdengine._study.derived_values`), every
 summary value (each metric's tail mean, and each theory series' tail mean) and every scalar theory
 value. Grouped by point, each numeric value is the mean over the point's succeeded children beside
@@ -14,12 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from smdengine._registry import parse_spec, plot_key, plots
+from smdengine._registry import parse_spec, plot_key, plots, spec_warnings
 from smdengine._science import rate_phases, record_steps, tail_means
 from smdengine._study import DERIVED_AXES, derived_values, set_path
 
 OVERLAY_X = ("step", "lr_time", "tau", "intrinsic_time")
-ROW_FIELDS = ("index", "point", "seed", "experiment_id", "status")
+ROW_FIELDS = ("index", "point", "seed", "experiment_id", "status", "warnings")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class ChildRecord:
     summary: Mapping[str, Any] | None = None
     theory: Mapping[str, Any] | None = None
     experiment_id: str | None = None
+    warnings: Sequence[Mapping[str, Any]] | None = None   # as stored; None: from the spec (spec_warnings)
 
 
 def _number(value: Any) -> bool:
@@ -45,10 +47,13 @@ def study_table(children: Sequence[ChildRecord]) -> list[dict[str, Any]]:
     """One row per child, in expansion order (see the module docstring for the columns)."""
     rows = []
     for child in sorted(children, key=lambda c: c.index):
+        spec = parse_spec(dict(child.spec))
+        warnings = child.warnings if child.warnings is not None else spec_warnings(spec)
         row: dict[str, Any] = {"index": child.index, "point": child.point, "seed": child.seed,
-                               "experiment_id": child.experiment_id, "status": child.status}
+                               "experiment_id": child.experiment_id, "status": child.status,
+                               "warnings": " | ".join(f"{w['code']}: {w['message']}" for w in warnings)}
         row.update(child.values)
-        row.update(derived_values(parse_spec(dict(child.spec))))
+        row.update(derived_values(spec))
         row.update(child.summary or {})
         row.update({k: v for k, v in (child.theory or {}).items() if _number(v) and k not in row})
         rows.append(row)
@@ -61,7 +66,8 @@ def table_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 
 
 def group_by_point(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> list[dict[str, Any]]:
-    """One row per point: its axis and derived values, ``n`` (succeeded children), ``children`` and, for
+    """One row per point: its ``warnings`` (the first child's: a point's children differ only by seed), its
+    axis and derived values, ``n`` (succeeded children), ``children`` and, for
     every other numeric column, the mean over the succeeded children and ``<name>_se``."""
     fixed = {*ROW_FIELDS, *axes, *DERIVED_AXES}
     points: dict[int, list[Mapping[str, Any]]] = {}
@@ -70,7 +76,7 @@ def group_by_point(rows: Sequence[Mapping[str, Any]], axes: Sequence[str]) -> li
     out = []
     for point, members in sorted(points.items()):
         first = members[0]
-        group: dict[str, Any] = {"point": point, **{a: first.get(a) for a in axes},
+        group: dict[str, Any] = {"point": point, "warnings": first.get("warnings", ""), **{a: first.get(a) for a in axes},
                                  **{d: first[d] for d in DERIVED_AXES if d in first}}
         done = [m for m in members if m["status"] == "succeeded"]
         group.update(n=len(done), children=len(members),

@@ -1,7 +1,8 @@
 """The one run loop of every simulator, :func:`run` (as torchsde writes ``integrate`` once and each
 method only ``step``): resolve device and dtype, seed the generator, build the simulator, resume from
 a checkpoint, then step, record, emit progress, poll for cancellation and take checkpoints, and at the
-end flush, predict and summarise. The simulator protocol is :mod:`smdengine._simulator`.
+end flush, predict (less the theory names the spec's out-of-regime warnings omit:
+:func:`smdengine._registry.spec_warnings`) and summarise. The simulator protocol is :mod:`smdengine._simulator`.
 
 Checkpoint contract, enforced here: a resume is refused unless its fingerprint matches this spec and
 device type (:class:`IncompatibleCheckpoint`) and it holds every series of the run (``ValueError``); a
@@ -16,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from smdengine._registry import model_of, parse_spec
+from smdengine._registry import model_of, omitted_theory, parse_spec
 from smdengine._runtime import (
     Cancelled,
     Checkpoint,
@@ -122,12 +123,19 @@ def run(spec: AnySpec | dict[str, Any], *, on_progress: ProgressCallback | None 
                                 series={k: list(v) for k, v in series.items()}, fingerprint=hooks.fingerprint))
                 last_save = clock()
     flush(total)
-    theory = sim.theory()
+    theory = _in_regime(sim.theory(), spec)
     return RunResult(series=series, theory=theory, summary=sim.summarize(series, theory),
                      distributions=sim.distributions())
 
 
 def predict(spec: AnySpec | dict[str, Any]) -> dict[str, Any]:
-    """Theory predictions for a spec, aligned on the steps the run will record (no simulation)."""
+    """Theory predictions for a spec, aligned on the steps the run will record (no simulation); the
+    names its out-of-regime warnings omit are absent (:func:`smdengine.spec_warnings`)."""
     spec = parse_spec(spec)
-    return model_of(spec).load_simulator().predict(spec)
+    return _in_regime(model_of(spec).load_simulator().predict(spec), spec)
+
+
+def _in_regime(theory: dict[str, Any], spec: AnySpec) -> dict[str, Any]:
+    """``theory`` without the names the spec's out-of-regime warnings omit."""
+    omitted = omitted_theory(spec)
+    return {k: v for k, v in theory.items() if k not in omitted} if omitted else theory

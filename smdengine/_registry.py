@@ -98,6 +98,22 @@ def model_of(spec: AnySpec) -> Model:
     return kind.model(getattr(spec.params, kind.tag)) if kind.tag else kind.models[0]
 
 
+def spec_warnings(spec: AnySpec | dict[str, Any]) -> list[dict[str, Any]]:
+    """The out-of-regime warnings of a spec, ``[{"code", "message", "omits"}]`` (empty in regime): where its
+    rates leave the regime the theory describes, ``code`` names the condition, ``message`` the phases and
+    rates, and ``omits`` the theory names that do not apply there, which :func:`smdengine.run` and
+    :func:`smdengine.predict` leave out of the theory (so no line is drawn and no summary value made).
+    Declared per kind and model by its params' ``regime_warnings()``; the conditions are derived in
+    :func:`smdengine._science.phase_regime`. Torch-free; raises ``pydantic.ValidationError`` on a bad spec."""
+    declared = getattr(parse_spec(spec).params, "regime_warnings", None)
+    return [dict(w, omits=list(w["omits"])) for w in declared()] if declared is not None else []
+
+
+def omitted_theory(spec: AnySpec | dict[str, Any]) -> frozenset[str]:
+    """Every theory name a spec's warnings omit (:func:`spec_warnings`)."""
+    return frozenset(name for w in spec_warnings(spec) for name in w["omits"])
+
+
 def _kind(name: str) -> Kind:
     if name not in REGISTRY:
         raise ValueError(f"kind: expected one of {', '.join(map(repr, KINDS))}, got {name!r}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,20 +197,121 @@ def equilibrium_summary(all_phases: Sequence[Phase], total_steps: int, steps: Se
     (nrq: one; train: one per layer) stays in the band (:func:`settle_steps`; the largest over the
     series, None when one never settles), and, from phase 1 on, ``equilibrium_steps_predicted_phase<i>``
     (:func:`predicted_equilibrium_steps` with k = :func:`norm4_decay`; absent where it does not apply).
-    Phases without weight decay have no equilibrium: no keys. Nothing when there is no tracked series."""
+    Phases without weight decay have no equilibrium: no keys; nor have the phases out of regime with
+    no equilibrium AU (:data:`NO_EQUILIBRIUM_AU`), and a phase out of regime, or after one, has no
+    prediction (:func:`phase_regime`). Nothing when there is no tracked series."""
     out: dict[str, int | None] = {}
     if not tracked:
         return out
     ends = [ph.start for ph in all_phases[1:]] + [total_steps]
+    regimes = out_of_regime_phases(all_phases, momentum)
     for i, (phase, end) in enumerate(zip(all_phases, ends, strict=True)):
-        if phase.weight_decay <= 0:
+        if phase.weight_decay <= 0 or regimes[i] in NO_EQUILIBRIUM_AU:
             continue
         target = au_equilibrium(phase.lr, phase.weight_decay, momentum)
         timescale = relaxation_time(phase.lr, phase.weight_decay, momentum)
         measured = [settle_steps(steps, values, phase.start, end, target, timescale, width) for values in tracked]
         out[f"equilibrium_steps_phase{i}"] = None if None in measured else max(m for m in measured if m is not None)
-        if i > 0 and all_phases[i - 1].weight_decay > 0:
+        if (i > 0 and all_phases[i - 1].weight_decay > 0 and regimes[i] is None
+                and regimes[i - 1] not in NO_EQUILIBRIUM_AU):
             predicted = predicted_equilibrium_steps(norm4_decay(all_phases[i - 1], phase), phase, momentum)
             if predicted is not None:
                 out[f"equilibrium_steps_predicted_phase{i}"] = predicted
     return out
+
+
+# ----------------------------------------------------------------------------- out-of-regime warnings
+
+CONTINUOUS_TIME_MAX = 0.1
+"""Largest λη/(1−α) at which the continuous-time closed forms (the norm relaxation e^{−4ληt/(1−α)}, the
+equilibrium |X|² = √((p−1)σ²η/(2λ)), κ and r*, the relaxation-time predictions) are drawn. Why 0.1: they
+replace the per-update factor (1 − λη)⁴ of |w|⁴ by e^{−4λη}, a relative error of the relaxation rate of
+−ln(1 − x)/x − 1 ≈ x/2 (5% at x = λη = 0.1), and the equilibrium norm of the discrete map,
+ηL/(λ(2 − λη)), by ηL/(2λ) (x/4 in |w|⁴). Measured on nrq (p = 10, a = (1, 2), σ = 1, 4000 trials): the
+stationary risk and |X|² exceed r* and the closed form by 0.9% and 1.2% at ηλ = 0.01, 2.2% and 2.7% at
+0.05, 2.6% and 4.2% at 0.1, 2.9% and 7.8% at 0.2, 3.0% and 12% at 0.3; the presets run at ηλ ≤ 1e-2
+(errors ≤ 0.5% from discretisation, within their Monte-Carlo tolerance). With momentum the relaxation
+per update is 4λη/(1−α), hence x = λη/(1−α)."""
+
+REGIME_CODES = ("no_equilibrium", "decay_not_positive", "continuous_time")
+"""Out-of-regime conditions of a phase, most severe first (:func:`phase_regime`)."""
+NO_EQUILIBRIUM_AU = ("no_equilibrium", "decay_not_positive")
+"""The conditions under which √(2λη/(1+α)) is not the equilibrium AU (no line, no time to equilibrium)."""
+
+
+def phase_regime(lr: float, weight_decay: float, momentum: float = 0.0, h: float = 1.0) -> str | None:
+    """The out-of-regime condition of rates (η, λ, α) applied in updates of size h (h = dt for an
+    Euler–Maruyama step: its decay factor is 1 − ηλ·dt), or None in regime (and without weight decay):
+
+    ``no_equilibrium``: x = ηλh, x/(1+α) ≥ 2. SGD: |w'|² = (1 − x)²|w|² + η²|g|² with (1 − x)² ≥ 1
+    has no fixed point, |w| grows without bound; SGDM: w' = βw − αw₋ − ηg, β = 1 + α − x, has a
+    characteristic root of z² − βz + α outside the unit circle once |β| ≥ 1 + α (seed 003 Thm 2's
+    2 − λη/(1+α) > 0 fails). No equilibrium: no theory line applies.
+    ``decay_not_positive``: 1 ≤ x/(1+α) < 2. The decay factor 1 − x (SGDM: β) is not positive: every
+    update reverses the direction of w's own part, the angular update is ≥ π/2 instead of √(2x/(1+α))
+    (at equilibrium cos Δ = 1 − x exactly, for SGD), and the small-x expansions behind every line fail.
+    ``continuous_time``: x/(1−α) > :data:`CONTINUOUS_TIME_MAX`: the continuous-time closed forms are
+    off by more than a few per cent (see there); √(2x/(1+α)) itself still holds to ~10% (arccos(1 − x)
+    against √(2x) for SGD: 0.8% at x = 0.1, 11% at x = 1)."""
+    x = lr * weight_decay * h
+    if not x > 0:
+        return None
+    tol = 1e-9   # relative: a rate on a boundary, up to rounding (0.01/(1 − 0.9)), is on it
+    if x / (1.0 + momentum) >= 2.0 * (1.0 - tol):
+        return "no_equilibrium"
+    if x / (1.0 + momentum) >= 1.0 - tol:
+        return "decay_not_positive"
+    if x / (1.0 - momentum) > CONTINUOUS_TIME_MAX * (1.0 + tol):
+        return "continuous_time"
+    return None
+
+
+def _regime_text(code: str, momentum: float) -> str:
+    """The condition ``code`` in words, for SGD (α = 0) or SGDM."""
+    if code == "no_equilibrium":
+        return ("λη/(1+α) ≥ 2: the weight norm has no equilibrium (a root of the heavy-ball recursion "
+                "w' = (1 + α − λη)w − αw₋ − ηg leaves the unit circle)" if momentum else
+                "λη ≥ 2: the weight norm has no equilibrium (|1 − λη| ≥ 1 makes |w| grow without bound)")
+    if code == "decay_not_positive":
+        return ("λη/(1+α) ≥ 1: the factor 1 + α − λη is not positive, so the update reverses w's own part and "
+                "the angular update is not √(2λη/(1+α))" if momentum else
+                "λη ≥ 1: the decay factor 1 − λη is not positive, so each update reverses w's own part and the "
+                "angular update is ≥ π/2, not √(2λη)")
+    return (f"λη{'/(1−α)' if momentum else ''} > {CONTINUOUS_TIME_MAX:g}: outside the small-ηλ regime of the "
+            f"continuous-time theory (its relaxation rate and equilibrium are off by more than ~5%)")
+
+
+def regime_warnings(all_phases: Sequence[Phase], omits: Mapping[str, Sequence[str]], momentum: float = 0.0,
+                    h: float = 1.0, schedule: str = "lr_schedule", total_steps: int | None = None,
+                    notes: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One warning ``{"code", "message", "omits"}`` per condition of :func:`phase_regime` that some phase
+    meets, most severe first; the message names the phases (their steps and rates), the condition, the
+    theory names ``omits[code]`` it omits (a code missing from ``omits`` is not reported) and
+    ``notes[code]`` (what else it changes)."""
+    by_code: dict[str, list[str]] = {}
+    ends = [ph.start for ph in all_phases[1:]] + [total_steps]
+    for i, (phase, end) in enumerate(zip(all_phases, ends, strict=True)):
+        code = phase_regime(phase.lr, phase.weight_decay, momentum, h)
+        if code is None or code not in omits:
+            continue
+        span = f"steps {phase.start}–{end - 1}" if end is not None else f"from step {phase.start}"
+        where = "" if len(all_phases) == 1 else f"{schedule} phase {i} ({span}): "
+        dt = f"·dt = {phase.lr * phase.weight_decay * h:.3g}" if h != 1.0 else f" = {phase.lr * phase.weight_decay:.3g}"
+        by_code.setdefault(code, []).append(f"{where}η = {phase.lr:.3g}, λ = {phase.weight_decay:.3g}"
+                                            f"{f', α = {momentum:g}' if momentum else ''}: ηλ{dt}")
+    out = []
+    for code in REGIME_CODES:
+        if code in by_code:
+            names = list(omits[code])
+            omitted = f"; omitted: {', '.join(names)}" if names else ""
+            note = (notes or {}).get(code)
+            out.append({"code": code, "message": f"{'; '.join(by_code[code])}. {_regime_text(code, momentum)}{omitted}"
+                                                 f"{'; ' + note if note else ''}.",
+                        "omits": names})
+    return out
+
+
+def out_of_regime_phases(all_phases: Sequence[Phase], momentum: float = 0.0,
+                         h: float = 1.0) -> list[str | None]:
+    """:func:`phase_regime` of every phase."""
+    return [phase_regime(ph.lr, ph.weight_decay, momentum, h) for ph in all_phases]

@@ -85,10 +85,12 @@ def _rowcount(session: Session, statement: Executable) -> int:
 @transaction
 def create(session: Session, *, kind: str, name: str | None, spec: dict[str, Any], total_steps: int,
            queue: str = "cpu", owner_id: str | None = None, visibility: str = "private",
-           priority: int = PRIORITIES["normal"]) -> Experiment:
+           priority: int = PRIORITIES["normal"], warnings: list[dict[str, Any]] | None = None) -> Experiment:
+    """A new queued experiment; ``warnings``: its spec's out-of-regime warnings (smdengine.spec_warnings)."""
     experiment = Experiment(kind=kind, name=name, spec=spec, status=Status.queued, progress=0.0, step=0,
                             total_steps=total_steps, cancel_requested=False, attempts=0, queue=queue,
-                            owner_id=owner_id, visibility=visibility, priority=priority, revision=0)
+                            owner_id=owner_id, visibility=visibility, priority=priority, revision=0,
+                            warnings=warnings)
     session.add(experiment)
     session.flush()
     return experiment
@@ -523,18 +525,18 @@ def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None
 @transaction
 def submit(session: Session, *, owner_id: str, max_active_jobs: int, default_retry_seconds: int, kind: str,
            name: str | None, spec: dict[str, Any], total_steps: int, queue: str, visibility: str,
-           priority: int) -> Experiment:
+           priority: int, warnings: list[dict[str, Any]] | None = None) -> Experiment:
     """Store a new queued job of ``owner_id`` unless the owner already has ``max_active_jobs``
     queued + running ones (:class:`QuotaExceeded`). The owner's row is locked first, so quota
     check and insert are one step: two concurrent submissions cannot both take the last free slot
     (PostgreSQL: a row lock; SQLite takes its write lock here, before reading, so the transaction
-    never has to upgrade)."""
+    never has to upgrade). ``warnings``: the spec's out-of-regime warnings, stored with it."""
     session.execute(update(User).where(User.id == owner_id).values(role=User.role))
     active = active_count(session, owner_id)
     if active >= max_active_jobs:
         raise QuotaExceeded(active, max_active_jobs, retry_after(session, owner_id, default_retry_seconds))
     experiment = create(session, kind=kind, name=name, spec=spec, total_steps=total_steps, queue=queue,
-                        owner_id=owner_id, visibility=visibility, priority=priority)
+                        owner_id=owner_id, visibility=visibility, priority=priority, warnings=warnings)
     experiment.owner = session.get(User, owner_id)
     return experiment
 

@@ -71,6 +71,7 @@ class NewChild:
     total_steps: int
     queue: str
     work: int
+    warnings: list[dict[str, Any]] | None = None   # its spec's out-of-regime warnings (smdengine.spec_warnings)
 
 
 @dataclass
@@ -114,6 +115,7 @@ class ChildView:
     values: dict[str, Any]
     status: str
     progress: float
+    warnings: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -210,7 +212,7 @@ def create(session: Session, *, owner_id: str, name: str | None, visibility: str
                    total_steps=child.total_steps, cancel_requested=False, attempts=0, queue=child.queue,
                    owner_id=owner_id, visibility=visibility, priority=priority, revision=0, created_at=now,
                    updated_at=now, study_id=study.id, study_index=child.index, study_point=child.point,
-                   study_seed=child.seed, study_values=child.values)
+                   study_seed=child.seed, study_values=child.values, warnings=child.warnings)
         for child in children])
     session.flush()
     study.owner = session.get(User, owner_id)
@@ -231,10 +233,10 @@ def get_with_children(session: Session, study_id: str) -> StudyView | None:
     if view is not None:
         rows = session.execute(select(Experiment.id, Experiment.study_index, Experiment.study_point,
                                       Experiment.study_seed, Experiment.study_values, Experiment.status,
-                                      Experiment.progress)
+                                      Experiment.progress, Experiment.warnings)
                                .where(Experiment.study_id == study_id).order_by(Experiment.study_index)).all()
         view.children = [ChildView(id=r[0], index=r[1], point=r[2], seed=r[3], values=r[4] or {}, status=r[5],
-                                   progress=r[6]) for r in rows]
+                                   progress=r[6], warnings=r[7]) for r in rows]
     return view
 
 

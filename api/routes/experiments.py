@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
+import smdengine
 from api import cursors, etag
 from api.cursors import CursorQuery
 from api.deps import CurrentUserDep, DbDep, ExperimentDep, ManagedExperimentDep, SettingsDep
@@ -44,7 +45,9 @@ def _too_many(detail: str, retry_after: int) -> HTTPException:
              openapi_extra=_links("202", "getExperiment", "getResults", "listAttempts", "cancelExperiment"))
 def submit_experiment(submission: Submission, db: DbDep, settings: SettingsDep, user: CurrentUserDep,
                       response: Response):
-    """Validate a spec, check your quotas, store it, and queue it (cuda jobs on the gpu queue)."""
+    """Validate a spec, check your quotas, store it, and queue it (cuda jobs on the gpu queue). A spec whose
+    rates leave the regime the theory describes is accepted with ``warnings`` naming the condition; the
+    theory lines that do not apply are left out of its results."""
     if submission.priority == "high" and not user.is_admin:
         raise HTTPException(status_code=403, detail="priority: 'high' is for admins only; use 'low' or 'normal'")
     max_work = user.max_work or settings.max_work
@@ -54,12 +57,14 @@ def submit_experiment(submission: Submission, db: DbDep, settings: SettingsDep, 
                         f"{submission.work}: make it smaller, or ask an admin to raise the limit (smd users quota)",
                         settings.quota_retry_seconds)
     max_active = user.max_active_jobs or settings.max_active_jobs
+    spec = submission.model_dump(mode="json", exclude=SERVICE_FIELDS)
     try:  # committed when this returns: the row exists before any worker can see the message
         experiment = jobs.submit(db, owner_id=user.id, max_active_jobs=max_active,
                                  default_retry_seconds=settings.quota_retry_seconds, kind=submission.kind,
-                                 name=submission.name, spec=submission.model_dump(mode="json", exclude=SERVICE_FIELDS),
+                                 name=submission.name, spec=spec,
                                  total_steps=submission.params.steps, queue=queue_for(submission.device),
-                                 visibility=submission.visibility, priority=PRIORITIES[submission.priority])
+                                 visibility=submission.visibility, priority=PRIORITIES[submission.priority],
+                                 warnings=smdengine.spec_warnings(spec))
     except jobs.QuotaExceeded as exc:
         raise _too_many(f"quota: at most {exc.limit} queued + running jobs for {user.name}, "
                         f"you have {exc.active}: wait for one to end, or cancel one", exc.retry_after) from None

@@ -30,6 +30,7 @@ from smdengine import (
     group_by_point,
     json_safe,
     output_names,
+    spec_warnings,
     study_table,
     table_columns,
     theory_curve,
@@ -102,7 +103,8 @@ def submit(submission: StudySubmission, db: str, settings: Settings, user: User,
     label = (submission.name or submission.base.name or "study")[:190]
     children = [NewChild(index=c.index, point=c.point, seed=c.seed, values=c.values, kind=c.spec.kind,
                          name=f"{label} #{c.index}", spec=c.spec.model_dump(mode="json"),
-                         total_steps=c.spec.params.steps, queue=queue_for(c.spec.device), work=c.spec.work)
+                         total_steps=c.spec.params.steps, queue=queue_for(c.spec.device), work=c.spec.work,
+                         warnings=spec_warnings(c.spec))
                  for c in expanded]
     max_work = user.max_work or settings.max_work
     max_active = user.max_active_jobs or settings.max_active_jobs
@@ -312,7 +314,8 @@ GROUP = Query(description="point: one row per point, each numeric value the mean
 def _records(children: list[Experiment]) -> list[ChildRecord]:
     return [ChildRecord(index=c.study_index or 0, point=c.study_point or 0, values=c.study_values or {},
                         seed=c.study_seed if c.study_seed is not None else int(c.spec.get("seed", 0)),
-                        status=c.status, spec=c.spec, summary=c.summary, theory=c.theory, experiment_id=c.id)
+                        status=c.status, spec=c.spec, summary=c.summary, theory=c.theory, experiment_id=c.id,
+                        warnings=c.warnings)
             for c in children]
 
 
@@ -323,7 +326,8 @@ def _rows(db: str, study: StudyView, group: Group | None) -> list[dict[str, Any]
     return json_safe(rows)
 
 
-_TABLE_DOC = ("One row per child: index, point, seed, experiment_id, status, the axis values (named by their "
+_TABLE_DOC = ("One row per child: index, point, seed, experiment_id, status, warnings (its out-of-regime warnings' "
+              "messages joined by ' | ', empty when none), the axis values (named by their "
               "paths), the derived values (intrinsic_lr, lr_over_wd, ...), every summary value and every scalar "
               "theory value; with group=point one row per point, means over seeds and <name>_se.")
 

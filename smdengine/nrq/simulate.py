@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from smdengine._runtime import saved
-from smdengine._science import equilibrium_summary, phase_at, record_steps
+from smdengine._science import equilibrium_summary, phase_at, phase_regime, record_steps
 from smdengine._simulator import Context, Row, Simulator
 from smdengine.nrq import theory
 from smdengine.nrq.predict import predict_physics
@@ -150,7 +150,7 @@ class NRQSDE(NRQRun):
 
     def distributions(self) -> dict[str, Any]:
         """Empirical density of f over the tail records, and ρ*(f) averaged over the same bins
-        (two-level spectrum with weight decay in the final phase; otherwise null)."""
+        (two-level spectrum with weight decay in the final phase, in regime; otherwise null)."""
         p, counts = self.p, self.counts.tolist()
         edges = [i / p.f_bins for i in range(p.f_bins + 1)]
         total = sum(counts)
@@ -158,7 +158,7 @@ class NRQSDE(NRQRun):
         density = [c / (total * width) if total else math.nan for c in counts]
         levels, final = p.two_level(), p.phases()[-1]
         expected = None
-        if levels is not None and final.weight_decay > 0:
+        if levels is not None and final.weight_decay > 0 and phase_regime(final.lr, final.weight_decay, 0.0, p.dt) is None:
             kappa = theory.kappa(levels[0], levels[1], p.dim, p.noise_std, final.lr, final.weight_decay)
             expected = theory.f_density_bins(kappa, p.dim, edges)
         return {"f_histogram": {"bin_edges": edges, "density": density, "density_theory": expected,

@@ -1,12 +1,20 @@
 """Spec of the ``nrq`` kind: SGD / heavy-ball SGDM + weight decay on the Noisy Rayleigh Quotient."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from smdengine._declare import Model, Outputs, PlotDef
-from smdengine._science import Phase, check_recording, check_schedule, rate_phases, tail_start
+from smdengine._science import (
+    NO_EQUILIBRIUM_AU,
+    Phase,
+    check_recording,
+    check_schedule,
+    rate_phases,
+    regime_warnings,
+    tail_start,
+)
 from smdengine._spec_base import SpecBase, StrictModel
 
 
@@ -90,8 +98,29 @@ class NRQPhysics(StrictModel):
         return (eig[0], eig[1]) if all(x == eig[1] for x in eig[1:]) else None
 
 
+    def regime_omits(self, momentum: float, sde_lines: tuple[str, ...] = ()) -> dict[str, list[str]]:
+        """The theory names each out-of-regime condition omits (:func:`smdengine._science.phase_regime`):
+        every line for the two without an equilibrium AU; the continuous-time closed forms (M_t, κ, r*,
+        and ``sde_lines``) when λη is beyond the small-ηλ regime. With momentum the only line is the AU."""
+        closed = [] if momentum else ["norm_sq_theory", *sde_lines,
+                                      *(("risk_stationary", "kappa") if self.two_level() is not None else ())]
+        return {**{code: ["au_equilibrium", *closed] for code in NO_EQUILIBRIUM_AU}, "continuous_time": closed}
+
+    def phase_warnings(self, momentum: float, h: float = 1.0, sde_lines: tuple[str, ...] = (),
+                       summary: bool = True) -> list[dict[str, Any]]:
+        notes = ({code: "those phases have no equilibrium_steps in the summary" for code in NO_EQUILIBRIUM_AU}
+                 | {"continuous_time": "those phases have no equilibrium_steps_predicted in the summary"}
+                 if summary else None)
+        return regime_warnings(self.phases(), self.regime_omits(momentum, sde_lines), momentum, h,
+                               "lr_schedule", self.steps, notes)
+
+
 class NRQParams(NRQPhysics):
     momentum: float = Field(0.0, ge=0, lt=1, description="α of heavy-ball SGDM; 0 is plain SGD.")
+
+    def regime_warnings(self) -> list[dict[str, Any]]:
+        """Out-of-regime warnings of each phase's (η, λ, α) (:func:`smdengine._science.phase_regime`)."""
+        return self.phase_warnings(self.momentum)
 
 
 class NRQSpec(SpecBase):

@@ -133,6 +133,13 @@ class NormMapParams(Recording):
     def work(self) -> int:
         return self.trials * self.steps * 3
 
+    def regime_warnings(self) -> list[dict[str, Any]]:
+        """None: the validator's 2λη < 1 is exactly where the SGD map's fixed point is stable (the map's
+        derivative there is 1 − 4λη), the SGDM map's fixed point is stable there too (its Jacobian's
+        spectral radius is < 1 for every α ∈ [0, 1) and λη < 1/2; it first reaches 1 at λη ≈ 2(1 + α)),
+        and the theory is the map's own fixed point, not a continuous-time approximation."""
+        return []
+
 
 OUTPUTS = Outputs(
     metrics=("norm_sq", "unit_grad_sq_mean"),

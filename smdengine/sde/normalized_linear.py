@@ -18,7 +18,8 @@ Theory (seed 002 eq. 11–12, with R(0) = init_norm): ``norm_scale`` R(t), ``tau
 τ(t) = ½ ln(1 + (e^{4ηλt} − 1)·η/(2λR(0)⁴)), ``lr_time`` ηt. Without weight decay (λ = 0, seed 002
 Thm 3.2: the same limiting diffusion, exponentially slower) both have closed λ → 0 limits,
 R(t)⁴ = R(0)⁴ + 2η²t and τ(t) = ½ ln(1 + 2η²t/R(0)⁴), which are what is returned; no theory line of
-this model needs λ > 0, so none is omitted.
+this model needs λ > 0, so none is omitted. Out of regime (ηλh > 0.1, h the update's step:
+:meth:`NormalizedLinearParams.regime_warnings`) ``tau`` and ``norm_scale`` are omitted.
 """
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from pydantic import Field, model_validator
 from smdengine._declare import Model, Outputs, PlotDef
 from smdengine._lazy import lazy_import
 from smdengine._runtime import saved
+from smdengine._science import REGIME_CODES, Phase, regime_warnings
 from smdengine._simulator import Context, Row, Simulator
 from smdengine.sde._common import DT_DESCRIPTION, Recording, params_of, substeps
 
@@ -67,6 +69,15 @@ class NormalizedLinearParams(Recording):
 
     def substeps(self) -> int:
         return substeps(self.dt) if self.integrator == "sde" else 1
+
+    def regime_warnings(self) -> list[dict[str, Any]]:
+        """The update's decay factor is 1 − ηλh (h = 1 for sgd, dt for sde): x = ηλh ≥ 2 no equilibrium
+        norm, ≥ 1 a reversing update, > 0.1 beyond the small-ηλ regime of eq. 11–12 (see
+        :func:`smdengine._science.phase_regime`); each omits ``norm_scale`` and ``tau`` (``lr_time`` is the
+        plain time axis ηt and is kept). λ = 0 is in regime."""
+        closed = ["tau", "norm_scale"]
+        return regime_warnings([Phase(0, self.lr, self.weight_decay, 1.0)], dict.fromkeys(REGIME_CODES, closed),
+                               h=1.0 / self.substeps(), total_steps=self.steps)
 
     @property
     def work(self) -> int:

@@ -12,7 +12,7 @@ The simulator is the nrq kind's, stepped k = 1/dt times per step: :class:`smdeng
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -37,6 +37,12 @@ class NRQSDEParams(NRQPhysics):
     @property
     def work(self) -> int:
         return self.trials * self.steps * substeps(self.dt) * self.dim
+
+    def regime_warnings(self) -> list[dict[str, Any]]:
+        """The nrq kind's conditions for SGD with the Euler–Maruyama step's rates: its decay factor is
+        1 − ηλ·dt, so x = ηλ·dt (the SDE's closed forms hold for any ηλ; it is the integration that has to
+        resolve them). ``f_histogram``'s density_theory is null when the final phase is out of regime."""
+        return self.phase_warnings(0.0, self.dt, ("gamma_theory", "au_theory"), summary=False)
 
 
 OUTPUTS = Outputs(

@@ -87,6 +87,23 @@ class Toy2DParams(Recording):
     def substeps(self) -> int:
         return substeps(self.dt) if self.integrator == "flow" else 1
 
+    def regime_warnings(self) -> list[dict[str, Any]]:
+        """``decay_not_positive`` when ηλh ≥ 1 (h = 1 for gd, dt for flow): the update's decay factor
+        1 − ηλh is not positive (each update reverses w's own part; from 2 on |w| grows instead of
+        decaying), so ``stable_until``, derived from r² = r₀²(1 − ηλh)^{2t/h}, is omitted. The flow lines
+        are the exact gradient flow, a reference whatever the integrator does, and are kept."""
+        h = 1.0 / self.substeps()
+        x = self.lr * self.weight_decay * h
+        if x < 1.0:
+            return []
+        step = "ηλ" if h == 1.0 else "ηλ·dt"
+        return [{"code": "decay_not_positive",
+                 "message": f"η = {self.lr:.3g}, λ = {self.weight_decay:.3g}: {step} = {x:.3g} ≥ 1: the decay factor "
+                            f"1 − {step} of the update is not positive, so each update reverses w's own part "
+                            f"(and from 2 on |w| grows instead of decaying) and stable_until's linearisation "
+                            f"does not apply; omitted: stable_until.",
+                 "omits": ["stable_until"]}]
+
     @property
     def work(self) -> int:
         return self.trials * self.steps * self.substeps() * 2

@@ -236,7 +236,8 @@ def _total(parts: Iterable[torch.Tensor]) -> torch.Tensor:
 def summarize(series: dict[str, list], theory: dict[str, list], groups: list[str], start: float) -> dict[str, Any]:
     """Tail means of the global series (NaN points skipped) and, under ``layers``, of every group's
     series (au_rms: the RMS over the tail) with its theory and ``equilibrium_step``: the first recorded step from which au_rms stays
-    within 10% of au_equilibrium to the end (None when it never settles)."""
+    within 10% of au_equilibrium to the end (None when it never settles); without ``au_equilibrium`` in
+    the theory (out of regime) neither key."""
     steps = np.asarray(series["step"], dtype=np.float64)
     tail = steps >= start
     if not tail.any():
@@ -251,16 +252,20 @@ def summarize(series: dict[str, list], theory: dict[str, list], groups: list[str
         return float(np.sqrt(np.mean(v * v))) if rms else float(v.mean())
 
     out: dict[str, Any] = {k: mean(series[k]) for k in GLOBAL_METRICS}
-    au_theory = np.asarray(theory["au_equilibrium"], dtype=np.float64)
-    out["au_equilibrium"] = mean(au_theory)
+    has_theory = "au_equilibrium" in theory   # omitted out of regime (TrainParams.regime_warnings)
+    if has_theory:
+        au_theory = np.asarray(theory["au_equilibrium"], dtype=np.float64)
+        out["au_equilibrium"] = mean(au_theory)
     layers = {}
     for g in groups:
         entry = {m: mean(series[layer_key(g, m)], rms=m == "au_rms") for m in LAYER_METRICS}
+        layers[g] = entry
+        if not has_theory:
+            continue
         entry["au_equilibrium"] = out["au_equilibrium"]
         au = np.asarray(series[layer_key(g, "au_rms")], dtype=np.float64)
         outside = np.flatnonzero(~(np.abs(au - au_theory[:au.size]) <= 0.1 * au_theory[:au.size]))
         settle = 0 if outside.size == 0 else outside[-1] + 1
         entry["equilibrium_step"] = int(steps[settle]) if settle < steps.size else None
-        layers[g] = entry
     out["layers"] = layers
     return out

@@ -3,12 +3,20 @@ angular update of every scale-invariant weight tracked against its theory."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
 
 from smdengine._declare import Model, Outputs, PlotDef
-from smdengine._science import Phase, check_recording, check_schedule, rate_phases, tail_start
+from smdengine._science import (
+    NO_EQUILIBRIUM_AU,
+    Phase,
+    check_recording,
+    check_schedule,
+    rate_phases,
+    regime_warnings,
+    tail_start,
+)
 from smdengine._spec_base import SpecBase, StrictModel, tagged_union
 from smdengine.train import shapes
 
@@ -159,6 +167,20 @@ class TrainParams(StrictModel):
 
     def tail_start(self) -> float:
         return tail_start(self.phases(), self.total_steps)
+
+    def regime_warnings(self) -> list[dict[str, Any]]:
+        """Out-of-regime warnings of each phase's (η, λ, α) (:func:`smdengine._science.phase_regime`):
+        ``au_equilibrium`` is omitted when a phase has no equilibrium AU (λη/(1+α) ≥ 1); a phase beyond
+        the continuous-time regime (λη/(1−α) > 0.1) keeps it (seed 003's discrete formula) but has no
+        predicted time to equilibrium. The per-layer ``norm_theory`` series is measured with the rates in
+        force, seed 003 Thm 1/2's discrete |w|⁴ = ηL/(λ(1−α)(2 − λη/(1+α))), and is NaN or inf where that
+        has no positive solution (λη/(1+α) ≥ 2)."""
+        notes = {"no_equilibrium": "norm_theory has no positive solution there (NaN/inf) and those phases have "
+                                   "no equilibrium_steps in the summary",
+                 "decay_not_positive": "those phases have no equilibrium_steps in the summary",
+                 "continuous_time": "those phases have no equilibrium_steps_predicted in the summary"}
+        omits = {**{code: ["au_equilibrium"] for code in NO_EQUILIBRIUM_AU}, "continuous_time": []}
+        return regime_warnings(self.phases(), omits, self.momentum, 1.0, "schedule", self.total_steps, notes)
 
 
 class TrainSpec(SpecBase):

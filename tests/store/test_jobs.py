@@ -48,8 +48,18 @@ def test_alembic_round_trip(database_url):
     tables = set(inspect(get_engine(database_url)).get_table_names())
     assert {"experiments", "series_chunks", "attempts", "checkpoints", "users", "api_keys"} <= tables
     cols = {c["name"] for c in inspect(get_engine(database_url)).get_columns("experiments")}
-    assert {"queue", "lease_owner", "lease_expires_at", "owner_id", "visibility", "priority", "revision"} <= cols
+    assert {"queue", "lease_owner", "lease_expires_at", "owner_id", "visibility", "priority", "revision",
+            "warnings"} <= cols
+    command.downgrade(cfg, "0006")   # 0007 alone: experiments.warnings goes, and comes back
+    get_engine(database_url).dispose()
+    assert "warnings" not in {c["name"] for c in inspect(get_engine(database_url)).get_columns("experiments")}
+    command.upgrade(cfg, "head")
+    get_engine(database_url).dispose()
     make(database_url)  # and the schema works
+    warned = [{"code": "no_equilibrium", "message": "m", "omits": ["kappa"]}]
+    with session_scope(database_url) as s:
+        stored = jobs.create(s, kind="nrq", name="w", spec={"kind": "nrq"}, total_steps=10, warnings=warned).id
+    assert row(database_url, stored).warnings == warned
 
 
 def test_claim_takes_oldest_of_its_queues_exclusively(database_url):

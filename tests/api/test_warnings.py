@@ -1,0 +1,69 @@
+"""Out-of-regime warnings through the service: stored at submission, shown on the experiment, on each
+study child and in the study table; the theory they omit is absent from the result document."""
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.main import create_app
+from tests.api.test_studies import make_settings, run_all
+from tests.conftest import small_spec
+from worker.runner import execute_next
+
+OMITTED = ["au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa"]
+
+
+@pytest.fixture
+def env(tmp_path, database_url):
+    settings = make_settings(tmp_path, database_url=database_url)
+    with TestClient(create_app(settings)) as client:
+        yield client, settings
+
+
+def test_an_out_of_regime_experiment_is_accepted_with_warnings(env):
+    client, settings = env
+    r = client.post("/v1/experiments", json=small_spec(lr=10, weight_decay=0.5, trials=8, steps=100))
+    assert r.status_code == 202, r.text
+    (warning,) = r.json()["warnings"]
+    assert warning["code"] == "no_equilibrium" and warning["omits"] == OMITTED
+    assert "ηλ = 5" in warning["message"]
+    assert client.get(f"/v1/experiments/{r.json()['id']}").json()["warnings"] == [warning]
+    assert execute_next(settings, ["cpu"]) == "succeeded"
+    doc = client.get(f"/v1/experiments/{r.json()['id']}/results").json()
+    assert doc["theory"] == {}
+    assert not set(OMITTED) & set(doc["summary"])
+    assert "risk" in doc["series"] and len(doc["series"]["step"]) == 5
+    # in regime: no warnings, every theory line
+    ok = client.post("/v1/experiments", json=small_spec(trials=8, steps=100))
+    assert ok.status_code == 202 and ok.json()["warnings"] == []
+    assert execute_next(settings, ["cpu"]) == "succeeded"
+    assert set(OMITTED) <= set(client.get(f"/v1/experiments/{ok.json()['id']}/results").json()["theory"])
+
+
+def test_a_study_shows_each_childs_warnings(env):
+    client, settings = env
+    spec = {"name": "warn", "base": small_spec(weight_decay=0.5, trials=8, steps=100),
+            "grid": {"params.lr": [0.01, 10]}, "seeds": [1]}
+    r = client.post("/v1/studies", json=spec)
+    assert r.status_code == 202, r.text
+    children = client.get(f"/v1/studies/{r.json()['id']}").json()["children"]
+    assert children[0]["warnings"] == []
+    assert [w["code"] for w in children[1]["warnings"]] == ["no_equilibrium"]
+    assert client.get(f"/v1/experiments/{children[1]['id']}").json()["warnings"] == children[1]["warnings"]
+    run_all(settings)
+    table = client.get(f"/v1/studies/{r.json()['id']}/table").json()
+    assert "warnings" in table["columns"]
+    first, second = table["rows"]
+    assert first["warnings"] == "" and second["warnings"].startswith("no_equilibrium: η = 10, λ = 0.5")
+    assert "risk_stationary" in first and "risk_stationary" not in second and 0 <= second["risk"] <= 1
+    grouped = client.get(f"/v1/studies/{r.json()['id']}/table", params={"group": "point"}).json()["rows"]
+    assert grouped[1]["warnings"] == second["warnings"] and "warnings_se" not in grouped[1]
+
+
+def test_openapi_describes_the_warnings(env):
+    client, _ = env
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    assert "warnings" in schemas["ExperimentOut"]["properties"]
+    assert "description" in schemas["ExperimentOut"]["properties"]["warnings"]
+    assert "warnings" in schemas["StudyChildOut"]["properties"]
+    assert set(schemas["WarningOut"]["properties"]) == {"code", "message", "omits"}

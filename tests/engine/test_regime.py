@@ -1,0 +1,304 @@
+"""Out-of-regime warnings (smdengine.spec_warnings): the conditions of every kind and model, the theory
+names they omit from ``predict`` and from a real run, and in-regime specs keeping every theory line
+(their documents were also compared, exactly, with those the engine made before the warnings existed,
+when the warnings were written: that comparison is tied to one machine's floating point, so it is not
+a test)."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+import smdengine
+from smdengine import expand_study, predict, run, spec_warnings
+from smdengine._science import CONTINUOUS_TIME_MAX, phase_regime
+
+ROOT = Path(__file__).resolve().parents[2]
+IN_REGIME = {
+    "nrq_momentum": {"kind": "nrq", "seed": 4, "params": {"lr": 0.1, "momentum": 0.9, "record_every": 10,
+                                                          "steps": 200, "trials": 50, "weight_decay": 0.01}},
+    "nrq_schedule": {"kind": "nrq", "seed": 3, "params": {"lr": 0.1, "lr_schedule": [{"lr_factor": 0.1, "step": 100}],
+                                                          "record_every": 10, "steps": 200, "trials": 50,
+                                                          "weight_decay": 0.01}},
+    "sde_norm_map": {"kind": "sde", "seed": 7, "params": {"model": "norm_map", "momentum": 0.5, "record_every": 50,
+                                                          "steps": 500, "trials": 3, "unit_grad_sq": {"noise": "uniform"}}},
+    "sde_normalized_linear": {"kind": "sde", "seed": 6, "params": {"model": "normalized_linear", "lr": 0.01,
+                                                                   "weight_decay": 0.05, "record_every": 20,
+                                                                   "record_trials": 5, "steps": 200, "trials": 10}},
+    "sde_nrq": {"kind": "sde", "seed": 5, "params": {"model": "nrq", "dt": 0.5, "f_bins": 10, "lr": 0.1,
+                                                     "weight_decay": 0.01, "record_every": 10, "steps": 100,
+                                                     "trials": 50}},
+    "sde_toy2d": {"kind": "sde", "seed": 8, "params": {"model": "toy2d", "record_every": 5, "steps": 50, "trials": 10}},
+    "train": {"kind": "train", "seed": 9, "params": {"batch_size": 32, "depth": 1, "eval_every": 10, "record_every": 5,
+                                                     "schedule": [{"lr_factor": 0.5, "step": 10}], "steps": 20,
+                                                     "width": 16}},
+}
+NRQ_LINES = ["au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa"]
+
+
+def nrq(**params):
+    return {"kind": "nrq", "seed": 0, "params": {"trials": 20, "steps": 200, "record_every": 10, **params}}
+
+
+def sde(model, **params):
+    return {"kind": "sde", "seed": 0, "params": {"model": model, **params}}
+
+
+def train(**params):
+    return {"kind": "train", "seed": 0, "params": {"width": 16, "depth": 1, "steps": 10, "record_every": 5,
+                                                    "eval_every": 5, "batch_size": 32, **params}}
+
+
+def codes(spec) -> list[str]:
+    return [w["code"] for w in spec_warnings(spec)]
+
+
+def omitted(spec) -> set[str]:
+    return {name for w in spec_warnings(spec) for name in w["omits"]}
+
+
+def check_omitted(spec, names) -> smdengine.RunResult:
+    """``names`` are the spec's omitted theory names, absent from predict, from a real run's theory and
+    from its summary; every other theory name is there. Returns the run's result."""
+    assert omitted(spec) == set(names)
+    kept = set(predict(spec))
+    assert not kept & set(names)
+    result = run(spec)
+    assert set(result.theory) == kept
+    assert not set(result.summary) & set(names)
+    return result
+
+
+# ----------------------------------------------------------------------------- the conditions
+
+
+@pytest.mark.parametrize(("x", "momentum", "code"), [
+    (1e-2, 0.0, None), (CONTINUOUS_TIME_MAX, 0.0, None), (0.11, 0.0, "continuous_time"), (0.99, 0.0, "continuous_time"),
+    (1.0, 0.0, "decay_not_positive"), (1.99, 0.0, "decay_not_positive"), (2.0, 0.0, "no_equilibrium"),
+    (5.0, 0.0, "no_equilibrium"),
+    (1e-2, 0.9, None), (0.011, 0.9, "continuous_time"), (1.89, 0.9, "continuous_time"),
+    (1.9, 0.9, "decay_not_positive"), (3.79, 0.9, "decay_not_positive"), (3.8, 0.9, "no_equilibrium"),
+])
+def test_phase_regime_thresholds(x, momentum, code):
+    """λη/(1+α) ≥ 2: no equilibrium; ≥ 1: decay factor not positive; λη/(1−α) > 0.1: continuous time."""
+    assert phase_regime(x, 1.0, momentum) == code
+    assert phase_regime(x * 10, 0.1, momentum) == code
+    assert phase_regime(2 * x, 1.0, momentum, h=0.5) == code   # an Euler–Maruyama step: x = ηλ·dt
+    assert phase_regime(x, 0.0, momentum) is None               # no weight decay
+
+
+def test_the_heavy_ball_recursion_loses_its_equilibrium_where_no_equilibrium_starts():
+    """w' = βw − αw₋ (β = 1 + α − λη): the roots of z² − βz + α stay inside the unit circle exactly while
+    λη < 2(1 + α), and are real and positive (no reversal) only while β > 0 … for SGD 1 − λη > 0."""
+    import numpy as np
+
+    for alpha in (0.0, 0.5, 0.9):
+        for x in np.linspace(0.01, 6.0, 300):
+            beta = 1 + alpha - x
+            radius = max(abs(np.roots([1.0, -beta, alpha])))
+            assert (radius < 1 - 1e-9) == (phase_regime(x, 1.0, alpha) != "no_equilibrium") or abs(
+                x - 2 * (1 + alpha)) < 0.03
+
+
+def test_spec_warnings_imports_no_torch():
+    code = ("import sys, smdengine; w = smdengine.spec_warnings({'kind': 'nrq', 'params': {'lr': 10, "
+            "'weight_decay': 0.5}}); print(w[0]['code'], 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["no_equilibrium", "False"], out.stderr
+
+
+def test_spec_warnings_rejects_a_bad_spec():
+    with pytest.raises(ValidationError):
+        spec_warnings({"kind": "nrq", "params": {"lr": -1}})
+
+
+# ----------------------------------------------------------------------------- in regime: unchanged
+
+
+@pytest.mark.parametrize("name", sorted(IN_REGIME))
+def test_in_regime_specs_keep_every_theory_line(name):
+    spec = IN_REGIME[name]
+    assert spec_warnings(spec) == []
+    declared = set(smdengine.output_names(spec))
+    predicted = predict(spec)
+    document = run(spec).to_document()
+    assert set(predicted) <= declared and set(document["theory"]) == set(predicted), name
+    for value in document["theory"].values():   # present and computed, not NaN placeholders
+        assert value is not None and (not isinstance(value, float) or math.isfinite(value))
+
+
+def test_no_preset_point_is_out_of_regime():
+    """The presets' ordinary regimes (ηλ up to ~1e-2) warn about nothing, at either size."""
+    for preset_id in smdengine.PRESETS:
+        for size in ("quick", "paper"):
+            for child in expand_study(smdengine.preset_study(preset_id, size)):
+                assert spec_warnings(child.spec) == [], (preset_id, size, child.values)
+
+
+# ----------------------------------------------------------------------------- nrq
+
+
+def test_nrq_issue_example_no_equilibrium():
+    """η = 10, λ = 0.5 (ηλ = 5): no line, no equilibrium time in the summary."""
+    spec = nrq(lr=10, weight_decay=0.5)
+    (warning,) = spec_warnings(spec)
+    assert warning["code"] == "no_equilibrium"
+    assert "η = 10, λ = 0.5: ηλ = 5" in warning["message"]
+    assert warning["omits"] == NRQ_LINES
+    result = check_omitted(spec, NRQ_LINES)
+    assert result.theory == {}
+    assert not [k for k in result.summary if k.startswith("equilibrium_steps")]
+
+
+def test_nrq_decay_not_positive():
+    spec = nrq(lr=3, weight_decay=0.5)   # ηλ = 1.5
+    assert codes(spec) == ["decay_not_positive"]
+    check_omitted(spec, NRQ_LINES)
+
+
+def test_nrq_continuous_time_keeps_the_angular_update():
+    spec = nrq(lr=2, weight_decay=0.1)   # ηλ = 0.2
+    assert codes(spec) == ["continuous_time"]
+    result = check_omitted(spec, ["norm_sq_theory", "risk_stationary", "kappa"])
+    assert result.theory["au_equilibrium"][0] == pytest.approx(math.sqrt(0.4))
+    assert "equilibrium_steps_phase0" in result.summary   # measured against the AU, which still holds
+
+
+def test_nrq_at_the_threshold_and_below_is_in_regime():
+    assert codes(nrq(lr=1, weight_decay=0.1)) == []       # ηλ = 0.1 exactly
+    assert codes(nrq(lr=0.1, weight_decay=0.1)) == []     # ηλ = 1e-2, the presets' largest
+
+
+def test_nrq_momentum():
+    """With α the conditions are λη/(1+α) ≥ 2, ≥ 1 and λη/(1−α) > 0.1; the only line is the AU."""
+    assert codes(nrq(lr=0.1, weight_decay=0.1, momentum=0.9)) == []              # λη/(1−α) = 0.1
+    spec = nrq(lr=0.5, weight_decay=0.1, momentum=0.9)                             # 0.5
+    assert codes(spec) == ["continuous_time"]
+    result = check_omitted(spec, [])
+    assert "au_equilibrium" in result.theory
+    assert not [k for k in result.summary if k.startswith("equilibrium_steps_predicted")]
+    spec = nrq(lr=19, weight_decay=0.1, momentum=0.9)                              # λη/(1+α) = 1
+    assert codes(spec) == ["decay_not_positive"]
+    check_omitted(spec, ["au_equilibrium"])
+    spec = nrq(lr=38, weight_decay=0.1, momentum=0.9)                              # 2
+    assert codes(spec) == ["no_equilibrium"]
+    assert "root of the heavy-ball recursion" in spec_warnings(spec)[0]["message"]
+
+
+def test_nrq_schedule_phase_by_phase():
+    """Only the out-of-regime phase is named; the line goes, the in-regime phases keep their summary."""
+    schedule = [{"step": 100, "lr_factor": 100}, {"step": 150, "lr_factor": 0.01}]   # phase 1: ηλ = 1
+    spec = nrq(lr=0.1, weight_decay=0.1, lr_schedule=schedule)
+    (warning,) = spec_warnings(spec)
+    assert warning["code"] == "decay_not_positive"
+    assert warning["message"].startswith("lr_schedule phase 1 (steps 100–149): η = 10, λ = 0.1: ηλ = 1.")
+    result = check_omitted(spec, NRQ_LINES)
+    assert "equilibrium_steps_phase0" in result.summary
+    assert "equilibrium_steps_phase1" not in result.summary
+    assert "equilibrium_steps_predicted_phase2" not in result.summary   # after a phase without equilibrium
+    # two phases with two conditions: two warnings, most severe first
+    schedule = [{"step": 100, "lr_factor": 20}, {"step": 150, "lr_factor": 2.5}]     # ηλ = 0.2, then 0.5·… = 0.5
+    spec = nrq(lr=0.1, weight_decay=0.1, lr_schedule=schedule + [{"step": 180, "lr_factor": 10}])   # then 5
+    assert codes(spec) == ["no_equilibrium", "continuous_time"]
+    assert "phase 1" in spec_warnings(spec)[1]["message"] and "phase 2" in spec_warnings(spec)[1]["message"]
+    # weight decay switched off: no equilibrium to leave, no warning
+    assert codes(nrq(lr=0.1, weight_decay=0.1, lr_schedule=[{"step": 100, "lr_factor": 1,
+                                                              "weight_decay_factor": 0}])) == []
+
+
+# ----------------------------------------------------------------------------- sde models
+
+
+def test_sde_nrq_conditions_use_the_euler_maruyama_step():
+    """The SDE's closed forms hold for any ηλ; it is the step's decay factor 1 − ηλ·dt that matters."""
+    base = {"trials": 20, "steps": 50, "record_every": 10, "f_bins": 10}
+    assert codes(sde("nrq", lr=10, weight_decay=0.5, dt=0.01, **base)) == []          # ηλ·dt = 0.05
+    spec = sde("nrq", lr=10, weight_decay=0.5, dt=1.0, **base)                           # 5
+    assert codes(spec) == ["no_equilibrium"]
+    assert "ηλ·dt" not in spec_warnings(spec)[0]["message"]
+    result = check_omitted(spec, ["au_equilibrium", "norm_sq_theory", "gamma_theory", "au_theory",
+                                  "risk_stationary", "kappa"])
+    assert result.distributions["f_histogram"]["density_theory"] is None
+    spec = sde("nrq", lr=4, weight_decay=0.1, dt=0.5, **base)                            # ηλ·dt = 0.2
+    assert codes(spec) == ["continuous_time"]
+    assert "ηλ·dt = 0.2" in spec_warnings(spec)[0]["message"]
+    result = check_omitted(spec, ["norm_sq_theory", "gamma_theory", "au_theory", "risk_stationary", "kappa"])
+    assert "au_equilibrium" in result.theory
+    assert result.distributions["f_histogram"]["density_theory"] is None
+
+
+def test_normalized_linear():
+    base = {"trials": 4, "record_trials": 2, "steps": 40, "record_every": 10}
+    assert codes(sde("normalized_linear", lr=1e-2, weight_decay=0.05, **base)) == []
+    assert codes(sde("normalized_linear", lr=1, weight_decay=0, **base)) == []           # λ = 0 (Thm 3.2)
+    spec = sde("normalized_linear", lr=4, weight_decay=0.05, **base)                     # ηλ = 0.2
+    assert codes(spec) == ["continuous_time"]
+    result = check_omitted(spec, ["tau", "norm_scale"])
+    assert list(result.theory) == ["lr_time"]
+    assert codes(sde("normalized_linear", lr=4, weight_decay=0.05, integrator="sde", dt=0.25, **base)) == []
+    spec = sde("normalized_linear", lr=10, weight_decay=0.2, **base)                     # ηλ = 2
+    assert codes(spec) == ["no_equilibrium"]
+    check_omitted(spec, ["tau", "norm_scale"])
+
+
+def test_norm_map_is_never_out_of_regime():
+    """Its validator's 2λη < 1 is where both maps' fixed points are stable; its theory is the map's own."""
+    for lr, wd, alpha in ((0.1, 0.001, 0.0), (0.99, 0.5, 0.0), (0.99, 0.5, 0.9), (9.9, 0.05, 0.5)):
+        assert codes(sde("norm_map", lr=lr, weight_decay=wd, momentum=alpha)) == []
+    with pytest.raises(ValidationError, match="2λη < 1"):
+        spec_warnings(sde("norm_map", lr=1.0, weight_decay=0.5))
+
+
+def test_norm_map_sgdm_fixed_point_is_stable_wherever_the_validator_admits():
+    import numpy as np
+
+    for alpha in np.linspace(0.0, 0.99, 34):
+        for x in np.linspace(1e-4, 0.4999, 60):
+            beta = 1 + alpha - x
+            jac = np.array([[beta**2 - x * (1 - alpha) * (2 - x / (1 + alpha)), -2 * alpha * beta, alpha**2],
+                            [beta, -alpha, 0.0], [1.0, 0.0, 0.0]])
+            assert max(abs(np.linalg.eigvals(jac))) < 1.0, (alpha, x)
+
+
+def test_toy2d():
+    base = {"trials": 4, "steps": 20, "record_every": 5}
+    assert codes(sde("toy2d", **base)) == []                                            # η = 0.1, λ = 0.5
+    spec = sde("toy2d", lr=10, weight_decay=0.5, **base)                                # ηλ = 5
+    (warning,) = spec_warnings(spec)
+    assert warning["code"] == "decay_not_positive" and warning["omits"] == ["stable_until"]
+    result = check_omitted(spec, ["stable_until"])
+    assert {"loss_flow", "norm_sq_flow"} <= set(result.theory)                          # the flow: a reference
+    assert codes(sde("toy2d", lr=10, weight_decay=0.5, integrator="flow", dt=0.01, **base)) == []
+
+
+# ----------------------------------------------------------------------------- train
+
+
+def test_train_conditions():
+    assert codes(train()) == []                                                          # η = 0.1, λ = 5e-4
+    spec = train(lr=10, weight_decay=0.5)                                                # ηλ = 5
+    assert codes(spec) == ["no_equilibrium"]
+    result = check_omitted(spec, ["au_equilibrium"])
+    assert result.theory == {}
+    for entry in result.summary["layers"].values():
+        assert "au_equilibrium" not in entry and "equilibrium_step" not in entry
+    assert not [k for k in result.summary if k.startswith("equilibrium_steps")]
+    assert codes(train(lr=2, weight_decay=0.5)) == ["decay_not_positive"]              # 1
+    spec = train(lr=1, weight_decay=0.2)                                                 # 0.2
+    assert codes(spec) == ["continuous_time"]
+    assert spec_warnings(spec)[0]["omits"] == []
+    spec = train(lr=1, weight_decay=0.05, momentum=0.9)                                 # λη/(1−α) = 0.5
+    assert codes(spec) == ["continuous_time"]
+
+
+def test_train_schedule_phase_by_phase():
+    spec = train(lr=0.5, weight_decay=0.1, schedule=[{"step": 5, "lr_factor": 20}])    # phase 1: ηλ = 1
+    (warning,) = spec_warnings(spec)
+    assert warning["code"] == "decay_not_positive"
+    assert warning["message"].startswith("schedule phase 1 (steps 5–9): η = 10, λ = 0.1")
+    result = check_omitted(spec, ["au_equilibrium"])
+    assert "equilibrium_steps_phase1" not in result.summary
