@@ -121,11 +121,12 @@ class TrainParams(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> TrainParams:
-        if self.steps is not None and self.epochs is not None:
-            raise ValueError("steps: expected either steps or epochs, got both")
         n_train, _ = self.dataset.sizes()
         if self.batch_size > n_train:
             raise ValueError(f"batch_size: expected at most the {n_train} training samples, got {self.batch_size}")
+        # a validated spec holds both (steps derived from epochs), and must read back as itself
+        if self.steps is not None and self.epochs is not None and self.steps != self.epochs * self.steps_per_epoch:
+            raise ValueError("steps: expected either steps or epochs, got both")
         if self.epochs is not None:
             self.steps = self.epochs * self.steps_per_epoch
         elif self.steps is None:

@@ -243,3 +243,13 @@ def test_cifar10_through_the_engine(cifar):  # noqa: F811
     assert r.summary["train_samples"] == 50 and len(r.series["step"]) == 2
     with pytest.raises(DatasetUnavailable, match="SMD_DATA_DIR"):
         smdengine.run(s)
+
+
+def test_a_validated_spec_reads_back_as_itself():
+    """What the service stores (the validated spec, dumped) must parse to the same spec: with epochs, the
+    dump holds the derived steps as well, and schedule entries given by epoch hold their step."""
+    spec = smdengine.parse_spec({"kind": "train", "params": {"epochs": 2, "batch_size": 64,
+                                                             "schedule": [{"epoch": 1, "lr_factor": 0.5}]}})
+    dumped = spec.model_dump(mode="json")
+    assert dumped["params"]["steps"] == 2 * spec.params.steps_per_epoch and dumped["params"]["epochs"] == 2
+    assert smdengine.parse_spec(dumped) == spec
