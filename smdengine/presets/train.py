@@ -26,14 +26,14 @@ from smdengine.presets._checks import Missing, Outcome, Stat, Study, over_seeds
 
 MODEL_BAND = 0.10   # the catalog's band for an equilibrium level on digits (presets.md §3 tier 2)
 
-# quick: MLP width 64 (width 256 takes ~80 ms per update and trial on this shared 2-core machine; width 64
-# ~8 ms), one trial per child, 4 seeds (the seeds are the Monte-Carlo replicates); paper: the catalog's
+# quick: MLP width 64 (measured here: width 256 × 4 trials, 81 ms per update with the 2 cores shared; width
+# 64 × 1 trial, 1 ms per update alone and up to 30 ms shared), one trial per child, 6 seeds (the seeds are the Monte-Carlo replicates); paper: the catalog's
 # MLP (width 256), 4 trials per child, 6 seeds.
 BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "model": "mlp", "depth": 2, "norm": "batch",
                         "scale_invariant": True, "batch_size": 128, "record_every": 50, "dtype": "float32"}
 QUICK = {"width": 64, "trials": 1}
 PAPER = {"width": 256, "trials": 4}
-QUICK_SEEDS = [0, 1, 2, 3]
+QUICK_SEEDS = list(range(6))
 PAPER_SEEDS = list(range(6))
 
 
@@ -127,6 +127,11 @@ def _norm_ratio(s: Study, point: int) -> Outcome:
     stats = {g: over_seeds(per_seed_ratio(norms[g], theory[g])) for g in norms}
     _, stat, note = worst_layer(stats, 1.0)
     tol, rule = banded(stat, 1.0)
+    if s.params(point).momentum > 0:
+        note += ("; with momentum the measured |w| is 11–14% below this theory in every seed and layer here and in "
+                 "tests/engine/test_train_acceptance.py (a systematic gap, not Monte-Carlo error; L is the minibatch "
+                 "unit-gradient norm, and Thm 2's derivation is for uncorrelated successive gradients — cause not "
+                 "established)")
     return Outcome(1.0, stat.mean, tol, rule + "; per seed the ratio of the tail means", note=note)
 
 
@@ -166,6 +171,10 @@ def _sooner(s: Study, sgd: int, sgdm: int) -> Outcome:
                    "1 − the predicted ratio (no speed-up by momentum)", note=note)
 
 
+def _au_level(s: Study, point: int, gap: float | None) -> Outcome:
+    return level_check(s, point, "au_rms", final_au(s.params(point)), gap, "the gap between the SGD and SGDM theories")
+
+
 def _sgdm(s: Study) -> dict[str, Callable[[], Outcome]]:
     out: dict[str, Callable[[], Outcome]] = {}
     aus = {}
@@ -176,8 +185,7 @@ def _sgdm(s: Study) -> dict[str, Callable[[], Outcome]]:
             pass
     gap = abs(aus[0] - aus[1]) if len(aus) == 2 else None
     for i in range(len(MOMENTA)):
-        out[f"au-rms-{i}"] = lambda i=i: level_check(s, i, "au_rms", final_au(s.params(i)), gap,
-                                                     "the gap between the SGD and SGDM theories")
+        out[f"au-rms-{i}"] = partial(_au_level, s, i, gap)
         out[f"norm-{i}"] = partial(_norm_ratio, s, i)
     out["sgdm-sooner"] = partial(_sooner, s, 0, 1)
     return out
@@ -204,7 +212,7 @@ def _sgdm_preset():
             f"λ {wd:g}, α ∈ {{0, 0.9}} (the seed: ResNet50 on ImageNet, one layer). Every layer's angular update "
             "settles at √(2λη/(1+α)) (0.0447 / 0.0324) and its norm at the theory of the running unit-gradient "
             "norm; with momentum the relaxation time (1−α)/(4λη) is 10× shorter, so SGDM gets there sooner. "
-            "Quick: width 64, 1 trial × 4 seeds, 3000 steps; paper: width 256, 4 trials × 6 seeds."),
+            "Quick: width 64, 1 trial × 6 seeds, 3000 steps; paper: width 256, 4 trials × 6 seeds."),
         kinds=("train",), tier=2, exploratory=False, gpu_sizes=("paper",),
         sizes={"quick": study("train-au-sgd-vs-sgdm (quick)", {**SGDM, **QUICK, "steps": 3000}, QUICK_SEEDS,
                               points=points),
@@ -238,20 +246,22 @@ def _iso_ratio(s: Study, point: int, ref: int, metric: str, per_layer: bool, pow
                    effect_what, note=note if per_layer else None)
 
 
+def _iso_norm(s: Study, point: int, ref: int) -> Outcome:
+    """|w|²(point)/|w|²(ref) against √((η/λ)/(η_ref/λ_ref)): |w|⁴ = ηL/(λ(2−λη)) with the same ηλ and L."""
+    a, b = s.params(point), s.params(ref)
+    predicted = math.sqrt((a.lr / a.weight_decay) / (b.lr / b.weight_decay))
+    return _iso_ratio(s, point, ref, "norm", True, 2.0, predicted, predicted - 1.0, "the predicted ratio − 1")
+
+
 def _iso(s: Study) -> dict[str, Callable[[], Outcome]]:
     out: dict[str, Callable[[], Outcome]] = {}
     x4 = "the ratio a 4× larger ηλ would give, √4 − 1"
     for j in (1, 2):
-        def norm_pred(j: int = j) -> float:
-            a, b = s.params(j), s.params(0)
-            return math.sqrt((a.lr / a.weight_decay) / (b.lr / b.weight_decay))   # |w|⁴ ∝ η/λ at equal ηλ
-
         out[f"au-rms-{j}"] = partial(_iso_ratio, s, j, 0, "au_rms", True, 1.0, 1.0, 1.0, x4)
         out[f"eff-lr-{j}"] = partial(_iso_ratio, s, j, 0, "eff_lr", True, 1.0, 1.0, 1.0, x4)
         out[f"train-loss-{j}"] = partial(_iso_ratio, s, j, 0, "train_loss", False, 1.0, 1.0, None, "")
         out[f"test-acc-{j}"] = partial(_iso_ratio, s, j, 0, "test_acc", False, 1.0, 1.0, None, "")
-        out[f"norm-sq-{j}"] = lambda j=j, f=norm_pred: _iso_ratio(s, j, 0, "norm", True, 2.0, f(), f() - 1.0,
-                                                                   "the predicted ratio − 1")
+        out[f"norm-sq-{j}"] = partial(_iso_norm, s, j, 0)
     return out
 
 
@@ -280,7 +290,7 @@ def _iso_preset():
             "{(0.1, 1e−2), (0.4, 2.5e−3), (1.6, 6.25e−4)}: equal ηλ. Only ηλ matters once the norm has "
             "equilibrated: every layer's AU, its effective LR η/|w|², the train loss and the test accuracy "
             "agree, while |w|² grows as √(η/λ) (×2 per row). Ratios are taken per seed pair (same seed, same "
-            "init and batches). Quick: width 64, 1 trial × 4 seeds, 3000 steps; paper: width 256, 4 trials "
+            "init and batches). Quick: width 64, 1 trial × 6 seeds, 3000 steps; paper: width 256, 4 trials "
             "× 6 seeds, 4000 steps."),
         kinds=("train",), tier=2, exploratory=False, gpu_sizes=("paper",),
         sizes={"quick": study("train-equal-intrinsic-lr (quick)", {**QUICK, "steps": 3000}, QUICK_SEEDS,
@@ -445,7 +455,7 @@ def _multi_preset():
             "AU falls to old/10 at each decay and needs at least ⌈ln10·(1−α)/(4λη′)⌉ updates (Cor 3.1: 231, "
             "2303, 23 026) to return to √(2λη′/(1+α)): reached in the second stage, not in the later, shorter "
             "ones, where the AU stays below the theory. Multiplying every scale-invariant weight by 10^{−¼} "
-            "at each decay (rescale) puts the AU at the theory at once. Quick: width 64, 1 trial × 4 seeds, "
+            "at each decay (rescale) puts the AU at the theory at once. Quick: width 64, 1 trial × 6 seeds, "
             f"decays at {', '.join(map(str, QUICK_DECAYS))} of {QUICK_STEPS}; paper: width 256, 4 trials × 6 "
             f"seeds, decays at {', '.join(map(str, PAPER_DECAYS))} of {PAPER_STEPS}. The checks' claims are "
             "those of the quick schedule (which stages fit is computed from the prediction)."),
