@@ -66,9 +66,12 @@ def test_au_sgd_vs_sgdm_reduced():
     assert list(checks) == [c.id for c in PRESETS[pid].checks]
     for a, i in ((0.0, 0), (0.9, 1)):
         assert checks[f"au-rms-{i}"]["predicted"] == pytest.approx(math.sqrt(2 * 0.4 * 0.01 / (1 + a)), rel=1e-12)
-    expected = EXPECTED
-    assert {k: c["verdict"] for k, c in checks.items()} == expected, checks
+    assert {k: c["verdict"] for k, c in checks.items()} == EXPECTED, checks
+    assert "systematic" in checks["norm-1"]["note"] and checks["norm-1"]["measured"] < 0.9
+    assert checks["sgdm-sooner"]["measured"] < 0.5 and checks["sgdm-sooner"]["predicted"] < 0.5
 
 
-EXPECTED = {"au-rms-0": "reproduced", "norm-0": "reproduced", "au-rms-1": "reproduced", "norm-1": "reproduced",
+# norm-1: with momentum |w| sits 11–14% below Thm 2's norm_theory in every seed and layer (a systematic gap the
+# check reports with its note, as at the quick size), beyond the 10% band
+EXPECTED = {"au-rms-0": "reproduced", "norm-0": "reproduced", "au-rms-1": "reproduced", "norm-1": "not_reproduced",
             "sgdm-sooner": "reproduced"}
