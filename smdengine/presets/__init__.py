@@ -71,7 +71,7 @@ def _catalog() -> tuple[dict[str, Preset], dict[str, Evaluator]]:
 
     presets: dict[str, Preset] = {}
     evaluators: dict[str, Evaluator] = {}
-    for module in (nrq, sde):
+    for module in (nrq, sde, __import__("smdengine.presets.train", fromlist=["PRESETS"])):
         for preset, evaluator in module.PRESETS:
             if preset.id in presets:
                 raise RuntimeError(f"preset {preset.id!r} declared twice")

@@ -1,0 +1,506 @@
+"""Presets on the ``train`` kind: the angular update and norm of real (small) networks on digits (seed 003
+Figs 2–3, seed 000 Fig. 3a–d, seed 001 Obs. 1.1). Tier 2 of shared/presets.md §3.
+
+Every predicted number is computed here from the spec of the child it is compared with, by the formulas of
+design §4 (:func:`smdengine._science.au_equilibrium`, :func:`relaxation_time`, :func:`band_entry`,
+:func:`predicted_equilibrium_steps`); nothing is typed from the catalog. A ``train`` child records one
+series per scale-invariant layer (``doc["layers"][layer][metric]``, summary ``summary["layers"][layer]``),
+and its au_rms is already the RMS over the trials of a run, so the independent replicates are the seeds:
+tolerances are ``t × the standard error over seeds``.
+
+Model error. On digits the equilibrium is approximate: the unit-gradient norm L keeps drifting while the
+net fits the noisy labels, and AU² = 2λη/(1+α) + d ln|w|²/dt falls short of the theory by a few per cent
+(tests/engine/test_train_acceptance.py: 3–10%, consistent across seeds). Checks of an equilibrium level
+(AU, |w| against its theory, iso-ηλ agreement) therefore use the catalog's 10% band when the Monte-Carlo
+tolerance is smaller, and say which of the two applied; a check of a time uses the Monte-Carlo error and
+the record spacing (the measurement's resolution) and nothing else.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from smdengine.presets._checks import Missing, Outcome, Stat, Study, over_seeds
+
+MODEL_BAND = 0.10   # the catalog's band for an equilibrium level on digits (presets.md §3 tier 2)
+
+# quick: MLP width 64 (measured here: width 256 × 4 trials, 81 ms per update with the 2 cores shared; width
+# 64 × 1 trial, 1 ms per update alone and up to 30 ms shared), one trial per child, 6 seeds (the seeds are the Monte-Carlo replicates); paper: the catalog's
+# MLP (width 256), 4 trials per child, 6 seeds.
+BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "model": "mlp", "depth": 2, "norm": "batch",
+                        "scale_invariant": True, "batch_size": 128, "record_every": 50, "dtype": "float32"}
+QUICK = {"width": 64, "trials": 1}
+PAPER = {"width": 256, "trials": 4}
+QUICK_SEEDS = list(range(6))
+PAPER_SEEDS = list(range(6))
+
+
+def study(name: str, params: dict[str, Any], seeds: list[int], **axes: Any) -> dict[str, Any]:
+    return {"name": name, "base": {"kind": "train", "seed": 0, "params": {**BASE, **params}}, **axes, "seeds": seeds}
+
+
+# ----------------------------------------------------------------------------- reading the children
+
+
+def layer_tails(s: Study, point: int, metric: str) -> dict[str, list[float]]:
+    """{layer: the summary (tail mean; au_rms: tail RMS) of ``metric``, one per seed}."""
+    out: dict[str, list[float]] = {}
+    for child, doc in s.members(point):
+        layers = (doc.get("summary") or {}).get("layers") or {}
+        if not layers:
+            raise Missing(f"point {point}: child {child.index} has no per-layer summary")
+        for layer, entry in layers.items():
+            value = entry.get(metric)
+            if value is None:
+                raise Missing(f"point {point}: child {child.index} has no {layer} {metric}")
+            out.setdefault(layer, []).append(float(value))
+    return out
+
+
+def layer_series(s: Study, point: int, metric: str) -> tuple[list[int], dict[str, list[list[float]]]]:
+    """(steps, {layer: one list of values per seed})."""
+    members = s.members(point)
+    steps = list(members[0][1]["series"]["step"])
+    out: dict[str, list[list[float]]] = {}
+    for child, doc in members:
+        for layer, series in (doc.get("layers") or {}).items():
+            values = series.get(metric)
+            if values is None:
+                raise Missing(f"point {point}: child {child.index} has no series {layer}/{metric}")
+            out.setdefault(layer, []).append([math.nan if v is None else float(v) for v in values])
+    if not out:
+        raise Missing(f"point {point}: no per-layer series")
+    return steps, out
+
+
+def summary_values(s: Study, point: int, key: str) -> list[float | None]:
+    return [(doc.get("summary") or {}).get(key) for _, doc in s.members(point)]
+
+
+def banded(stat: Stat, predicted: float) -> tuple[float, str]:
+    """max(the Monte-Carlo tolerance, the catalog's 10% of the prediction) and the rule, saying which applied."""
+    band = MODEL_BAND * abs(predicted)
+    which = ("the Monte-Carlo tolerance applies (it is the wider)" if stat.tolerance >= band else
+             "the 10% band applies: the Monte-Carlo tolerance is smaller, and on digits the drift of the "
+             "unit-gradient norm biases equilibrium levels by a few per cent (module note)")
+    return max(stat.tolerance, band), (f"max({stat.rule()} = {stat.tolerance:.3g}, the catalog's "
+                                       f"{MODEL_BAND:.0%} of the prediction = {band:.3g}); {which}")
+
+
+def worst_layer(stats: dict[str, Stat], predicted: float) -> tuple[str, Stat, str]:
+    """The layer whose mean is relatively furthest from ``predicted``, and a note with every layer's mean."""
+    layer = max(stats, key=lambda g: abs(stats[g].mean / predicted - 1.0))
+    note = "every layer: " + ", ".join(f"{g} {st.mean:.4g}" for g, st in stats.items()) + f"; worst {layer}"
+    return layer, stats[layer], note
+
+
+def level_check(s: Study, point: int, metric: str, predicted: float, effect: float | None = None,
+                effect_what: str = "") -> Outcome:
+    """Every layer's tail ``metric`` against ``predicted``: measured is the worst layer's seed mean."""
+    stats = {g: over_seeds(v) for g, v in layer_tails(s, point, metric).items()}
+    _, stat, note = worst_layer(stats, predicted)
+    tol, rule = banded(stat, predicted)
+    return Outcome(predicted, stat.mean, tol, rule, effect, effect_what, note=note)
+
+
+def per_seed_ratio(top: list[float], bottom: list[float]) -> list[float]:
+    return [a / b for a, b in zip(top, bottom, strict=True)]
+
+
+def final_au(p: Any) -> float:
+    from smdengine._science import au_equilibrium
+    final = p.phases()[-1]
+    return au_equilibrium(final.lr, final.weight_decay, p.momentum)
+
+
+# ----------------------------------------------------------------------------- train-au-sgd-vs-sgdm
+
+SGDM = {"lr": 0.1, "weight_decay": 0.01, "label_noise": 0.3}
+MOMENTA = (0.0, 0.9)
+
+
+def _norm_ratio(s: Study, point: int) -> Outcome:
+    """Every layer's tail |w| / norm_theory (per seed) against 1."""
+    norms, theory = layer_tails(s, point, "norm"), layer_tails(s, point, "norm_theory")
+    stats = {g: over_seeds(per_seed_ratio(norms[g], theory[g])) for g in norms}
+    _, stat, note = worst_layer(stats, 1.0)
+    tol, rule = banded(stat, 1.0)
+    if s.params(point).momentum > 0:
+        note += ("; with momentum the measured |w| is 11–14% below this theory in every seed and layer, also with 4 "
+                 "trials per run (measured while sizing this preset: a systematic gap, not Monte-Carlo error; L is the minibatch "
+                 "unit-gradient norm, and Thm 2's derivation is for uncorrelated successive gradients — cause not "
+                 "established)")
+    return Outcome(1.0, stat.mean, tol, rule + "; per seed the ratio of the tail means", note=note)
+
+
+def phase0_prediction(s: Study, point: int) -> list[float]:
+    """Per seed, the predicted updates until every layer's AU enters the ±10% band from the start:
+    τ·x_b(k) (:func:`band_entry`), τ = (1−α)/(4λη), k = (|w|/norm_theory)⁴ at the first record (how far
+    |w|⁴ starts from its equilibrium); the slowest layer."""
+    from smdengine._science import band_entry, relaxation_time
+    p = s.params(point)
+    tau = relaxation_time(p.lr, p.weight_decay, p.momentum)
+    _, norms = layer_series(s, point, "norm")
+    _, theory = layer_series(s, point, "norm_theory")
+    seeds = len(next(iter(norms.values())))
+    return [max(tau * band_entry((norms[g][i][0] / theory[g][i][0]) ** 4) for g in norms) for i in range(seeds)]
+
+
+def _sooner(s: Study, sgd: int, sgdm: int) -> Outcome:
+    measured = {}
+    for point in (sgd, sgdm):
+        values = summary_values(s, point, "equilibrium_steps_phase0")
+        if any(v is None for v in values):
+            raise Missing(f"point {point}: some seed's AU never settles in the ±10% band "
+                          f"(equilibrium_steps_phase0 {values})")
+        measured[point] = [float(v) for v in values if v is not None]
+    if min(measured[sgd]) <= 0:
+        raise Missing("the SGD run starts at equilibrium: there is no time to compare")
+    stat = over_seeds(per_seed_ratio(measured[sgdm], measured[sgd]))
+    pred_sgd, pred_sgdm = phase0_prediction(s, sgd), phase0_prediction(s, sgdm)
+    predicted = math.fsum(pred_sgdm) / math.fsum(pred_sgd)
+    spacing = s.params(sgd).record_every / (math.fsum(measured[sgd]) / len(measured[sgd]))
+    tol = math.hypot(stat.tolerance, spacing)
+    rule = (f"√(({stat.rule()})² + (the record spacing / the SGD time, the resolution of a settling time)²)"
+            f" = √({stat.tolerance:.3g}² + {spacing:.3g}²)")
+    note = (f"measured steps SGD {measured[sgd]}, SGDM {measured[sgdm]}; predicted τ·x_b(k) SGD "
+            f"{[round(x) for x in pred_sgd]}, SGDM {[round(x) for x in pred_sgdm]}")
+    return Outcome(predicted, stat.mean, tol, rule, 1.0 - predicted,
+                   "1 − the predicted ratio (no speed-up by momentum)", note=note)
+
+
+def _au_level(s: Study, point: int, gap: float | None) -> Outcome:
+    return level_check(s, point, "au_rms", final_au(s.params(point)), gap, "the gap between the SGD and SGDM theories")
+
+
+def _sgdm(s: Study) -> dict[str, Callable[[], Outcome]]:
+    out: dict[str, Callable[[], Outcome]] = {}
+    aus = {}
+    for i in range(len(MOMENTA)):
+        try:
+            aus[i] = final_au(s.params(i))
+        except Missing:
+            pass
+    gap = abs(aus[0] - aus[1]) if len(aus) == 2 else None
+    for i in range(len(MOMENTA)):
+        out[f"au-rms-{i}"] = partial(_au_level, s, i, gap)
+        out[f"norm-{i}"] = partial(_norm_ratio, s, i)
+    out["sgdm-sooner"] = partial(_sooner, s, 0, 1)
+    return out
+
+
+def _sgdm_preset():
+    from smdengine.presets import PanelDef, Preset
+    from smdengine.presets.nrq import _checkdefs
+    lr, wd = SGDM["lr"], SGDM["weight_decay"]
+    checks = []
+    for i, a in enumerate(MOMENTA):
+        checks += [(f"au-rms-{i}", f"With α = {a:g} (η {lr:g}, λ {wd:g}) every layer's tail root-mean-square angular "
+                                   "update is √(2λη/(1+α)) (seed 003 Thm 3, Fig. 2)."),
+                   (f"norm-{i}", f"With α = {a:g} every layer's tail |w| equals its theory ⁴√(ηL/(λ(1−α)(2−λη/(1+α)))) "
+                                 "from the running unit-gradient norm L (seed 003 Thm 1/2, Fig. 2).")]
+    checks.append(("sgdm-sooner", "SGDM reaches the equilibrium sooner: the ratio of the settling times SGDM/SGD "
+                                  "is that of τ·x_b(k), τ = (1−α)/(4λη) (seed 003 Fig. 2, Thm 2; design §4)."))
+    points = [{"params.momentum": a} for a in MOMENTA]
+    return Preset(
+        id="train-au-sgd-vs-sgdm", title="Digits MLP: angular update and norm at equilibrium, SGD vs SGDM",
+        seed="003", figure="Fig. 2",
+        description=(
+            f"A batch-normalized, fully scale-invariant MLP (depth 2) on digits with 30% label noise, B 128, η {lr:g}, "
+            f"λ {wd:g}, α ∈ {{0, 0.9}} (the seed: ResNet50 on ImageNet, one layer). Every layer's angular update "
+            "settles at √(2λη/(1+α)) (0.0447 / 0.0324) and its norm at the theory of the running unit-gradient "
+            "norm; with momentum the relaxation time (1−α)/(4λη) is 10× shorter, so SGDM gets there sooner. "
+            "Quick: width 64, 1 trial × 6 seeds, 3000 steps; paper: width 256, 4 trials × 6 seeds."),
+        kinds=("train",), tier=2, exploratory=False, gpu_sizes=("paper",),
+        sizes={"quick": study("train-au-sgd-vs-sgdm (quick)", {**SGDM, **QUICK, "steps": 3000}, QUICK_SEEDS,
+                              points=points),
+               "paper": study("train-au-sgd-vs-sgdm (paper)", {**SGDM, **PAPER, "steps": 3000}, PAPER_SEEDS,
+                              points=points)},
+        checks=_checkdefs(*checks),
+        panels=(PanelDef("Angular update (rms), per layer", "au_rms", log_y=True),
+                PanelDef("Weight norm |w| (theory dashed)", "norm", log_y=True),
+                PanelDef("Unit-gradient norm² L", "unit_grad_sq", log_y=True)))
+
+
+# ----------------------------------------------------------------------------- train-equal-intrinsic-lr
+
+ISO = ((0.1, 1e-2), (0.4, 2.5e-3), (1.6, 6.25e-4))
+ISO_COMMON = {"label_noise": 0.3, "steps": 4000}
+
+
+def _iso_ratio(s: Study, point: int, ref: int, metric: str, per_layer: bool, power: float,
+               predicted: float, effect: float | None, effect_what: str) -> Outcome:
+    """tail(point)^power / tail(ref)^power per seed (the seeds are paired by index), against ``predicted``:
+    every layer (the worst) or a global summary."""
+    if per_layer:
+        top, bottom = layer_tails(s, point, metric), layer_tails(s, ref, metric)
+    else:
+        top = {metric: [float(v) if v is not None else math.nan for v in summary_values(s, point, metric)]}
+        bottom = {metric: [float(v) if v is not None else math.nan for v in summary_values(s, ref, metric)]}
+    stats = {g: over_seeds(per_seed_ratio([v**power for v in top[g]], [v**power for v in bottom[g]]),
+                           "seed pairs") for g in top}
+    _, stat, note = worst_layer(stats, predicted)
+    tol, rule = banded(stat, predicted)
+    settle = {q: summary_values(s, q, "equilibrium_steps_phase0") for q in (point, ref)}
+    note = (note + "; " if per_layer else "") + (f"settling steps (equilibrium_steps_phase0, per seed): this run "
+                                                 f"{settle[point]}, reference {settle[ref]}")
+    return Outcome(predicted, stat.mean, tol, rule + "; per seed pair the ratio of the tail means", effect,
+                   effect_what, note=note)
+
+
+def _iso_norm(s: Study, point: int, ref: int) -> Outcome:
+    """|w|²(point)/|w|²(ref) against √((η/λ)/(η_ref/λ_ref)): |w|⁴ = ηL/(λ(2−λη)) with the same ηλ and L."""
+    a, b = s.params(point), s.params(ref)
+    predicted = math.sqrt((a.lr / a.weight_decay) / (b.lr / b.weight_decay))
+    return _iso_ratio(s, point, ref, "norm", True, 2.0, predicted, predicted - 1.0, "the predicted ratio − 1")
+
+
+def _iso(s: Study) -> dict[str, Callable[[], Outcome]]:
+    out: dict[str, Callable[[], Outcome]] = {}
+    x4 = "the ratio a 4× larger ηλ would give, √4 − 1"
+    for j in (1, 2):
+        out[f"au-rms-{j}"] = partial(_iso_ratio, s, j, 0, "au_rms", True, 1.0, 1.0, 1.0, x4)
+        out[f"eff-lr-{j}"] = partial(_iso_ratio, s, j, 0, "eff_lr", True, 1.0, 1.0, 1.0, x4)
+        out[f"train-loss-{j}"] = partial(_iso_ratio, s, j, 0, "train_loss", False, 1.0, 1.0, None, "")
+        out[f"test-acc-{j}"] = partial(_iso_ratio, s, j, 0, "test_acc", False, 1.0, 1.0, None, "")
+        out[f"norm-sq-{j}"] = partial(_iso_norm, s, j, 0)
+    return out
+
+
+def _iso_preset():
+    from smdengine.presets import PanelDef, Preset
+    from smdengine.presets.nrq import _checkdefs
+    (l0, w0), *rest = ISO
+    checks = []
+    for j, (lr, wd) in enumerate(rest, start=1):
+        run = f"(η {lr:g}, λ {wd:g}) vs (η {l0:g}, λ {w0:g})"
+        checks += [
+            (f"au-rms-{j}", f"At equal ηλ, {run}: every layer's tail AU is the same (seed 000 Fig. 3a–d; seed 001 Obs. 1.1)."),
+            (f"eff-lr-{j}", f"At equal ηλ, {run}: every layer's effective LR η/|w|² is the same "
+                            "(seed 001 Obs. 1.1, Thm 5.1)."),
+            (f"train-loss-{j}", f"At equal ηλ, {run}: the tail train loss is the same (seed 000 Fig. 3a–d)."),
+            (f"test-acc-{j}", f"At equal ηλ, {run}: the tail test accuracy is the same (seed 000 Fig. 3a–d)."),
+            (f"norm-sq-{j}", f"At equal ηλ, {run}: |w|² scales as √(η/λ) (|w|⁴ ∝ η/λ; seed 003 Thm 1, "
+                             "seed 001 Obs. 1.1)."),
+        ]
+    points = [{"params.lr": lr, "params.weight_decay": wd} for lr, wd in ISO]
+    return Preset(
+        id="train-equal-intrinsic-lr", title="Digits MLP: equal intrinsic LR ηλ, same equilibrium",
+        seed="000", figure="Fig. 3a–d (and seed 001 Obs. 1.1)",
+        description=(
+            "A batch-normalized, fully scale-invariant MLP (depth 2) on digits with 30% label noise, B 128, "
+            "plain SGD at (η, λ) ∈ "
+            "{(0.1, 1e−2), (0.4, 2.5e−3), (1.6, 6.25e−4)}: equal ηλ. Only ηλ matters once the norm has "
+            "equilibrated: every layer's AU, its effective LR η/|w|², the train loss and the test accuracy "
+            "agree, while |w|² grows as √(η/λ) (×2 per row). Ratios are taken per seed pair (same seed, same "
+            "init and batches). Quick: width 64, 1 trial × 6 seeds, 4000 steps; paper: width 256, 4 trials "
+            "× 6 seeds, 4000 steps. Without label noise there is no equilibrium to compare on digits: the net "
+            "fits the clean labels, the unit-gradient norm keeps falling and at 3000 steps the run with the "
+            "smallest η/λ (whose |w|⁴ starts furthest above η/λ·L) is still 20–35% below the others' AU "
+            "(measured while sizing this preset); the noisy labels keep L stationary (as in seed 003 Fig. 2's "
+            "preset)."),
+        kinds=("train",), tier=2, exploratory=False, gpu_sizes=("paper",),
+        sizes={"quick": study("train-equal-intrinsic-lr (quick)", {**QUICK, **ISO_COMMON}, QUICK_SEEDS,
+                              points=points),
+               "paper": study("train-equal-intrinsic-lr (paper)", {**PAPER, **ISO_COMMON}, PAPER_SEEDS,
+                              points=points)},
+        checks=_checkdefs(*checks),
+        panels=(PanelDef("Angular update (rms), per layer", "au_rms", log_y=True),
+                PanelDef("Train loss", "train_loss", log_y=True), PanelDef("Test accuracy", "test_acc"),
+                PanelDef("Weight norm |w|", "norm", log_y=True), PanelDef("Effective LR η/|w|²", "eff_lr", log_y=True)))
+
+
+# ----------------------------------------------------------------------------- train-multistage-rescale
+
+MULTI = {"lr": 0.5, "weight_decay": 5e-3, "momentum": 0.9}
+QUICK_DECAYS, QUICK_STEPS = (1000, 3000, 4500), 5000   # stages 1000 / 2000 / 1500 / 500
+PAPER_DECAYS, PAPER_STEPS = (3000, 6000, 8000), 9000   # the catalog's: 3000 / 3000 / 2000 / 1000
+
+
+def _schedule(decays: tuple[int, ...]) -> list[dict[str, Any]]:
+    return [{"step": n, "lr_factor": 0.1, "rescale": False} for n in decays]
+
+
+def stage(p: Any, i: int) -> tuple[Any, Any, int]:
+    """(previous phase, phase i, its length in updates)."""
+    phases = p.phases()
+    end = phases[i + 1].start if i + 1 < len(phases) else p.total_steps
+    return phases[i - 1], phases[i], end - phases[i].start
+
+
+def settle_prediction(p: Any, i: int) -> tuple[float, int | None, int]:
+    """(τ·x_b(k): the predicted updates until the AU of phase i enters the ±10% band, Cor 3.1's minimum
+    ⌈ln k·(1−α)/(4λη)⌉, the stage's length); k from :func:`norm4_decay` (10 after η ÷ 10)."""
+    from smdengine._science import band_entry, norm4_decay, predicted_equilibrium_steps, relaxation_time
+    prev, phase, length = stage(p, i)
+    k = norm4_decay(prev, phase)
+    tau = relaxation_time(phase.lr, phase.weight_decay, p.momentum)
+    return tau * band_entry(k), predicted_equilibrium_steps(k, phase, p.momentum), length
+
+
+def fits(p: Any, i: int) -> bool:
+    """The stage is long enough for the AU to settle: the predicted band entry within its first 3/4."""
+    entry, _, length = settle_prediction(p, i)
+    return entry <= 0.75 * length
+
+
+def l_shift(s: Study, point: int, i: int) -> str:
+    """A note: the unit-gradient norm L (every layer, seed mean) at the last record before phase i, the first
+    in it and the last in it. The equilibrium theory (and the rescale's jump to it) assume L does not move."""
+    p = s.params(point)
+    _, phase, length = stage(p, i)
+    steps, series = layer_series(s, point, "unit_grad_sq")
+    inside = [j for j, n in enumerate(steps) if phase.start <= n < phase.start + length]
+    if not inside or inside[0] == 0:
+        return ""
+    at = (inside[0] - 1, inside[0], inside[-1])
+    parts = [f"{g} " + " → ".join(f"{math.fsum(v[j] for v in per_seed) / len(per_seed):.3g}" for j in at)
+             for g, per_seed in series.items()]
+    return ("unit-gradient norm L before the decay → first record → end of the stage: " + "; ".join(parts)
+            + " (the theory and the rescale assume L does not move)")
+
+
+def _settle(s: Study, point: int, i: int) -> Outcome:
+    p = s.params(point)
+    entry, minimum, length = settle_prediction(p, i)
+    values = summary_values(s, point, f"equilibrium_steps_phase{i}")
+    note = (f"Cor 3.1 minimum ⌈ln k·(1−α)/(4λη)⌉ = {minimum}; stage length {length}; measured per seed {values}; "
+            + l_shift(s, point, i))
+    spacing = p.record_every
+    if any(v is None for v in values):
+        return Outcome(entry, math.nan, spacing, "—", note=note + "; some seed never settles within the stage")
+    stat = over_seeds([float(v) for v in values if v is not None])
+    return Outcome(entry, stat.mean, math.hypot(stat.tolerance, spacing),
+                   f"√(({stat.rule()})² + (the record spacing {spacing}, the resolution of a settling time)²)",
+                   entry, "the predicted time itself (what a rescale removes)", note=note)
+
+
+def stage_end_au(s: Study, point: int, i: int, records: int = 5) -> dict[str, Stat]:
+    """Per layer, the mean of the last ``records`` AU records of phase i, over seeds."""
+    p = s.params(point)
+    _, phase, length = stage(p, i)
+    end = phase.start + length
+    steps, series = layer_series(s, point, "au_rms")
+    idx = [j for j, n in enumerate(steps) if phase.start <= n and n + p.record_every <= end][-records:]
+    if not idx:
+        raise Missing(f"point {point}: no record in phase {i}")
+    return {g: over_seeds([math.fsum(v[j] for j in idx) / len(idx) for v in per_seed]) for g, per_seed in series.items()}
+
+
+def _below(s: Study, point: int, i: int) -> Outcome:
+    from smdengine._science import au_equilibrium
+    p = s.params(point)
+    _, phase, length = stage(p, i)
+    entry, minimum, _ = settle_prediction(p, i)
+    predicted = au_equilibrium(phase.lr, phase.weight_decay, p.momentum)
+    stats = stage_end_au(s, point, i)
+    layer = max(stats, key=lambda g: stats[g].mean)   # the highest layer: every layer below means it is
+    stat = stats[layer]
+    note = ("every layer: " + ", ".join(f"{g} {st.mean:.4g}" for g, st in stats.items())
+            + f"; highest {layer}; predicted band entry {entry:.0f} and Cor 3.1 minimum {minimum} > stage {length}")
+    return Outcome(predicted, stat.mean, stat.tolerance, stat.rule() + "; of the mean of the stage's last 5 records; "
+                   "reproduced when every layer is below the theory by more than it", sense="below", note=note)
+
+
+def _first_record(s: Study, point: int, i: int) -> Outcome:
+    from smdengine._science import au_equilibrium
+    p = s.params(point)
+    phase = p.phases()[i]
+    predicted = au_equilibrium(phase.lr, phase.weight_decay, p.momentum)
+    steps, series = layer_series(s, point, "au_rms")
+    if phase.start not in steps:
+        raise Missing(f"point {point}: no record at the decay step {phase.start}")
+    j = steps.index(phase.start)
+    stats = {g: over_seeds([v[j] for v in per_seed]) for g, per_seed in series.items()}
+    _, stat, note = worst_layer(stats, predicted)
+    note += "; " + l_shift(s, point, i)
+    tol, rule = banded(stat, predicted)
+    no_rescale = au_equilibrium(p.phases()[i - 1].lr, phase.weight_decay, p.momentum) * 0.1   # old AU ÷ k
+    return Outcome(predicted, stat.mean, tol, rule + "; of the first record after the decay", predicted - no_rescale,
+                   "the gap between the new equilibrium AU and the AU without rescale (old ÷ 10)", note=note)
+
+
+def _final_acc(s: Study, off: int, on: int) -> Outcome:
+    a = [float(v) for v in summary_values(s, on, "test_acc_final") if v is not None]
+    b = [float(v) for v in summary_values(s, off, "test_acc_final") if v is not None]
+    if len(a) != len(b):
+        raise Missing("a child has no test_acc_final")
+    stat = over_seeds([x - y for x, y in zip(a, b, strict=True)], "seed pairs")
+    return Outcome(0.0, stat.mean, stat.tolerance, stat.rule() + "; of the per-seed difference rescale − standard")
+
+
+def _multi(s: Study) -> dict[str, Callable[[], Outcome]]:
+    out: dict[str, Callable[[], Outcome]] = {}
+    try:
+        p = s.params(0)
+    except Missing:
+        return out
+    for i in range(1, len(p.phases())):
+        out[f"off-stage{i + 1}"] = partial(_settle if fits(p, i) else _below, s, 0, i)
+        out[f"on-stage{i + 1}"] = partial(_first_record, s, 1, i)
+    out["final-test-acc"] = partial(_final_acc, s, 0, 1)
+    return out
+
+
+def _multi_checks(decays: tuple[int, ...], steps: int):
+    """The checks of a schedule: which stages fit is decided by the prediction (the same code as the evaluator)."""
+    from smdengine.presets.nrq import _checkdefs
+    from smdengine.train.spec import TrainParams
+    p = TrainParams.model_validate({**BASE, **QUICK, **MULTI, "steps": steps, "schedule": _schedule(decays)})
+    checks = []
+    for i in range(1, len(decays) + 1):
+        entry, minimum, length = settle_prediction(p, i)
+        if fits(p, i):
+            off = (f"Without rescale, after the decay at step {decays[i - 1]} every layer's AU enters the ±10% band "
+                   f"of √(2λη/(1+α)) after τ·x_b(10) = {entry:.0f} updates (Cor 3.1's minimum ⌈ln10·(1−α)/(4λη)⌉ "
+                   f"= {minimum} plus the band's offset), within the {length}-step stage (seed 003 Cor 3.1, Fig. 3).")
+        else:
+            off = (f"Without rescale, the stage after the decay at step {decays[i - 1]} ({length} steps) is shorter "
+                   f"than the time to equilibrium (≥ {minimum}): at its end every layer's AU is still below "
+                   "√(2λη/(1+α)) (seed 003 Cor 3.1, Fig. 3).")
+        checks += [(f"off-stage{i + 1}", off),
+                   (f"on-stage{i + 1}", f"With the rescale |w| ÷ 10^¼ at the decay at step {decays[i - 1]}, every "
+                                        "layer's AU is at √(2λη/(1+α)) from the first record (seed 003 §5.2, Fig. 3).")]
+    checks.append(("final-test-acc", "The rescale leaves the final test accuracy unchanged (seed 003 Table 1)."))
+    return _checkdefs(*checks)
+
+
+def _multi_preset():
+    from smdengine.presets import PanelDef, Preset
+    points = [{f"params.schedule.{j}.rescale": on for j in range(3)} for on in (False, True)]
+    quick = _multi_checks(QUICK_DECAYS, QUICK_STEPS)
+    paper = _multi_checks(PAPER_DECAYS, PAPER_STEPS)
+    assert [c.id for c in quick] == [c.id for c in paper]
+    return Preset(
+        id="train-multistage-rescale", title="Digits MLP: multi-stage LR decay, with and without the rescale",
+        seed="003", figure="Fig. 3 (Table 1)",
+        description=(
+            "A batch-normalized, fully scale-invariant MLP (depth 2) on digits, SGDM α 0.9, η 0.5, λ 5e−3, with η "
+            "÷ 10 three times (the seed: ResNet50 on ImageNet, ÷ 10 at epochs 30/60/80). Without rescale the "
+            "AU falls to old/10 at each decay and needs at least ⌈ln10·(1−α)/(4λη′)⌉ updates (Cor 3.1: 231, "
+            "2303, 23 026) to return to √(2λη′/(1+α)): reached in the second stage, not in the later, shorter "
+            "ones, where the AU stays below the theory. Multiplying every scale-invariant weight by 10^{−¼} "
+            "at each decay (rescale) puts the AU at the theory at once. Quick: width 64, 1 trial × 6 seeds, "
+            f"decays at {', '.join(map(str, QUICK_DECAYS))} of {QUICK_STEPS}; paper: width 256, 4 trials × 6 "
+            f"seeds, decays at {', '.join(map(str, PAPER_DECAYS))} of {PAPER_STEPS}. The checks' claims are "
+            "those of the quick schedule (which stages fit is computed from the prediction)."),
+        kinds=("train",), tier=2, exploratory=False, gpu_sizes=("paper",),
+        sizes={"quick": study("train-multistage-rescale (quick)",
+                              {**MULTI, **QUICK, "steps": QUICK_STEPS, "schedule": _schedule(QUICK_DECAYS)},
+                              QUICK_SEEDS, points=points),
+               "paper": study("train-multistage-rescale (paper)",
+                              {**MULTI, **PAPER, "steps": PAPER_STEPS, "schedule": _schedule(PAPER_DECAYS)},
+                              PAPER_SEEDS, points=points)},
+        checks=quick,
+        panels=(PanelDef("Angular update (rms), standard", "au_rms", log_y=True, points=(0,)),
+                PanelDef("Angular update (rms), rescaled", "au_rms", log_y=True, points=(1,)),
+                PanelDef("Weight norm |w|", "norm", log_y=True), PanelDef("Test accuracy", "test_acc")))
+
+
+PRESETS: list[tuple[Any, Callable[[Study], dict[str, Callable[[], Outcome]]]]] = [
+    (_sgdm_preset(), _sgdm),
+    (_iso_preset(), _iso),
+    (_multi_preset(), _multi),
+]
