@@ -117,17 +117,9 @@ def _labels(children: Sequence[FigureChild], seeds: bool = True) -> list[str]:
     paths = list(dict.fromkeys(path for c in children for path in c.values))
     varying = [p for p in paths if len({repr(c.values.get(p)) for c in children}) > 1]
     seeds = seeds and len({c.seed for c in children}) > 1
-    out = []
-    for c in children:
-        parts = []
-        for path in varying:
-            value = c.values.get(path)
-            parts.append(f"{path.rsplit('.', 1)[-1]}={value:.4g}" if _number(value)
-                         else f"{path.rsplit('.', 1)[-1]}={value}")
-        if seeds:
-            parts.append(f"seed={c.seed}")
-        out.append(", ".join(parts) or f"point {c.point}")
-    return out
+    from api.study_plots import point_label
+
+    return [point_label(c.values, varying, c.seed if seeds else None) or f"point {c.point}" for c in children]
 
 
 def panel_lines(panel: Any, children: Sequence[FigureChild]) -> list[dict[str, Any]]:

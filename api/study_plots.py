@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -90,8 +90,11 @@ def draw_lines(fig: Figure, ax, lines: list[dict], metric: str, x: str, log_y: b
         xs, ys = list(line.get("x") or []), list(line.get("y") or [])
         m = min(len(xs), len(ys))
         label = line.get("label", i) if len(groups) <= LEGEND_MAX_LINES else None
-        ax.plot(xs[:m], _nan(ys[:m]), color=color, lw=1.3 if "group" not in line else 1.0,
-                label=None if label is None else str(label))
+        present = [(a, b) for a, b in zip(xs[:m], ys[:m], strict=True) if _number(b)]
+        sparse = 0 < len(present) < m / 2   # evaluated at some steps only (e.g. test accuracy): connect them
+        px, py = ([a for a, _ in present], [b for _, b in present]) if sparse else (xs[:m], _nan(ys[:m]))
+        ax.plot(px, py, color=color, lw=1.3 if "group" not in line else 1.0, marker="o" if sparse else None,
+                markersize=2.5, label=None if label is None else str(label))
         drawn.append(ys[:m])
         theory = line.get("theory")
         if theory:
@@ -378,6 +381,30 @@ def _figure(width: float, height: float, layout: str | None = None) -> Figure:
     fig = Figure(figsize=(width, height), dpi=100, layout=layout)
     FigureCanvasAgg(fig)
     return fig
+
+
+def short_names(paths: Sequence[str]) -> dict[str, str]:
+    """Each dotted path by its shortest unique tail (``params.lr`` → ``lr``; three schedule entries'
+    ``rescale`` → ``0.rescale``, ``1.rescale``, ``2.rescale``), for legends."""
+    out: dict[str, str] = {}
+    for path in paths:
+        parts = path.split(".")
+        for k in range(1, len(parts) + 1):
+            tail = ".".join(parts[-k:])
+            if sum(p == tail or p.endswith("." + tail) for p in paths) == 1:
+                break
+        out[path] = tail
+    return out
+
+
+def point_label(values: Mapping[str, Any], paths: Sequence[str] | None = None, seed: int | None = None) -> str:
+    """A legend label from axis values (those of ``paths``, default all): ``lr=0.1, weight_decay=0.01``,
+    with ``seed=…`` when given."""
+    paths = [p for p in (values if paths is None else paths) if p in values]
+    names = short_names(paths)
+    parts = [f"{names[p]}={values[p]:.4g}" if _number(values[p]) and isinstance(values[p], float)
+             else f"{names[p]}={values[p]}" for p in paths]
+    return ", ".join([*parts, *([f"seed={seed}"] if seed is not None else [])])
 
 
 def _number(value: Any) -> bool:

@@ -357,7 +357,7 @@ def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[
             y = doc["series"].get(metric) or []
             t = doc.get("theory", {}).get(theory)
             curve = t if isinstance(t, list) else ([t] * len(steps) if _number(t) else None)
-            label = _point_text(_short(child.values)) or f"child {child.index}"
+            label = study_plots.point_label(child.values) or f"child {child.index}"
             lines.append({"label": label + (f", seed {child.seed}" if several_seeds else ""),
                           "x": steps, "y": y, "theory": curve})
         save(f"overlay_{metric}.png", study_plots.overlay(lines, metric, "step", "png"))
@@ -393,15 +393,6 @@ def heatmap_axes(study: Any, grouped: list[dict[str, Any]]) -> tuple[str, str] |
     numeric = [a for a in candidates
                if grouped and all(_number(r.get(a)) for r in grouped) and len({r.get(a) for r in grouped}) > 1]
     return (numeric[0], numeric[1]) if len(numeric) >= 2 else None
-
-
-def _short(values: dict[str, Any]) -> dict[str, Any]:
-    """Axis values keyed by the last part of their path (``lr=0.1``), for legends."""
-    out: dict[str, Any] = {}
-    for path, value in values.items():
-        name = path.rsplit(".", 1)[-1]
-        out[name if name not in out else path] = f"{value:.4g}" if isinstance(value, float) else value
-    return out
 
 
 # ============================================================================ the service over HTTP

@@ -446,10 +446,7 @@ def _renderers():
 
 
 def _label(child: Experiment, axes: list[str]) -> str:
-    values = child.study_values or {}
-    parts = [f"{path.rsplit('.', 1)[-1]}={values[path]:g}" if _number(values.get(path))
-             else f"{path.rsplit('.', 1)[-1]}={values.get(path)}" for path in axes if path in values]
-    return ", ".join([*parts, f"seed={child.study_seed}"])
+    return _renderers().point_label(child.study_values or {}, axes, child.study_seed)
 
 
 def _image(content: bytes, fmt: PlotFormat) -> Response:
