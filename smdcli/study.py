@@ -21,8 +21,6 @@ key. Exit status: 0 done, 1 an HTTP or connection error, 2 a rejected study (422
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import math
 import multiprocessing
@@ -107,15 +105,23 @@ def read_json(path: Path) -> Any:
     return json.loads(raw)
 
 
-def run_local(path: Path, out_dir: Path, jobs: int = 1, quiet: bool = False, data_dir: str | None = None) -> int:
-    """Expand, run every child (``jobs`` processes), write the documents, tables and plots."""
+def read_study(path: Path) -> dict[str, Any] | None:
+    """A study file (or - for stdin) as a JSON object; None, with the reason on stderr, when it is not one."""
     try:
         data = read_json(path)
     except (OSError, json.JSONDecodeError) as exc:
         print(f"smd study: cannot read study {path}: {exc}", file=sys.stderr)
-        return 2
+        return None
     if not isinstance(data, dict):
         print(f"smd study: {path}: expected a JSON object", file=sys.stderr)
+        return None
+    return data
+
+
+def run_local(path: Path, out_dir: Path, jobs: int = 1, quiet: bool = False, data_dir: str | None = None) -> int:
+    """Expand, run every child (``jobs`` processes), write the documents, tables and plots."""
+    data = read_study(path)
+    if data is None:
         return 2
     return run_study(data, out_dir, jobs=jobs, quiet=quiet, data_dir=data_dir).status
 
@@ -295,35 +301,20 @@ def write_outputs(out_dir: Path, study: Any, children: list[Any], docs: list[dic
     columns = smdengine.table_columns(rows)
     (out_dir / "table.json").write_text(json.dumps({"columns": columns, "rows": rows}, allow_nan=False),
                                         encoding="utf-8")
-    (out_dir / "table.csv").write_bytes(to_csv(rows))
+    (out_dir / "table.csv").write_bytes(_csv(rows))
     axes = study.axes()
     grouped = smdengine.group_by_point(rows, axes)
-    (out_dir / "table_by_point.csv").write_bytes(to_csv(grouped))
+    (out_dir / "table_by_point.csv").write_bytes(_csv(grouped))
     write_plots(out_dir, study, children, docs, rows, grouped)
     return sum(doc["status"] != "succeeded" for doc in docs)
 
 
-def to_csv(rows: list[dict[str, Any]]) -> bytes:
-    """UTF-8 CSV with a header of every column (first seen first): floats by ``repr``, null empty,
-    lists and objects as JSON."""
+def _csv(rows: list[dict[str, Any]]) -> bytes:
+    """The table as the service's ``table.csv`` writes it (api.exports.rows_to_csv)."""
     import smdengine
+    from api.exports import rows_to_csv
 
-    columns = smdengine.table_columns(rows)
-    out = io.StringIO()
-    writer = csv.writer(out)
-    writer.writerow(columns)
-    writer.writerows([_cell(row.get(c)) for c in columns] for row in rows)
-    return out.getvalue().encode("utf-8")
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, (list, dict)):
-        return json.dumps(value)
-    return str(value)
+    return rows_to_csv(smdengine.table_columns(rows), rows)
 
 
 def _number(value: Any) -> bool:
@@ -448,13 +439,8 @@ class Client:
 
 
 def submit(client: Client, args: argparse.Namespace) -> int:
-    try:
-        body = read_json(args.study)
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"smd study: cannot read study {args.study}: {exc}", file=sys.stderr)
-        return 2
-    if not isinstance(body, dict):
-        print(f"smd study: {args.study}: expected a JSON object", file=sys.stderr)
+    body = read_study(args.study)
+    if body is None:
         return 2
     for key in SERVICE_KEYS:
         if getattr(args, key):
@@ -469,15 +455,7 @@ def submit(client: Client, args: argparse.Namespace) -> int:
 
 
 def _child_count(study: dict[str, Any]) -> int:
-    """How many children a StudyOut describes (a list of children, or a count under some name)."""
-    children = study.get("children")
-    if isinstance(children, list):
-        return len(children)
-    for key in ("children_count", "size", "children"):
-        if isinstance(study.get(key), int):
-            return int(study[key])
-    counts = study.get("counts") or {}
-    return sum(v for v in counts.values() if isinstance(v, int))
+    return int(study.get("children_count") or 0)
 
 
 def _ended(study: dict[str, Any]) -> int:

@@ -6,12 +6,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 
 from store import jobs
 from tests.dbutil import session_scope
+from tests.servers import free_port
 
 
 def spawn(args: list[str], env: dict, log: Path, cwd: Path | None = None) -> subprocess.Popen:
@@ -83,7 +86,6 @@ class RestartableRedis:
     def __init__(self, tmp: Path):
         import shutil
 
-        from tests.servers import free_port
 
         self.binary = shutil.which("redis-server")
         assert self.binary, "redis-server is not on PATH: run scripts/ensure-redis.sh"
@@ -127,6 +129,36 @@ def smd_cli(env: dict, *args: str) -> str:
                           timeout=120)
     assert done.returncode == 0, (args, done.stdout, done.stderr)
     return done.stdout
+
+
+def smd(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`smd ARGS` with this environment, whatever its exit status (the test reads it)."""
+    return subprocess.run([sys.executable, "-m", "smdcli.main", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@contextmanager
+def serve_for_alice_and_bob(tmp: Path, **settings: str) -> Iterator[tuple[dict, dict, str, Path]]:
+    """A real `smd serve` (embedded SQLite and filesystem broker, auth on, ``SMD_*`` ``settings`` on top)
+    with users alice and bob, whose work quota is 10⁶, and their keys made by `smd keys create`. Yields
+    (env for remote commands as alice, the same as bob, base URL, the folder with serve.log)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMD_")}
+    env.update(SMD_PORT=str(port), SMD_STATE_DIR=str(tmp / "state"), SMD_AUTH="on", SMD_FLUSH_SECONDS="0.3",
+               SMD_SWEEP_SECONDS="0.5", **settings)
+    keys = {}
+    for name in ("alice", "bob"):
+        smd_cli(env, "users", "create", name)
+        keys[name] = smd_cli(env, "keys", "create", name).strip()
+    smd_cli(env, "users", "quota", "bob", "--max-work", "1000000")
+    proc = spawn([sys.executable, "-m", "smdcli.main", "serve"], env, tmp / "serve.log")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{base}/healthz", proc, tmp / "serve.log")
+        yield ({**env, "SMD_URL": base, "SMD_KEY": keys["alice"]}, {**env, "SMD_URL": base, "SMD_KEY": keys["bob"]},
+               base, tmp)
+    finally:
+        stop(proc)
 
 
 class Processes:

@@ -5,15 +5,11 @@ error paths (unknown preset or size: exit 2; over quota: exit 3)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import httpx
 import pytest
 
-from tests.integration.procs import spawn, stop, wait_http
-from tests.servers import free_port
+from tests.integration.procs import serve_for_alice_and_bob, smd
 
 pytestmark = pytest.mark.integration
 
@@ -21,32 +17,11 @@ PRESET = "nrq-equilibrium-tradeoff"
 TINY = ["--set", "params.steps=1500", "--set", "params.trials=32", "--set", "params.record_every=50"]
 
 
-def smd(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "smdcli.main", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout)
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     """(env as alice, env as bob (a small work quota), base URL, state folder)."""
-    tmp = tmp_path_factory.mktemp("serve")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SMD_")}
-    env.update(SMD_PORT=str(port), SMD_STATE_DIR=str(tmp / "state"), SMD_AUTH="on", SMD_FLUSH_SECONDS="0.3",
-               SMD_SWEEP_SECONDS="0.5")
-    keys = {}
-    for name in ("alice", "bob"):
-        assert smd(env, "users", "create", name).returncode == 0
-        keys[name] = smd(env, "keys", "create", name).stdout.strip()
-    assert smd(env, "users", "quota", "bob", "--max-work", "1000000").returncode == 0
-    proc = spawn([sys.executable, "-m", "smdcli.main", "serve"], env, tmp / "serve.log")
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_http(f"{base}/healthz", proc, tmp / "serve.log")
-        yield ({**env, "SMD_URL": base, "SMD_KEY": keys["alice"]}, {**env, "SMD_URL": base, "SMD_KEY": keys["bob"]},
-               base, tmp)
-    finally:
-        stop(proc)
+    with serve_for_alice_and_bob(tmp_path_factory.mktemp("serve")) as service:
+        yield service
 
 
 def test_catalog_from_the_service(service):
