@@ -67,11 +67,11 @@ class Preset:
 
 
 def _catalog() -> tuple[dict[str, Preset], dict[str, Evaluator]]:
-    from smdengine.presets import nrq, sde, train
+    from smdengine.presets import exploratory, networks, nrq, schedules, sde, train
 
     presets: dict[str, Preset] = {}
     evaluators: dict[str, Evaluator] = {}
-    for module in (nrq, sde, train):
+    for module in (nrq, sde, train, schedules, networks, exploratory):
         for preset, evaluator in module.PRESETS:
             if preset.id in presets:
                 raise RuntimeError(f"preset {preset.id!r} declared twice")
