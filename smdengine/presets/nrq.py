@@ -68,13 +68,31 @@ def _gap(values: dict[int, float], point: int) -> float:
     return min((abs(values[point] - v) for q, v in values.items() if q != point), default=math.inf)
 
 
+# The equilibrium formulas (r* of the SDE's stationary law, √(2ηλ/(1+α))) are continuous-time limits: the
+# discrete SGD/SGDM the simulator runs departs from them at order ηλ/(1−α) (at the quick sizes, measured: the
+# tail risk 0.8% above r* at ηλ 4·10⁻³, the AU 0.35% above its theory at α 0.9), which thousands of trials
+# resolve. The checks of an equilibrium level therefore accept the catalog's bands (shared/presets.md §3: tail
+# risk within 3% of r*, AU within 1%) when the Monte-Carlo tolerance is narrower, and say which applied.
+LIMIT_BANDS = {"risk": 0.03, "au_rms": 0.01}
+
+
 def tail_check(s: Study, point: int, key: str, predict: Callable[[Any], float], others: list[int],
                effect_what: str) -> Outcome:
-    """A tail mean against its prediction; the effect: the smallest gap to another point's prediction."""
+    """A tail mean against its prediction, within max(the Monte-Carlo tolerance, the key's LIMIT_BANDS share
+    of the prediction); the effect: the smallest gap to another point's prediction."""
     stat = s.tail(point, key)
     preds = {q: predict(s.params(q)) for q in others if q in s.by_point}
     preds[point] = predict(s.params(point))
-    return Outcome(preds[point], stat.mean, stat.tolerance, stat.rule(), _gap(preds, point), effect_what)
+    tolerance, rule = stat.tolerance, stat.rule()
+    share = LIMIT_BANDS.get(key)
+    if share is not None:
+        band = share * abs(preds[point])
+        which = ("the Monte-Carlo tolerance applies (it is the wider)" if stat.tolerance >= band else
+                 "the band applies: the Monte-Carlo tolerance is narrower than the finite-step departure of discrete "
+                 "SGD from the continuous-time formula, of order ηλ/(1−α)")
+        tolerance = max(stat.tolerance, band)
+        rule = f"max({rule} = {stat.tolerance:.3g}, the catalog's {share:.0%} of the prediction = {band:.3g}); {which}"
+    return Outcome(preds[point], stat.mean, tolerance, rule, _gap(preds, point), effect_what)
 
 
 def ratio_check(s: Study, top: int, bottom: int, key: str, predict: Callable[[Any], float],
