@@ -349,5 +349,6 @@ class PresetRun(SubmitOptions):
     seeds: list[int] | None = Field(None, min_length=1, max_length=1000,
                                     description="Replace the preset's seeds (each run once per seed).")
     overrides: dict[str, Any] | None = Field(None, description=(
-        "{dotted path: value} set in the study spec the size expands to (e.g. base.params.steps); every "
-        "child is validated as any study point is."))
+        "{dotted path: value} set on the base run of the study the size expands to (paths as in a study "
+        "axis, e.g. params.steps); every child is validated as any study point is. A path the preset varies "
+        "across its points (or one inside or above it) is refused with a 422."))

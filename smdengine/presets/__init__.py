@@ -93,19 +93,32 @@ def _preset(preset_id: str) -> Preset:
 def preset_study(preset_id: str, size: str = "quick", seeds: list[int] | None = None,
                  overrides: Mapping[str, Any] | None = None) -> dict:
     """The study spec of a preset at ``size``: ``overrides`` ({dotted path: value}) are set on the base,
-    ``seeds`` replace the study's seeds. KeyError for an unknown preset, ValueError for an unknown size
-    (validation of the values is the study expansion's)."""
+    ``seeds`` replace the study's seeds. KeyError for an unknown preset, ValueError for an unknown size or an
+    override of a path the preset varies (or one inside or above it); validation of the values is the study
+    expansion's."""
     from smdengine._study import set_path
 
     preset = _preset(preset_id)
     if size not in preset.sizes:
         raise ValueError(f"size: expected one of {', '.join(preset.sizes)}, got {size!r}")
     study = deepcopy(dict(preset.sizes[size]))
+    axes = [*study.get("grid", {}), *study.get("zip", {}),
+            *dict.fromkeys(p for point in study.get("points") or () for p in point)]
     for path, value in (overrides or {}).items():
+        varied = next((a for a in axes if _overlaps(path, a)), None)
+        if varied is not None:   # the points would overwrite it: refuse rather than ignore it
+            raise ValueError(f"{path}: expected a path the preset does not vary, got one that overlaps its axis "
+                             f"{varied!r} (run the study yourself with POST /v1/studies to vary it differently)")
         set_path(study["base"], path, deepcopy(value))
     if seeds is not None:
         study["seeds"] = list(seeds)
     return study
+
+
+def _overlaps(a: str, b: str) -> bool:
+    """Whether one dotted path is the other or lies inside it."""
+    x, y = a.split("."), b.split(".")
+    return x[:len(y)] == y or y[:len(x)] == x
 
 
 def estimate(preset_id: str, size: str) -> dict:

@@ -71,6 +71,7 @@ def test_unknown_preset_is_404_listing_the_ids(sqlite_env):
     ({"overrides": {"params.lrr": 0.1}}, ["body", "overrides", "params.lrr"], ["xtra"]),
     ({"overrides": {"params.trials": -3}}, ["body", "overrides", "params.trials"], ["greater"]),
     ({"overrides": {"params.lr.x": 1}}, ["body", "overrides"], ["params.lr"]),
+    ({"overrides": {"params.lr": 0.2}}, ["body", "overrides", "params.lr"], ["does not vary", "axis"]),
     ({"overrides": {"params.dim": 1}}, ["body", "overrides", "params.dim"], ["greater"]),
     ({"seeds": []}, ["body", "seeds"], ["at least 1"]),
 ])

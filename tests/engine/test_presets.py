@@ -56,6 +56,10 @@ def test_preset_study_arguments():
     assert PRESETS[pid].sizes["quick"]["base"]["params"]["trials"] != 7   # the catalog is not changed
     children = expand_study(study)
     assert [c.spec.params.trials for c in children] == [7, 7, 7]
+    # an override of a path the points set (or one inside or above it) would be overwritten: refused
+    for path in ("params.lr", "params.init_std", "params"):
+        with pytest.raises(ValueError, match=f"{path}: expected a path the preset does not vary"):
+            preset_study(pid, "quick", overrides={path: 0.2})
 
 
 def test_initial_norms_sit_at_equilibrium():
