@@ -127,11 +127,6 @@ def _norm_ratio(s: Study, point: int) -> Outcome:
     stats = {g: over_seeds(per_seed_ratio(norms[g], theory[g])) for g in norms}
     _, stat, note = worst_layer(stats, 1.0)
     tol, rule = banded(stat, 1.0)
-    if s.params(point).momentum > 0:
-        note += ("; with momentum the measured |w| is 11–14% below this theory in every seed and layer, also with 4 "
-                 "trials per run (measured while sizing this preset: a systematic gap, not Monte-Carlo error; L is the minibatch "
-                 "unit-gradient norm, and Thm 2's derivation is for uncorrelated successive gradients — cause not "
-                 "established)")
     return Outcome(1.0, stat.mean, tol, rule + "; per seed the ratio of the tail means", note=note)
 
 

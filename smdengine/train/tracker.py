@@ -11,6 +11,11 @@ v − αv_old − λw). At the end of a window, in float64, per group (members s
     Δ = atan2(|w ∧ w'|, ⟨w,w'⟩)          (accurate for the small angles of interest),
 
 and the unit-gradient norm² L = |g|²·|w|² (seed 003: the gradient at w/|w|).
+
+The equilibrium norm (``norm_theory``, seed 003 Thm 1/2) is driven by the running mean of h̃ = h·|w|²
+with h = |g|² + 2α⟨v_old, g⟩ (seed 003 Thm 2, assumption 5; ⟨v_old, g⟩ = ⟨v, v_old⟩ − α|v_old|² −
+λ⟨w, v_old⟩): momentum is not perpendicular to w, and the gradient's correlation with the previous
+velocity feeds the norm as much as |g|² does. For SGD (α = 0) h̃ = L.
 """
 from __future__ import annotations
 
@@ -53,11 +58,11 @@ class Tracker:
         # only for windows of up to SLOT_CACHE steps: a view object weighs ~50× its Gram matrix
         self.slots = ([list(step.unbind(0)) for step in self.buf.unbind(0)] if window <= SLOT_CACHE else None)
         self.rates: list[tuple[float, float, int]] = []   # (η, λ, velocity row) of each step
-        self.ema: torch.Tensor | None = None            # running mean of L per (group, trial), float64
+        self.ema: torch.Tensor | None = None            # running mean of h̃ per (group, trial), float64
 
     def state(self) -> dict:
         """What a checkpoint needs (CPU copies): the Gram matrices and rates of the steps of the window
-        in progress, and the running mean of L."""
+        in progress, and the running mean of h̃."""
         n = len(self.rates)
         return {"gram": saved(self.buf[:n]), "rates": [list(r) for r in self.rates],
                 "ema": None if self.ema is None else saved(self.ema)}
@@ -86,6 +91,7 @@ class Tracker:
         if gram.shape[-1] == 2:                                     # SGD: v = g + λw
             wv, vv = gram[..., 0, 1], gram[..., 1, 1]
             gg = vv - 2 * lam * wv + lam.square() * ww
+            hh = gg
         else:                                                       # SGDM: v = αv_old + g + λw
             a = self.momentum
             first = new == 1
@@ -96,19 +102,21 @@ class Tracker:
             vo = gram[..., 1, 2]
             # g = v − αv_old − λw
             gg = vv + a * a * oo + lam.square() * ww - 2 * a * vo - 2 * lam * wv + 2 * a * lam * wo
-        stats = torch.stack((ww, wv, vv, gg), dim=-1)               # (n, P, T, 4)
+            hh = gg + 2 * a * (vo - a * oo - lam * wo)              # h = |g|² + 2α⟨v_old, g⟩ (Thm 2)
+        stats = torch.stack((ww, wv, vv, gg, hh), dim=-1)           # (n, P, T, 5)
         if self.grouped:
             stats = torch.zeros(n, len(self.names), *stats.shape[2:], dtype=stats.dtype, device=dev).index_add_(1, self.index, stats)
-        ww, wv, vv, gg = stats.unbind(-1)                           # (n, G, T)
+        ww, wv, vv, gg, hh = stats.unbind(-1)                       # (n, G, T)
         dot = ww - eta * wv
         cross = eta * (ww * vv - wv * wv).clamp_min(0).sqrt()
         angle = torch.atan2(cross, dot)
         unit = gg.clamp_min(0) * ww
-        # running mean of L with the norm's relaxation rate 4λη/(1−α) (seed 003 Thm 1/2)
+        drive = hh.clamp_min(0) * ww                                # h̃, the L of Thm 2 (= unit for SGD)
+        # running mean of h̃ with the norm's relaxation rate 4λη/(1−α) (seed 003 Thm 1/2)
         beta = min(1.0, 4 * weight_decay * lr / (1 - self.momentum)) if weight_decay > 0 else 1.0 / n
         weights = beta * (1 - beta) ** torch.arange(n - 1, -1, -1, dtype=torch.float64, device=dev)
-        start = unit[0] if self.ema is None else self.ema
-        self.ema = (1 - beta) ** n * start + torch.einsum("n,ngt->gt", weights, unit)
+        start = drive[0] if self.ema is None else self.ema
+        self.ema = (1 - beta) ** n * start + torch.einsum("n,ngt->gt", weights, drive)
         theory = norm_theory(self.ema, lr, weight_decay, self.momentum)
         norm = ww.sqrt()
         out = {}
