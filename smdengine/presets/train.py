@@ -195,7 +195,8 @@ def _sgdm_preset():
         checks += [(f"au-rms-{i}", f"With α = {a:g} (η {lr:g}, λ {wd:g}) every layer's tail root-mean-square angular "
                                    "update is √(2λη/(1+α)) (seed 003 Thm 3, Fig. 2)."),
                    (f"norm-{i}", f"With α = {a:g} every layer's tail |w| equals its theory ⁴√(ηL/(λ(1−α)(2−λη/(1+α)))) "
-                                 "from the running unit-gradient norm L (seed 003 Thm 1/2, Fig. 2).")]
+                                 "with L the running mean of h̃ = (|g|² + 2α⟨v_{t−1}, g⟩)|w|², the unit-gradient norm² "
+                                 "for SGD (seed 003 Thm 1/2, Fig. 2).")]
     checks.append(("sgdm-sooner", "SGDM reaches the equilibrium sooner: the ratio of the settling times SGDM/SGD "
                                   "is that of τ·x_b(k), τ = (1−α)/(4λη) (seed 003 Fig. 2, Thm 2; design §4)."))
     points = [{"params.momentum": a} for a in MOMENTA]
