@@ -103,3 +103,13 @@ def small_spec(**params) -> dict:
             "trials": 64, "steps": 400, "record_every": 20}
     base.update(params)
     return {"kind": "nrq", "seed": 3, "device": "cpu", "params": base}
+
+
+@pytest.fixture
+def fresh_retry_journal() -> Iterator[None]:
+    """The store's outage journal (store.retry.journal) empty before and after the test: an outage logged
+    by one test must not hide the next one's log line."""
+    from store import retry
+    retry.journal.reset()
+    yield
+    retry.journal.reset()

@@ -16,12 +16,7 @@ from store.models import Experiment, utcnow
 from tests.dbutil import session_scope
 from tests.servers import free_port
 
-
-@pytest.fixture(autouse=True)
-def fresh_journal():
-    retry.journal.reset()
-    yield
-    retry.journal.reset()
+pytestmark = pytest.mark.usefixtures("fresh_retry_journal")
 
 
 def _refused() -> sa_exc.OperationalError:

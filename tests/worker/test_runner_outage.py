@@ -17,12 +17,7 @@ from tests.dbutil import session_scope
 from tests.worker.test_runner import make
 from worker import runner
 
-
-@pytest.fixture(autouse=True)
-def fresh_journal():
-    retry.journal.reset()
-    yield
-    retry.journal.reset()
+pytestmark = pytest.mark.usefixtures("fresh_retry_journal")
 
 
 def down() -> sa_exc.OperationalError:
