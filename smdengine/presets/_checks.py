@@ -182,7 +182,10 @@ def run_checks(checks: Sequence[CheckDef], evaluator: Evaluator, children: Seque
         row: dict[str, Any] = {"id": check.id, "claim": check.claim, "predicted": None, "measured": None,
                                "tolerance": None, "tolerance_rule": None, "verdict": "inconclusive", "note": None}
         try:
-            outcome = measures[check.id]()
+            measure = measures.get(check.id)
+            if measure is None:   # the evaluator could not even set it up (e.g. the point it reads is absent)
+                raise Missing("the study has no run this check can read")
+            outcome = measure()
         except Missing as exc:
             row["note"] = f"not measurable: {exc}"
             out.append(row)

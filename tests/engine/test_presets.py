@@ -150,3 +150,12 @@ def test_scale_equivalence():
 
 def test_escape_rescale():
     assert_verdicts("nrq-escape-rescale", *run_preset("nrq-escape-rescale", {"params.trials": 150}))
+
+
+@pytest.mark.parametrize("pid", list(PRESETS))
+def test_a_study_without_runs_gives_every_check_inconclusive(pid):
+    """Whatever an evaluator reads first, a study whose runs are all absent yields every check, inconclusive
+    and saying why (no exception)."""
+    checks = evaluate_checks(pid, [], [])
+    assert [c["id"] for c in checks] == [c.id for c in PRESETS[pid].checks]
+    assert all(c["verdict"] == "inconclusive" and c["note"].startswith("not measurable") for c in checks), checks
