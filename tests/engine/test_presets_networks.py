@@ -121,20 +121,28 @@ def test_full_batch_one_sided_verdicts():
 
 
 @pytest.mark.parametrize(("slope", "expected"), [(0.01, "reproduced"), (-0.01, "not_reproduced")])
-def test_decay_time_trend(slope, expected):
+def test_decay_time_plateau_and_trend(slope, expected):
+    """The plateau is predicted as τ·x_b(k), k = (|w₀|/|w*|)⁴ at the first record; the trend is over the t_d after it."""
+    k = 16.0
+    p = expand_study(preset_study("train-decay-time", "quick"))[0].spec.params
+    tau = 1 / (4 * p.lr * p.weight_decay)
+    plateau = tau * math.log((k - 1) / (0.9 ** -2 - 1))
+
     def document(c):
         p = c.spec.params
         t_d = p.phases()[1].start
         steps = list(range(0, p.total_steps, p.record_every))
-        au = formula_au(p)
-        layers = {"l0": {"au_rms": [au] * len(steps)}}
+        layers = {"l0": {"norm": [2.0] + [1.0] * (len(steps) - 1), "norm_theory": [2.0 / k ** 0.25] * len(steps)}}
         acc = 0.9 + slope * math.log2(t_d) + 0.001 * (c.seed % 2)
-        return {"series": {"step": steps}, "layers": layers, "summary": {"test_acc_final": acc}}
+        return {"series": {"step": steps, "train_acc": [0.8] * len(steps)}, "layers": layers,
+                "summary": {"test_acc_final": acc, "equilibrium_steps_phase0": round(plateau) + 10 * (c.seed % 2)}}
 
     checks = verdicts("train-decay-time", *made("train-decay-time", document))
-    assert checks["acc-trend"]["verdict"] == expected and checks["acc-trend"]["measured"] == pytest.approx(slope)
+    assert checks["plateau"]["predicted"] == pytest.approx(plateau, rel=1e-12)
     assert checks["plateau"]["verdict"] == "reproduced"
-    assert checks["plateau"]["predicted"] == pytest.approx(math.sqrt(2 * 0.8 * 5e-3), rel=1e-12)
+    after = [t for t in exploratory.DECAY_STEPS if t >= plateau]
+    assert len(after) < len(exploratory.DECAY_STEPS) and str(after) in checks["acc-trend"]["note"]
+    assert checks["acc-trend"]["verdict"] == expected and checks["acc-trend"]["measured"] == pytest.approx(slope)
 
 
 # ----------------------------------------------------------------------------- a reduced run
