@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 import smdengine
 from smdengine import PRESETS, ChildRecord, estimate, evaluate_checks, expand_study, preset_study
@@ -81,7 +82,7 @@ def test_architectures_predict_the_formula(scale, expected):
     def document(c):
         au = formula_au(c.spec.params) * scale * (1 + 0.002 * (c.seed - 1.5))
         steps = list(range(0, 1000, 50))
-        layers = {f"l{i}": {"au_rms": [au] * len(steps)} for i in range(2)}
+        layers = {f"l{i}": {"au_rms": [au] * len(steps), "norm": [1.0] * len(steps)} for i in range(2)}
         return {"series": {"step": steps}, "layers": layers,
                 "summary": {"layers": {g: {"au_rms": au} for g in layers}}}
 
@@ -132,7 +133,8 @@ def test_decay_time_plateau_and_trend(slope, expected):
         p = c.spec.params
         t_d = p.phases()[1].start
         steps = list(range(0, p.total_steps, p.record_every))
-        layers = {"l0": {"norm": [2.0] + [1.0] * (len(steps) - 1), "norm_theory": [2.0 / k ** 0.25] * len(steps)}}
+        layers = {"l0": {"norm": [2.0] + [1.0] * (len(steps) - 1), "norm_theory": [2.0 / k ** 0.25] * len(steps),
+                         "unit_grad_sq": [1.0] * len(steps)}}
         acc = 0.9 + slope * math.log2(t_d) + 0.001 * (c.seed % 2)
         return {"series": {"step": steps, "train_acc": [0.8] * len(steps)}, "layers": layers,
                 "summary": {"test_acc_final": acc, "equilibrium_steps_phase0": round(plateau) + 10 * (c.seed % 2)}}
@@ -147,7 +149,7 @@ def test_decay_time_plateau_and_trend(slope, expected):
 
 # ----------------------------------------------------------------------------- a reduced run
 
-# train-architectures at a size that runs in about 15 s here: two of its twelve points (mlp + batch norm, cnn +
+# train-architectures at a size that runs in about 20 s here alone (40 s with the 2 cores shared), one thread: two of its twelve points (mlp + batch norm, cnn +
 # layer norm; the study's own point indices, so the evaluator knows them), 3 seeds, 600 updates (24 relaxation
 # times (1−α)/(4λη) = 25; the tail is the last 300).
 REDUCED = {"params.steps": 600}
@@ -160,11 +162,16 @@ def test_architectures_reduced_run():
     children = [c for c in expand_study(preset_study(pid, "quick", seeds=[0, 1, 2], overrides=REDUCED))
                 if pairs[c.point] in RUN_POINTS]
     records, documents = [], []
-    for c in children:
-        doc = smdengine.run(c.spec).to_document()
-        records.append(ChildRecord(c.index, c.point, c.values, c.seed, "succeeded", c.spec.model_dump(mode="json"),
-                                   doc["summary"], doc["theory"]))
-        documents.append(doc)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)   # as `smd presets run` workers do: 2 threads on 2 busy cores run several times slower
+    try:
+        for c in children:
+            doc = smdengine.run(c.spec).to_document()
+            records.append(ChildRecord(c.index, c.point, c.values, c.seed, "succeeded",
+                                       c.spec.model_dump(mode="json"), doc["summary"], doc["theory"]))
+            documents.append(doc)
+    finally:
+        torch.set_num_threads(threads)
     checks = verdicts(pid, records, documents)
     for cid, c in checks.items():
         if cid in RUN_POINTS:
