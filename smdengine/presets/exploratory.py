@@ -398,8 +398,8 @@ def _decay_preset():
                     "τ·x_b(k) updates, τ = 1/(4λη), k = (|w₀|/|w*|)⁴ from the initial norm (seed 002 Fig. 1a, "
                     "O(1/λ_e); design §4)."),
         ("acc-trend", "The test accuracy after decaying the LR increases with the decay time t_d after the plateau: "
-                      "its slope against log₂ t_d, over the t_d after the predicted plateau, is above 0 (seed 002 "
-                      "Fig. 1b)."))
+                      "its slope against log₂ t_d, over the t_d after the plateau (predicted or measured, the later), "
+                      "is above 0 (seed 002 Fig. 1b)."))
     points = [{"params.steps": t + AFTER, "params.schedule.0.step": t} for t in DECAY_STEPS]
     return Preset(
         id="train-decay-time", title="Digits MLP: test accuracy after an LR decay at a later and later step",
