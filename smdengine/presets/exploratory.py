@@ -193,7 +193,7 @@ def _pseudo_preset():
             "(its loss keeps falling, which can hide an escape of a few per cent), the 450 test images resolve "
             "0.22% steps while the seed's dip on CIFAR-10 is a few per cent, and the window the MLP sees right "
             "after the decay also holds its fast transient to the lower LR. Measured at quick size: the unit-gradient "
-            "norm L of each layer drops about fourfold at the decay and recovers within the stage (as in "
+            "norm L of each layer drops three- to fourfold at the decay and recovers partly within the stage (as in "
             "train-multistage-rescale), which the AU theory and the rescale assume constant: the rescaled AU starts "
             "below √(2λη′) and the standard run's rise takes longer than τ·x_b(5); the checks' notes give L. Quick: width 64, 1 trial × 6 seeds; "
             "paper: width 256, 4 trials × 6 seeds; test accuracy every 50 steps."),
