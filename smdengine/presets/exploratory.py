@@ -303,6 +303,7 @@ DECAY = {"label_noise": 0.2, "lr": 0.8, "weight_decay": 5e-3, "momentum": 0.0, "
 DECAY_STEPS = (250, 500, 1000, 2000, 4000)
 DECAY_FACTOR = 1.0 / 800.0
 AFTER = 1000
+LONGEST = len(DECAY_STEPS) - 1   # the point with the longest first phase (the latest decay)
 
 
 def _decay_params(size: dict[str, Any]) -> dict[str, Any]:
@@ -314,14 +315,14 @@ def plateau_steps(s: Study) -> float:
     """The predicted updates to the plateau: τ·x_b(k) of the first phase (train.py's
     :func:`phase0_prediction`: k = (|w|/norm_theory)⁴ at the first record, the slowest layer), the seed mean
     over the run with the longest first phase (the last point)."""
-    predicted = phase0_prediction(s, max(s.by_point))
+    predicted = phase0_prediction(s, LONGEST)
     return math.fsum(predicted) / len(predicted)
 
 
 def _plateau(s: Study) -> Outcome:
     """The measured updates until every layer's AU stays in the ±10% band of √(2λη) (equilibrium_steps_phase0)
     of the run with the longest first phase, against τ·x_b(k)."""
-    point = max(s.by_point)
+    point = LONGEST
     values = summary_values(s, point, "equilibrium_steps_phase0")
     if any(v is None for v in values):
         raise Missing(f"point {point}: some seed's AU never settles in the ±10% band (equilibrium_steps_phase0 "
@@ -346,7 +347,7 @@ def _trend(s: Study) -> Outcome:
     """Per seed, the least-squares slope of the final test accuracy against log₂ t_d, over the points whose t_d is
     after the plateau: the later of the predicted one (:func:`plateau_steps`) and the measured settling steps of
     every seed of the longest run."""
-    plateau = max([plateau_steps(s)] + [float(v) for v in summary_values(s, max(s.by_point), "equilibrium_steps_phase0")
+    plateau = max([plateau_steps(s)] + [float(v) for v in summary_values(s, LONGEST, "equilibrium_steps_phase0")
                                         if v is not None])
     chosen = [q for q in sorted(s.by_point) if s.params(q).phases()[1].start >= plateau]
     if len(chosen) < 2:
