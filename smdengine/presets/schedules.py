@@ -150,7 +150,7 @@ LEVEL_PANELS = (("Angular update (rms), mean of layers", "au_rms", True), ("Weig
 
 ETA0, LAMBDA0 = 0.4, 1e-2
 # seed 001 Table 1 (one row per schedule): the lr factor at step 0, then the (lr, wd) factors at the 5 period
-# starts; the seed's epochs 100…500 are PERIOD…5·PERIOD updates here, its epoch 1000 8·PERIOD
+# starts; the seed's epochs 100…500 are 1…5 periods here, its epoch 1000 8 periods
 TABLE1: dict[str, tuple[float, tuple[tuple[float, float], ...]]] = {
     "S1": (1.0, ((1 / 4, 1.0), (4.0, 1.0), (1 / 4, 1.0), (2.0, 1.0), (2.0, 1.0))),
     "S2": (1.0, ((1.0, 1.0),) * 5),
@@ -159,8 +159,10 @@ TABLE1: dict[str, tuple[float, tuple[tuple[float, float], ...]]] = {
     "S5": (32.0, ((1 / 2, 1.0),) * 5),
 }
 REFERENCE = "S2"            # the constant schedule: every other is compared with it
-PERIOD = 1000               # updates between factors (the catalog's ≈ 4/λ_e); equal (η, λ) from 5·PERIOD
-FINAL = (0.1, 0.0)          # at 8·PERIOD: lr × 0.1, weight_decay_factor 0 (the seed's "LR/10, WD = 0")
+# updates between factors (paper: the catalog's 1000 ≈ 4/λ₀_e = 16 relaxation times; quick: 500, 8 of them, which
+# halves the run): equal (η, λ) from 5 periods on, the final change at 8, the end at 9
+PERIOD_QUICK, PERIOD_PAPER = 500, 1000
+FINAL = (0.1, 0.0)          # after 8 periods: lr × 0.1, weight_decay_factor 0 (the seed's "LR/10, WD = 0")
 
 
 def _table1_schedule(period: int) -> list[dict[str, Any]]:
@@ -246,24 +248,27 @@ def _same_equilibrium_preset():
                                        "(seed 001 Fig. 1, 'same best test accuracy')."),
         ]
     points = _table1_points()
-    params = {"lr": ETA0, "weight_decay": LAMBDA0, "steps": 9 * PERIOD, "schedule": _table1_schedule(PERIOD)}
+    def params(period: int) -> dict[str, Any]:
+        return {"lr": ETA0, "weight_decay": LAMBDA0, "steps": 9 * period, "schedule": _table1_schedule(period)}
+    q, pp = PERIOD_QUICK, PERIOD_PAPER
     return Preset(
         id="train-schedules-same-equilibrium", title="Digits MLP: five LR/WD schedules, one equilibrium",
         seed="001", figure="Fig. 1 (Table 1; Figs 12–13)",
         description=(
             f"A batch-normalized, fully scale-invariant MLP (depth 2) on digits, plain SGD, B 128, η₀ {ETA0:g}, λ₀ "
             f"{LAMBDA0:g}, under the five schedules of seed 001 Table 1 (S1, S3: LR factors; S4: WD factors; S5: LR "
-            f"× 32 from the start, then ÷ 2; S2: constant), one factor every {PERIOD} updates (the seed's 100 "
-            f"epochs, here 16 relaxation times 1/(4λ₀η₀)). All factors multiply to 1 at step {5 * PERIOD}: from then "
-            "on every run has the same (η, λ), and after about one period every layer's angular update, norm and "
-            f"effective LR agree across schedules (checked over steps {6 * PERIOD}–{8 * PERIOD}, each run against "
-            f"S2); at step {8 * PERIOD} lr × 0.1 and WD 0 (the seed's fine-tuning at epoch 1000) and the final test "
-            "accuracies agree. The seed: PreResNet32 on CIFAR-10, λ₀ 5e−4, 1000+ epochs. Quick: width 64, 1 trial "
-            f"× 6 seeds, {9 * PERIOD} steps; paper: width 256, 4 trials × 6 seeds, the same schedule."),
+            "× 32 from the start, then ÷ 2; S2: constant), one factor per period (the seed's 100 epochs; here "
+            f"{pp} updates, {pp * 4 * ETA0 * LAMBDA0:g} relaxation times 1/(4λ₀η₀), in paper size). All factors multiply to 1 after 5 periods: "
+            "from then on every run has the same (η, λ), and after one more period every layer's angular update, norm "
+            "and effective LR agree across schedules (checked from 6 periods to 8, each run against S2); after 8 "
+            "periods lr × 0.1 and WD 0 (the seed's fine-tuning at epoch 1000) and the final test accuracies agree. "
+            "The seed: PreResNet32 on CIFAR-10, λ₀ 5e−4, 1000+ epochs. Quick: width 64, 1 trial × 6 seeds, a period "
+            f"of {q} updates ({q * 4 * ETA0 * LAMBDA0:g} relaxation times; {9 * q} steps); paper: width 256, 4 trials × 6 seeds, periods of "
+            f"{pp} ({9 * pp} steps)."),
         kinds=("train",), tier=2, exploratory=False, gpu_sizes=("paper",),
-        sizes={"quick": study("train-schedules-same-equilibrium (quick)", {**params, **QUICK}, QUICK_SEEDS,
+        sizes={"quick": study("train-schedules-same-equilibrium (quick)", {**params(q), **QUICK}, QUICK_SEEDS,
                               points=points),
-               "paper": study("train-schedules-same-equilibrium (paper)", {**params, **PAPER}, PAPER_SEEDS,
+               "paper": study("train-schedules-same-equilibrium (paper)", {**params(pp), **PAPER}, PAPER_SEEDS,
                               points=points)},
         checks=_checkdefs(*checks),
         panels=_panels(*LEVEL_PANELS))
@@ -368,8 +373,11 @@ def _halving_preset():
 
 # ----------------------------------------------------------------------------- train-recovery-time
 
-RECOVERY: dict[str, Any] = {"lr": 0.4, "steps": 5000, "record_every": 10,
-            "schedule": [{"step": 3000, "lr_factor": 0.1, "weight_decay_factor": 10.0}]}
+# label noise 0.3 (as train-au-sgd-vs-sgdm's): with clean labels the net fits the digits and the unit-gradient
+# norm L of a record scatters over a decade, so that the AU of a 10-update record leaves the ±10% band every few
+# records and no run "settles" (measured while sizing this preset: 0 of 18 runs within 2000 steps)
+RECOVERY: dict[str, Any] = {"lr": 0.4, "steps": 5000, "label_noise": 0.3,
+                            "schedule": [{"step": 3000, "lr_factor": 0.1, "weight_decay_factor": 10.0}]}
 RECOVERY_WD = (5e-3, 1e-2, 2e-2)
 
 
@@ -461,14 +469,16 @@ def _recovery_preset():
         id="train-recovery-time", title="Digits MLP: time back to equilibrium ∝ 1/λ_e after lr ÷ 10, WD × 10",
         seed="001", figure="Fig. 11 (§6.2, App. F.2)",
         description=(
-            f"A batch-normalized, fully scale-invariant MLP (depth 2) on digits, plain SGD, B 128, η {RECOVERY['lr']:g}, "
+            "A batch-normalized, fully scale-invariant MLP (depth 2) on digits with 30% label noise (with clean labels the "
+            "unit-gradient norm of a record scatters over a decade and the AU never stays in its ±10% band, so no "
+            f"time can be measured), plain SGD, B 128, η {RECOVERY['lr']:g}, "
             f"λ ∈ {{{', '.join(f'{w:g}' for w in RECOVERY_WD)}}}: the runs first reach the equilibrium of their λ_e; at "
             f"step {change['step']} the LR is divided by 10 and the WD multiplied by 10, so λ_e is kept but the AU "
             "and the effective LR drop to a tenth (|w| has not moved). They return to the same equilibrium after "
             "τ·x_b(100) = ln(99/((1−0.1)^−2 − 1))/(4λ_e) updates (the ±10% band entry of |w|⁴ relaxing 100× down, "
             "design §4): the recovery time × λ_e is constant. The seed: VGG16 on CIFAR-10, λ_e not stated. Quick: "
-            f"width 64, 1 trial × 6 seeds, {RECOVERY['steps']} steps, a record every {RECOVERY['record_every']} "
-            "updates (the time's resolution); paper: width 256, 4 trials × 6 seeds."),
+            f"width 64, 1 trial × 6 seeds, {RECOVERY['steps']} steps, a record every {BASE['record_every']} updates "
+            "(the time's resolution); paper: width 256, 4 trials × 6 seeds."),
         kinds=("train",), tier=2, exploratory=False, gpu_sizes=("paper",),
         sizes={"quick": study("train-recovery-time (quick)", {**RECOVERY, **QUICK}, QUICK_SEEDS, points=points),
                "paper": study("train-recovery-time (paper)", {**RECOVERY, **PAPER}, PAPER_SEEDS, points=points)},

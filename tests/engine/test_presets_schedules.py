@@ -145,3 +145,30 @@ def test_recovery_verdicts_on_theory_documents():
     assert {c["verdict"] for c in checks.values()} == {"reproduced"}, checks
     _, checks = _records("train-recovery-time", lambda p, seed: 400 + 10 * (seed % 2))
     assert checks["product-1"]["verdict"] == checks["product-2"]["verdict"] == "not_reproduced"
+
+
+# ----------------------------------------------------------------------------- a reduced run
+
+# train-three-schedules at half the epochs (factors at 20/40, fine-tuning from 60 of 100: at λ_e 0.01 an epoch of
+# 10 updates is 0.4 relaxation times, so each phase still lasts 8 of them), MLP depth 2 width 32, 2 trials, 4 seeds
+REDUCED = {"params.width": 32, "params.depth": 2, "params.trials": 2, "params.epochs": 100,
+           "params.schedule.0.epoch": 20, "params.schedule.1.epoch": 40, "params.schedule.2.epoch": 60}
+SEEDS = [0, 1, 2, 3]
+
+
+def test_three_schedules_reduced():
+    pid = "train-three-schedules"
+    children = expand_study(preset_study(pid, "quick", seeds=SEEDS, overrides=REDUCED))
+    records, documents = [], []
+    for c in children:
+        doc = smdengine.run(c.spec).to_document()
+        records.append(ChildRecord(c.index, c.point, c.values, c.seed, "succeeded", c.spec.model_dump(mode="json"),
+                                   doc["summary"], doc["theory"]))
+        documents.append(doc)
+    checks = {c["id"]: c for c in evaluate_checks(pid, records, documents)}
+    assert list(checks) == [c.id for c in PRESETS[pid].checks]
+    assert {k: c["verdict"] for k, c in checks.items()} == EXPECTED, checks
+    assert all("0.02 vs 0.01" in c["note"] for c in checks.values())   # λ_e over epochs 21–40, computed
+
+
+EXPECTED: dict[str, str] = {}
