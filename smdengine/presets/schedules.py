@@ -503,16 +503,29 @@ THREE_POINTS = [{"name": "Const"},
 THREE_QUICK, THREE_PAPER = {"trials": 4}, {"trials": 32}
 
 
+def settled_start(p: Any, i: int, *others: Any) -> int:
+    """The first record step of phase i at which the AU of every run (``p`` and ``others``, same phase starts) is
+    predicted back in its ±10% band, τ·x_b(k) after the change (k = norm4_decay; the phase start without WD)."""
+    from smdengine._science import band_entry, norm4_decay, relaxation_time
+    start = p.phases()[i].start
+    wait = 0.0
+    for q in (p, *others):
+        prev, phase = q.phases()[i - 1], q.phases()[i]
+        if phase.weight_decay > 0 and prev.weight_decay > 0:
+            wait = max(wait, relaxation_time(phase.lr, phase.weight_decay, q.momentum) * band_entry(norm4_decay(prev, phase)))
+    return start + math.ceil(wait / p.record_every) * p.record_every
+
+
 def _three_error(s: Study, point: int, ref: int, key: str, phase: int) -> Outcome:
     """Per seed pair, the difference of the trial-mean error 1 − ``key`` over phase ``phase`` (the equal-λ_e
-    phase, epochs 81–120, or the fine-tuning, 121–200), against 0; the effect is the same difference over the
+    phase, epochs 81–120 from the predicted band entry on, or the fine-tuning, 121–200), against 0; the effect is the same difference over the
     last half of the phase before (epochs 61–80), when the λ_e differ."""
     same_seeds(s, point, ref)
     pa, pb = s.params(point), s.params(ref)
     fa, fb = pa.phases()[phase], pb.phases()[phase]
     if not (math.isclose(fa.lr, fb.lr) and math.isclose(fa.weight_decay, fb.weight_decay)):
         raise Missing(f"phase {phase} of points {point} and {ref} has different (η, λ)")
-    lo, hi = fa.start, phase_end(pa, phase)
+    lo, hi = settled_start(pa, phase, pb), phase_end(pa, phase)
 
     def gap(lo: float, hi: float) -> Stat:
         return paired_difference([1.0 - v for v in window_global(s, point, key, lo, hi)],
@@ -525,7 +538,8 @@ def _three_error(s: Study, point: int, ref: int, key: str, phase: int) -> Outcom
             f"{pb.phases()[1].lr * pb.phases()[1].weight_decay:g}; the gap over its last half {before.mean:.3g} ± "
             f"{before.tolerance:.3g}")
     return Outcome(0.0, stat.mean, stat.tolerance,
-                   stat.rule() + f"; of the per-seed difference of the mean error over epochs {lo // spe + 1}–{hi // spe}",
+                   stat.rule() + f"; of the per-seed difference of the mean error over the steps [{lo}, {hi}) (epochs "
+                   f"{fa.start // spe + 1}–{hi // spe}, from the slower run's predicted band entry on)",
                    abs(before.mean), "the gap between the same runs over the last half of the phase before, when "
                    "their λ_e differ 2×", note=note)
 
@@ -547,7 +561,8 @@ def _three_preset():
         for what in ("train", "test"):
             checks += [
                 (f"{what}-error-{name}-equal", f"With the same λ_e from epoch 81, {label} and Const have the same "
-                                               f"trial-mean {what} error over epochs 81–120 (seed 001 Fig. 3a)."),
+                                               f"trial-mean {what} error through epoch 120, once the AU is back in "
+                                               "its band, τ·x_b(k) after the change (seed 001 Fig. 3a)."),
                 (f"{what}-error-{name}-finetune", f"After η 0.01, λ 0 at epoch 121, {label} and Const have the same "
                                                   f"trial-mean {what} error over epochs 121–200, the strong form "
                                                   "(seed 001 Fig. 3a)."),

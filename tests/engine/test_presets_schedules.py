@@ -156,7 +156,17 @@ REDUCED = {"params.width": 32, "params.depth": 2, "params.trials": 2, "params.ep
 SEEDS = [0, 1, 2, 3]
 
 
-def test_three_schedules_reduced():
+@pytest.fixture
+def one_thread():
+    """One torch thread: on 2 shared cores two threads per run spin against each other (measured here: 20× slower)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_three_schedules_reduced(one_thread):
     pid = "train-three-schedules"
     children = expand_study(preset_study(pid, "quick", seeds=SEEDS, overrides=REDUCED))
     records, documents = [], []
@@ -171,4 +181,9 @@ def test_three_schedules_reduced():
     assert all("0.02 vs 0.01" in c["note"] for c in checks.values())   # λ_e over epochs 21–40, computed
 
 
-EXPECTED: dict[str, str] = {}
+# test-error-*-finetune: with 4 seeds × 2 trials the test error's Monte-Carlo tolerance (≈ 0.02) is wider than
+# the gap the runs show while their λ_e differ (≈ 0.015): inconclusive, as the rule says
+EXPECTED = {"train-error-lr-decay-equal": "reproduced", "train-error-lr-decay-finetune": "reproduced",
+            "test-error-lr-decay-equal": "reproduced", "test-error-lr-decay-finetune": "inconclusive",
+            "train-error-wd-decay-equal": "reproduced", "train-error-wd-decay-finetune": "reproduced",
+            "test-error-wd-decay-equal": "reproduced", "test-error-wd-decay-finetune": "inconclusive"}
