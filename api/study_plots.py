@@ -399,8 +399,11 @@ def short_names(paths: Sequence[str]) -> dict[str, str]:
 
 def point_label(values: Mapping[str, Any], paths: Sequence[str] | None = None, seed: int | None = None) -> str:
     """A legend label from axis values (those of ``paths``, default all): ``lr=0.1, weight_decay=0.01``,
-    with ``seed=…`` when given."""
+    with ``seed=…`` when given. A point that names its run (the axis ``name``) is labelled by that name
+    alone: its other values are what the name stands for (e.g. a schedule's every factor)."""
     paths = [p for p in (values if paths is None else paths) if p in values]
+    if "name" in paths:
+        return ", ".join([str(values["name"]), *([f"seed={seed}"] if seed is not None else [])])
     names = short_names(paths)
     parts = [f"{names[p]}={values[p]:.4g}" if _number(values[p]) and isinstance(values[p], float)
              else f"{names[p]}={values[p]}" for p in paths]

@@ -97,3 +97,11 @@ def test_scatter_without_theory_or_se_and_empty():
     rows = [{"params.lr": lr, "risk": lr * 2, "risk_se": None} for lr in LRS]
     _check(study_plots.scatter(rows, "params.lr", "risk", None, None, "png"), "png")
     _check(study_plots.scatter([], "intrinsic_lr", "risk", None, None, "png"), "png", 2000)
+
+
+def test_legend_labels_use_short_paths_or_the_runs_name():
+    values = {"params.schedule.0.rescale": True, "params.schedule.1.rescale": False, "params.lr": 0.1}
+    assert study_plots.point_label(values, seed=3) == "0.rescale=True, 1.rescale=False, lr=0.1, seed=3"
+    named = {"name": "A (LR halved)", "params.schedule.0.lr_factor": 0.5, "params.schedule.1.lr_factor": 0.5}
+    assert study_plots.point_label(named) == "A (LR halved)"
+    assert study_plots.point_label(named, seed=1) == "A (LR halved), seed=1"
