@@ -26,11 +26,11 @@ from smdengine.presets.train import (
     PAPER_SEEDS,
     QUICK,
     QUICK_SEEDS,
-    _settle,
     banded,
     l_shift,
     layer_series,
     phase0_prediction,
+    settle_check,
     stage,
     study,
     summary_values,
@@ -139,7 +139,7 @@ def _escape_diff(s: Study, off: int, on: int, key: str, sense: str) -> Outcome:
 
 
 def _pseudo(s: Study) -> dict[str, Callable[[], Outcome]]:
-    return {"off-settle": partial(_settle, s, 0, 1),
+    return {"off-settle": partial(settle_check, s, 0, 1),
             "on-first-record": partial(_rescaled_first_record, s, 1, 1),
             "off-loss-escape": partial(_escape_one, s, 0, "train_loss", "below"),
             "rescale-loss": partial(_escape_diff, s, 0, 1, "train_loss", "below"),

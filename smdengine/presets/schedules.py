@@ -30,10 +30,10 @@ from smdengine.presets.train import (
     PAPER_SEEDS,
     QUICK,
     QUICK_SEEDS,
-    _settle,
     banded,
     layer_series,
     per_seed_ratio,
+    settle_check,
     study,
     summary_values,
     worst_layer,
@@ -403,7 +403,7 @@ def measured_drop(s: Study, point: int) -> str:
 
 
 def _recovery_settle(s: Study, point: int) -> Outcome:
-    outcome = _settle(s, point, 1)       # τ·x_b(k) against equilibrium_steps_phase1 (train-multistage-rescale's)
+    outcome = settle_check(s, point, 1)       # τ·x_b(k) against equilibrium_steps_phase1 (train-multistage-rescale's)
     entry, _, _ = recovery_prediction(s.params(point))
     pre = summary_values(s, point, "equilibrium_steps_phase0")
     note = (f"{outcome.note}; {measured_drop(s, point)}; before the change (equilibrium_steps_phase0 per seed) {pre}")

@@ -358,7 +358,7 @@ def l_shift(s: Study, point: int, i: int) -> str:
             + " (the theory and the rescale assume L does not move)")
 
 
-def _settle(s: Study, point: int, i: int) -> Outcome:
+def settle_check(s: Study, point: int, i: int) -> Outcome:
     p = s.params(point)
     entry, minimum, length = settle_prediction(p, i)
     values = summary_values(s, point, f"equilibrium_steps_phase{i}")
@@ -434,7 +434,7 @@ def _multi(s: Study) -> dict[str, Callable[[], Outcome]]:
     except Missing:
         return out
     for i in range(1, len(p.phases())):
-        out[f"off-stage{i + 1}"] = partial(_settle if fits(p, i) else _below, s, 0, i)
+        out[f"off-stage{i + 1}"] = partial(settle_check if fits(p, i) else _below, s, 0, i)
         out[f"on-stage{i + 1}"] = partial(_first_record, s, 1, i)
     out["final-test-acc"] = partial(_final_acc, s, 0, 1)
     return out
