@@ -26,15 +26,13 @@ from smdengine.presets.train import (
     PAPER_SEEDS,
     QUICK,
     QUICK_SEEDS,
-    banded,
-    l_shift,
     layer_series,
     phase0_prediction,
+    rescaled_first_record,
     settle_check,
     stage,
     study,
     summary_values,
-    worst_layer,
 )
 
 # ----------------------------------------------------------------------------- shared measurements
@@ -90,28 +88,6 @@ def escape(s: Study, point: int, key: str) -> list[float]:
     return [a - b for a, b in zip(early, late, strict=True)]
 
 
-def _rescaled_first_record(s: Study, point: int, i: int) -> Outcome:
-    """With the rescale, every layer's AU at the first record of phase i against √(2λη′/(1+α)); the effect is
-    the gap to the AU without rescale, old/k (the AU ∝ η/|w|² falls by the LR factor k at the decay)."""
-    from smdengine._science import au_equilibrium
-    p = s.params(point)
-    prev, phase, _ = stage(p, i)
-    predicted = au_equilibrium(phase.lr, phase.weight_decay, p.momentum)
-    no_rescale = au_equilibrium(prev.lr, prev.weight_decay, p.momentum) * phase.lr / prev.lr
-    steps, series = layer_series(s, point, "au_rms")
-    if phase.start not in steps:
-        raise Missing(f"point {point}: no record at the decay step {phase.start}")
-    j = steps.index(phase.start)
-    stats = {g: over_seeds([v[j] for v in per_seed]) for g, per_seed in series.items()}
-    _, stat, note = worst_layer(stats, predicted)
-    shift = l_shift(s, point, i)
-    note += "; " + shift if shift else ""
-    tol, rule = banded(stat, predicted)
-    return Outcome(predicted, stat.mean, tol, rule + "; of the first record after the decay", predicted - no_rescale,
-                   f"the gap between the new equilibrium AU and the AU without rescale (old × {phase.lr / prev.lr:g})",
-                   note=note)
-
-
 def resolution(s: Study, point: int, key: str) -> str:
     """For test accuracy, a note on what one test image weighs (the resolution of the measurement)."""
     if key != "test_acc":
@@ -140,7 +116,7 @@ def _escape_diff(s: Study, off: int, on: int, key: str, sense: str) -> Outcome:
 
 def _pseudo(s: Study) -> dict[str, Callable[[], Outcome]]:
     return {"off-settle": partial(settle_check, s, 0, 1),
-            "on-first-record": partial(_rescaled_first_record, s, 1, 1),
+            "on-first-record": partial(rescaled_first_record, s, 1, 1),
             "off-loss-escape": partial(_escape_one, s, 0, "train_loss", "below"),
             "rescale-loss": partial(_escape_diff, s, 0, 1, "train_loss", "below"),
             "off-acc-dip": partial(_escape_one, s, 0, "test_acc", "above"),

@@ -400,22 +400,26 @@ def _below(s: Study, point: int, i: int) -> Outcome:
                    "reproduced when every layer is below the theory by more than it", sense="below", note=note)
 
 
-def _first_record(s: Study, point: int, i: int) -> Outcome:
+def rescaled_first_record(s: Study, point: int, i: int) -> Outcome:
+    """With the rescale, every layer's AU at the first record of phase i against √(2λη′/(1+α)); the effect is
+    the gap to the AU without rescale, old/k (the AU ∝ η/|w|² falls by the LR factor k at the decay)."""
     from smdengine._science import au_equilibrium
     p = s.params(point)
-    phase = p.phases()[i]
+    prev, phase, _ = stage(p, i)
     predicted = au_equilibrium(phase.lr, phase.weight_decay, p.momentum)
+    no_rescale = au_equilibrium(prev.lr, prev.weight_decay, p.momentum) * phase.lr / prev.lr
     steps, series = layer_series(s, point, "au_rms")
     if phase.start not in steps:
         raise Missing(f"point {point}: no record at the decay step {phase.start}")
     j = steps.index(phase.start)
     stats = {g: over_seeds([v[j] for v in per_seed]) for g, per_seed in series.items()}
     _, stat, note = worst_layer(stats, predicted)
-    note += "; " + l_shift(s, point, i)
+    shift = l_shift(s, point, i)
+    note += "; " + shift if shift else ""
     tol, rule = banded(stat, predicted)
-    no_rescale = au_equilibrium(p.phases()[i - 1].lr, phase.weight_decay, p.momentum) * 0.1   # old AU ÷ k
     return Outcome(predicted, stat.mean, tol, rule + "; of the first record after the decay", predicted - no_rescale,
-                   "the gap between the new equilibrium AU and the AU without rescale (old ÷ 10)", note=note)
+                   f"the gap between the new equilibrium AU and the AU without rescale (old × {phase.lr / prev.lr:g})",
+                   note=note)
 
 
 def _final_acc(s: Study, off: int, on: int) -> Outcome:
@@ -435,7 +439,7 @@ def _multi(s: Study) -> dict[str, Callable[[], Outcome]]:
         return out
     for i in range(1, len(p.phases())):
         out[f"off-stage{i + 1}"] = partial(settle_check if fits(p, i) else _below, s, 0, i)
-        out[f"on-stage{i + 1}"] = partial(_first_record, s, 1, i)
+        out[f"on-stage{i + 1}"] = partial(rescaled_first_record, s, 1, i)
     out["final-test-acc"] = partial(_final_acc, s, 0, 1)
     return out
 
