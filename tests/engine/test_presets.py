@@ -15,6 +15,7 @@ import smdengine
 from smdengine import PRESETS, ChildRecord, estimate, evaluate_checks, expand_study, preset_study
 from smdengine.nrq import theory
 from smdengine.presets import nrq as nrq_presets
+from tests.presetruns import run_children
 
 VERDICTS = {"reproduced", "not_reproduced", "inconclusive"}
 
@@ -74,14 +75,7 @@ SEEDS = [0, 1, 2, 3, 4, 5]
 
 
 def run_preset(pid: str, overrides: dict, seeds=SEEDS) -> tuple[list[ChildRecord], list[dict]]:
-    children = expand_study(preset_study(pid, "quick", seeds=seeds, overrides=overrides))
-    records, documents = [], []
-    for c in children:
-        doc = smdengine.run(c.spec).to_document()
-        records.append(ChildRecord(c.index, c.point, c.values, c.seed, "succeeded", c.spec.model_dump(mode="json"),
-                                   doc["summary"], doc["theory"]))
-        documents.append(doc)
-    return records, documents
+    return run_children(expand_study(preset_study(pid, "quick", seeds=seeds, overrides=overrides)))
 
 
 def assert_verdicts(pid, records, documents, expected=None):

@@ -7,12 +7,12 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
 import smdengine
 from smdengine import PRESETS, ChildRecord, estimate, evaluate_checks, expand_study, preset_study
 from smdengine.presets import exploratory, networks
 from smdengine.train.shapes import widths
+from tests.presetruns import run_children
 
 NETWORK_IDS = [p.id for p, _ in networks.PRESETS]
 EXPLORATORY_IDS = [p.id for p, _ in exploratory.PRESETS]
@@ -161,17 +161,7 @@ def test_architectures_reduced_run():
     pairs = [networks.check_id(m, n) for m in networks.MODELS for n in networks.NORMS]
     children = [c for c in expand_study(preset_study(pid, "quick", seeds=[0, 1, 2], overrides=REDUCED))
                 if pairs[c.point] in RUN_POINTS]
-    records, documents = [], []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)   # as `smd presets run` workers do: 2 threads on 2 busy cores run several times slower
-    try:
-        for c in children:
-            doc = smdengine.run(c.spec).to_document()
-            records.append(ChildRecord(c.index, c.point, c.values, c.seed, "succeeded",
-                                       c.spec.model_dump(mode="json"), doc["summary"], doc["theory"]))
-            documents.append(doc)
-    finally:
-        torch.set_num_threads(threads)
+    records, documents = run_children(children)
     checks = verdicts(pid, records, documents)
     for cid, c in checks.items():
         if cid in RUN_POINTS:

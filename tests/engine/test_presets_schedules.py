@@ -12,6 +12,7 @@ import smdengine
 from smdengine import PRESETS, ChildRecord, estimate, evaluate_checks, expand_study, preset_study
 from smdengine._science import EQUILIBRIUM_BAND, au_equilibrium, phase_at
 from smdengine.presets import schedules
+from tests.presetruns import run_children
 
 IDS = ["train-schedules-same-equilibrium", "train-lr-vs-wd-halving", "train-recovery-time", "train-three-schedules"]
 
@@ -156,25 +157,9 @@ REDUCED = {"params.width": 32, "params.depth": 2, "params.trials": 2, "params.ep
 SEEDS = [0, 1, 2, 3]
 
 
-@pytest.fixture
-def one_thread():
-    """One torch thread: on 2 shared cores two threads per run spin against each other (measured here: 20× slower)."""
-    import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def test_three_schedules_reduced(one_thread):
+def test_three_schedules_reduced():
     pid = "train-three-schedules"
-    children = expand_study(preset_study(pid, "quick", seeds=SEEDS, overrides=REDUCED))
-    records, documents = [], []
-    for c in children:
-        doc = smdengine.run(c.spec).to_document()
-        records.append(ChildRecord(c.index, c.point, c.values, c.seed, "succeeded", c.spec.model_dump(mode="json"),
-                                   doc["summary"], doc["theory"]))
-        documents.append(doc)
+    records, documents = run_children(expand_study(preset_study(pid, "quick", seeds=SEEDS, overrides=REDUCED)))
     checks = {c["id"]: c for c in evaluate_checks(pid, records, documents)}
     assert list(checks) == [c.id for c in PRESETS[pid].checks]
     assert {k: c["verdict"] for k, c in checks.items()} == EXPECTED, checks

@@ -6,25 +6,15 @@ import math
 
 import pytest
 
-import smdengine
-from smdengine import PRESETS, ChildRecord, evaluate_checks, expand_study, preset_study
+from smdengine import PRESETS, evaluate_checks, expand_study, preset_study
 from smdengine.presets import sde as sde_presets
+from tests.presetruns import run_children
 
 VERDICTS = {"reproduced", "not_reproduced", "inconclusive"}
 
 
-def run_study(study: dict) -> tuple[list[ChildRecord], list[dict]]:
-    records, documents = [], []
-    for c in expand_study(study):
-        doc = smdengine.run(c.spec).to_document()
-        records.append(ChildRecord(c.index, c.point, c.values, c.seed, "succeeded", c.spec.model_dump(mode="json"),
-                                   doc["summary"], doc["theory"]))
-        documents.append(doc)
-    return records, documents
-
-
 def checks_of(pid: str, study: dict) -> dict[str, dict]:
-    checks = evaluate_checks(pid, *run_study(study))
+    checks = evaluate_checks(pid, *run_children(expand_study(study)))
     assert [c["id"] for c in checks] == [c.id for c in PRESETS[pid].checks]
     for c in checks:
         assert c["verdict"] in VERDICTS and c["tolerance_rule"], c

@@ -8,9 +8,10 @@ import math
 import pytest
 
 import smdengine
-from smdengine import PRESETS, ChildRecord, estimate, evaluate_checks, expand_study, preset_study
+from smdengine import PRESETS, estimate, evaluate_checks, expand_study, preset_study
 from smdengine._science import band_entry, relaxation_time
 from smdengine.presets import train as train_presets
+from tests.presetruns import run_children
 
 TRAIN_PRESETS = [p.id for p, _ in train_presets.PRESETS]   # this module's (other modules have their own tests)
 
@@ -55,13 +56,7 @@ SEEDS = [0, 1, 2, 3]
 
 def test_au_sgd_vs_sgdm_reduced():
     pid = "train-au-sgd-vs-sgdm"
-    children = expand_study(preset_study(pid, "quick", seeds=SEEDS, overrides=REDUCED))
-    records, documents = [], []
-    for c in children:
-        doc = smdengine.run(c.spec).to_document()
-        records.append(ChildRecord(c.index, c.point, c.values, c.seed, "succeeded", c.spec.model_dump(mode="json"),
-                                   doc["summary"], doc["theory"]))
-        documents.append(doc)
+    records, documents = run_children(expand_study(preset_study(pid, "quick", seeds=SEEDS, overrides=REDUCED)))
     checks = {c["id"]: c for c in evaluate_checks(pid, records, documents)}
     assert list(checks) == [c.id for c in PRESETS[pid].checks]
     for a, i in ((0.0, 0), (0.9, 1)):
