@@ -88,7 +88,7 @@ def _lines(ax, plot: PlotDef, doc: dict[str, Any]) -> None:
             ax.plot(steps, _nan(doc["series"][key]), color=next(colors), lw=1.4, label=key)
     _theory(ax, plot, doc, steps)
     if plot.log_y and _positive([doc["series"].get(k, []) for k in plot.series]):
-        ax.set_yscale("log")
+        ax.set_yscale("log", nonpositive="mask")
     ax.set_xlabel("step")
     ax.set_ylabel(plot.ylabel)
     _finish(ax)
@@ -141,7 +141,7 @@ def _layers(fig, ax, plot: PlotDef, doc: dict[str, Any]) -> None:
         bar.set_label(f"layer, input → output ({len(layers)} layers)", fontsize=8)
         bar.ax.tick_params(labelsize=7)
     if plot.log_y and _positive(drawn):
-        ax.set_yscale("log")
+        ax.set_yscale("log", nonpositive="mask")
     ax.set_xlabel("step")
     ax.set_ylabel(plot.ylabel)
     ax.grid(alpha=0.3)

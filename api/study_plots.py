@@ -108,7 +108,7 @@ def draw_lines(fig: Figure, ax, lines: list[dict], metric: str, x: str, log_y: b
         _note(ax, "no data")
     elif log_y if log_y is not None else _spans(values, LOG_Y_DECADES):
         if any(_number(v) and v > 0 for v in values):
-            ax.set_yscale("log")
+            ax.set_yscale("log", nonpositive="mask")
     if len(groups) > LEGEND_MAX_LINES:
         bar = fig.colorbar(ScalarMappable(Normalize(0, len(groups) - 1), cmap), ax=ax, pad=0.02)
         bar.set_label(f"child, in line order ({len(groups)} lines)" if len(groups) == n
@@ -363,7 +363,7 @@ def scatter(rows: list[dict], x: str, metric: str, theory: str | None,
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())   # labelled minor ticks collide within a decade
     if _spans(ys_all, LOG_Y_DECADES):
-        ax.set_yscale("log")
+        ax.set_yscale("log", nonpositive="mask")
         ax.yaxis.set_minor_formatter(NullFormatter())
     ax.set_xlabel(AXIS_LABELS.get(x, x))
     ax.set_ylabel(f"{metric} (tail mean)")
