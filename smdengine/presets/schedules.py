@@ -262,7 +262,7 @@ def _same_equilibrium_preset():
             "from then on every run has the same (η, λ), and after one more period every layer's angular update, norm "
             "and effective LR agree across schedules (checked from 6 periods to 8, each run against S2); after 8 "
             "periods lr × 0.1 and WD 0 (the seed's fine-tuning at epoch 1000) and the final test accuracies agree. "
-            "The seed: PreResNet32 on CIFAR-10, λ₀ 5e−4, 1000+ epochs. Quick: width 64, 1 trial × 6 seeds, a period "
+            "S5's first period runs at ηλ = 32η₀λ₀, past the continuous-time regime: its run carries that warning. The seed: PreResNet32 on CIFAR-10, λ₀ 5e−4, 1000+ epochs. Quick: width 64, 1 trial × 6 seeds, a period "
             f"of {q} updates ({q * 4 * ETA0 * LAMBDA0:g} relaxation times; {9 * q} steps); paper: width 256, 4 trials × 6 seeds, periods of "
             f"{pp} ({9 * pp} steps)."),
         kinds=("train",), tier=2, exploratory=False, gpu_sizes=("paper",),
