@@ -21,7 +21,7 @@ BENCHES       ?= $(wildcard bench/*.py)
 VPY   := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv run test lint redis postgres bench clean
+.PHONY: help venv run test lint redis postgres chromium bench clean
 
 help:
 	@echo "make run    - start the service (API + embedded worker, SQLite, auth off) on 127.0.0.1:\$${SMD_PORT:-8000}"
@@ -58,12 +58,16 @@ redis:
 postgres: | redis
 	@./scripts/ensure-postgres.sh
 
+# the dashboard's browser tests drive the Debian chromium package (after postgres: one apt-get at a time)
+chromium: | postgres
+	@./scripts/ensure-chromium.sh
+
 # ruff (pyflakes, isort, bugbear, pyupgrade) and mypy (smdengine, store): configured in pyproject.toml
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-test: venv redis postgres lint
+test: venv redis postgres chromium lint
 	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 bench: venv

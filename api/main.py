@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from api import dashboard
 from api.routes import events, experiments, exports, health, ops, plots, presets, queue, studies
 from api.schemas import ErrorOut
 from smdengine import json_safe
@@ -130,6 +131,7 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
             if isinstance(route, APIRoute) and 503 not in route.responses and "503" not in route.responses:
                 route.responses[503] = DB_UNAVAILABLE[503]
         app.include_router(router)
+    app.include_router(dashboard.router)
     app.add_middleware(_RequestPatience, seconds=settings.db_request_retry_seconds)
     if settings.auth == "off":
         app.openapi = lambda: _without_auth(app)

@@ -16,7 +16,8 @@ log = logging.getLogger(__name__)
 
 
 def result_document(db: str, experiment: Experiment, fields: list[str] | None = None,
-                    max_points: int | None = None, since_step: int | None = None) -> dict[str, Any]:
+                    max_points: int | None = None, since_step: int | None = None,
+                    until_step: int | None = None) -> dict[str, Any]:
     """The design §3 document. Flat stored series named ``"<layer>/<metric>"`` (per-layer metrics
     of the ``train`` kind) go to ``layers: {layer: {metric: [...]}}``, the others to ``series``;
     ``layers`` is ``{}`` for kinds without layers. While running, series and layer series hold the
@@ -27,17 +28,20 @@ def result_document(db: str, experiment: Experiment, fields: list[str] | None = 
     (``au_rms``: that metric in every layer); a full key ``"<layer>/<metric>"`` (that one series);
     or a layer name (all of that layer's metrics). ``step`` is always kept.
 
-    ``since_step`` keeps only the points recorded after that step (series, layers and theory
-    series alike), before any downsampling."""
+    ``since_step`` keeps only the points recorded after that step and ``until_step`` those at or
+    before it (series, layers and theory series alike), before any downsampling."""
     series, layers = split_layers(read_series(db, experiment.id))
     n = len(series.get("step", []))
     theory = {k: (v[:n] if isinstance(v, list) else v) for k, v in (experiment.theory or {}).items()}
-    if since_step is not None and n:
-        first = bisect.bisect_right(series["step"], since_step)  # steps are recorded in increasing order
-        series = {k: v[first:] for k, v in series.items()}
-        layers = {layer: {m: v[first:] for m, v in metrics.items()} for layer, metrics in layers.items()}
-        theory = {k: (v[first:] if isinstance(v, list) else v) for k, v in theory.items()}
-        n -= first
+    if (since_step is not None or until_step is not None) and n:
+        steps = series["step"]  # recorded in increasing order
+        first = 0 if since_step is None else bisect.bisect_right(steps, since_step)
+        end = n if until_step is None else bisect.bisect_right(steps, until_step)
+        window = slice(first, max(first, end))
+        series = {k: v[window] for k, v in series.items()}
+        layers = {layer: {m: v[window] for m, v in metrics.items()} for layer, metrics in layers.items()}
+        theory = {k: (v[window] if isinstance(v, list) else v) for k, v in theory.items()}
+        n = len(series["step"])
     distributions = experiment.distributions or {}
     if fields:
         _check_fields(experiment, fields, series, layers, theory, distributions, recorded=n > 0)

@@ -498,11 +498,12 @@ def read_fields(session: Session, experiment_id: str, names: Sequence[str]) -> d
 
 @transaction
 def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None = None, kind: str | None = None,
-         owner_name: str | None = None, after: tuple[datetime, str] | None = None,
-         limit: int = 50) -> tuple[list[Experiment], int]:
+         owner_name: str | None = None, name_contains: str | None = None,
+         after: tuple[datetime, str] | None = None, limit: int = 50) -> tuple[list[Experiment], int]:
     """Up to ``limit`` jobs the viewer may see (their own and lab-visible ones; all with
     ``everyone``), newest first, after the keyset position ``after`` (created_at, id) of the
-    previous page; and how many match the filters over all pages."""
+    previous page; and how many match the filters over all pages. ``name_contains`` matches a
+    substring of the name, ignoring case (``%`` and ``_`` are literal)."""
     query = select(Experiment)
     if not everyone:
         query = query.where(or_(Experiment.owner_id == viewer_id, Experiment.visibility == "lab"))
@@ -512,6 +513,8 @@ def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None
         query = query.where(Experiment.kind == kind)
     if owner_name:
         query = query.where(Experiment.owner.has(User.name == owner_name))
+    if name_contains:
+        query = query.where(func.lower(Experiment.name).contains(name_contains.lower(), autoescape=True))
     total = int(session.scalar(select(func.count()).select_from(query.subquery())) or 0)
     if after is not None:
         created, last_id = after

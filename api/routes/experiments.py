@@ -81,10 +81,13 @@ def list_experiments(request: Request, response: Response, db: DbDep, user: Curr
                      status: Annotated[Status | None, Query(description="Only jobs in this state.")] = None,
                      kind: Annotated[str | None, Query(max_length=32, description="Only this kind.")] = None,
                      owner: Annotated[str | None, Query(max_length=64, description="Only this user's.")] = None,
+                     name: Annotated[str | None, Query(max_length=200, description=(
+                         "Only those whose name contains this text (ignoring case)."))] = None,
                      limit: Annotated[int, Query(ge=1, le=500)] = 50,
                      cursor: CursorQuery = None):
     """List the experiments you may see (yours and lab-visible ones; all for admins), newest first."""
     items, total = jobs.page(db, viewer_id=user.id, everyone=user.is_admin, status=status, kind=kind, owner_name=owner,
+                             name_contains=name,
                              after=cursors.decode(cursor) if cursor else None, limit=limit + 1)
     next_cursor = cursors.encode(items[limit - 1].created_at, items[limit - 1].id) if len(items) > limit else None
     if next_cursor:
@@ -134,15 +137,18 @@ def get_results(experiment: ExperimentDep, db: DbDep, request: Request, response
                     max_length=2000)] = None,
                 max_points: Annotated[int | None, Query(
                     ge=2, le=1_000_000, description="Downsample to at most this many points, keeping first and last.")] = None,
-                since_step: Annotated[int | None, SINCE_STEP] = None):
+                since_step: Annotated[int | None, SINCE_STEP] = None,
+                until_step: Annotated[int | None, Query(
+                    ge=0, le=2**62, description="Only points recorded at or before this step (with since_step: "
+                                                "a window, e.g. a zoomed chart's range, downsampled on its own).")] = None):
     """The result document: series, theory and summary (partial while running). ETag: send
     If-None-Match to poll; since_step for only the new points."""
     current = etag.tag(experiment, "results", series.stored_points(db, experiment.id), fields, max_points,
-                       since_step)
+                       since_step, until_step)
     if etag.matches(request, current):
         return etag.not_modified(current)
     selected = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
-    doc = result_document(db, experiment, selected, max_points, since_step)
+    doc = result_document(db, experiment, selected, max_points, since_step, until_step)
     response.headers["ETag"] = current
     return doc
 

@@ -1,0 +1,165 @@
+// Interactive charts of result documents (Plotly.js from the plotly wheel), drawn from the plot
+// definitions the API declares (GET /v1/experiments/{id}/plots): theory dashed, hover values, zoom
+// (which asks the API for that window at full resolution), and a log/linear toggle.
+
+import { h } from "./util.js";
+
+export const MAX_POINTS = 2000; // about a screen's width of points per chart
+const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
+  "#7f7f7f", "#bcbd22"];
+const CONFIG = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
+
+function finite(v) { return typeof v === "number" && Number.isFinite(v); }
+
+function lineTraces(plot, doc) {
+  const steps = doc.series.step || [];
+  const traces = [];
+  plot.series.forEach((name, i) => {
+    const y = doc.series[name];
+    if (!y) return;
+    const sparse = plot.sparse.includes(name);
+    let x = steps, ys = y;
+    if (sparse) {
+      const keep = y.map((v, j) => (v === null ? -1 : j)).filter((j) => j >= 0);
+      x = keep.map((j) => steps[j]);
+      ys = keep.map((j) => y[j]);
+    }
+    traces.push({ x, y: ys, name, type: "scatter", mode: sparse ? "lines+markers" : "lines",
+      line: { color: COLORS[i % COLORS.length], width: 1.6 } });
+  });
+  for (const name of plot.theory) {
+    const t = doc.theory[name];
+    if (t === undefined || t === null) continue;
+    const [x, y] = Array.isArray(t) ? [steps, t] : [[steps[0] ?? 0, steps[steps.length - 1] ?? 1], [t, t]];
+    traces.push({ x, y, name: `${name} (theory)`, type: "scatter", mode: "lines",
+      line: { color: "black", dash: "dash", width: 1.4 }, meta: "theory" });
+  }
+  const shapes = plot.times.filter((name) => finite(doc.theory[name])).map((name) => ({
+    type: "line", xref: "x", yref: "paper", x0: doc.theory[name], x1: doc.theory[name], y0: 0, y1: 1,
+    line: { color: "gray", dash: "dot", width: 1 } }));
+  return { traces, shapes };
+}
+
+function layerTraces(plot, doc) {
+  const steps = doc.series.step || [];
+  const traces = [];
+  Object.entries(doc.layers || {}).forEach(([layer, metrics], i) => {
+    const color = COLORS[i % COLORS.length];
+    for (const name of plot.series) {
+      if (metrics[name]) traces.push({ x: steps, y: metrics[name], name: `${layer}`, legendgroup: layer,
+        type: "scatter", mode: "lines", line: { color, width: 1.4 } });
+    }
+    for (const name of plot.layer_theory) {
+      if (metrics[name]) traces.push({ x: steps, y: metrics[name], name: `${layer} ${name}`, legendgroup: layer,
+        showlegend: false, type: "scatter", mode: "lines", line: { color, dash: "dash", width: 1.2 },
+        meta: "theory" });
+    }
+  });
+  for (const name of plot.theory) {
+    const t = doc.theory[name];
+    if (Array.isArray(t)) traces.push({ x: steps, y: t, name: `${name} (theory)`, type: "scatter", mode: "lines",
+      line: { color: "black", dash: "dash" }, meta: "theory" });
+  }
+  return { traces, shapes: [] };
+}
+
+function histogramTraces(plot, doc) {
+  const hist = doc.distributions?.[plot.series[0]];
+  if (!hist) return { traces: [], shapes: [] };
+  const edges = hist.bin_edges;
+  const centers = edges.slice(0, -1).map((e, i) => (e + edges[i + 1]) / 2);
+  const widths = edges.slice(0, -1).map((e, i) => edges[i + 1] - e);
+  const traces = [{ x: centers, y: hist.density, width: widths, type: "bar", name: `${plot.series[0]} (measured)`,
+    marker: { color: "rgba(31,119,180,0.55)" } }];
+  if (hist.density_theory) traces.push({ x: centers, y: hist.density_theory, type: "scatter", mode: "lines",
+    name: "density (theory)", line: { color: "black", dash: "dash" }, meta: "theory" });
+  return { traces, shapes: [] };
+}
+
+function angleTraces(plot, doc) {
+  // per-trial angles (a list per record) against the theory time ηt; at most 12 trials drawn
+  const angles = doc.series[plot.series[0]] || [];
+  const time = doc.theory.lr_time || doc.series.step || [];
+  const trials = Math.min(12, angles[0]?.length || 0);
+  const traces = [];
+  for (let k = 0; k < trials; k++) {
+    traces.push({ x: time, y: angles.map((row) => row[k]), type: "scatter", mode: "lines", showlegend: false,
+      line: { color: COLORS[k % COLORS.length], width: 1 } });
+  }
+  return { traces, shapes: [], xtitle: doc.theory.lr_time ? "ηt" : "step" };
+}
+
+const STYLES = { line: lineTraces, layers: layerTraces, histogram: histogramTraces, angles: angleTraces };
+
+// A chart card for one plot of an experiment. `loadWindow(x0, x1)` returns a result document of that
+// step window (or of everything when both are null), at most MAX_POINTS long.
+export class Chart {
+  constructor(plot, loadWindow) {
+    this.plot = plot;
+    this.loadWindow = loadWindow;
+    this.log = plot.log_y;
+    this.zoomed = false;
+    this.div = h(`div.chart#chart-${plot.name}`, { dataset: { plot: plot.name } });
+    this.toggle = h("button.small", { type: "button", onclick: () => this.setLog(!this.log) },
+      this.log ? "linear y" : "log y");
+    this.element = h("section.card.chart-card", h("div.chart-head", h("h3", plot.title), this.toggle), this.div);
+  }
+
+  layout(shapes, xtitle) {
+    const xLabel = xtitle || (this.plot.style === "histogram" ? this.plot.series[0] : "step");
+    return {
+      margin: { l: 60, r: 10, t: 10, b: 45 }, height: 320, hovermode: "closest", shapes,
+      xaxis: { title: { text: xLabel }, autorange: !this.zoomed, range: this.zoomed ? this.range : undefined },
+      yaxis: { title: { text: this.plot.ylabel }, type: this.log ? "log" : "linear", exponentformat: "power" },
+      legend: { orientation: "h", y: -0.25 }, uirevision: this.plot.name,
+    };
+  }
+
+  draw(doc) {
+    if (!window.Plotly) return;
+    this.doc = doc;
+    const { traces, shapes, xtitle } = STYLES[this.plot.style](this.plot, doc);
+    window.Plotly.react(this.div, traces, this.layout(shapes, xtitle), CONFIG);
+    if (!this.listening) {
+      this.listening = true;
+      this.div.on("plotly_relayout", (event) => this.relayout(event));
+    }
+  }
+
+  setLog(log) {
+    this.log = log;
+    this.toggle.textContent = log ? "linear y" : "log y";
+    window.Plotly.relayout(this.div, { "yaxis.type": log ? "log" : "linear", "yaxis.autorange": true });
+  }
+
+  // Zooming on steps asks the API for the window at full resolution; a reset shows everything again.
+  async relayout(event) {
+    if (this.plot.style !== "line" && this.plot.style !== "layers") return;
+    if (event["xaxis.autorange"]) {
+      this.zoomed = false;
+      this.draw(await this.loadWindow(null, null));
+    } else if (event["xaxis.range[0]"] !== undefined) {
+      this.zoomed = true;
+      this.range = [event["xaxis.range[0]"], event["xaxis.range[1]"]];
+      const doc = await this.loadWindow(Math.floor(this.range[0]) - 1, Math.ceil(this.range[1]));
+      this.draw(doc);
+    }
+  }
+}
+
+// Overlay one metric of several result documents (study children, compared experiments).
+export function overlay(div, docs, metric, { log = false, labels = [] } = {}) {
+  const traces = docs.map((doc, i) => {
+    const layers = Object.entries(doc.layers || {});
+    const y = doc.series[metric] ?? (layers.length ? layers[layers.length - 1][1][metric] : undefined);
+    return { x: doc.series.step, y: y || [], name: labels[i] || doc.spec?.name || doc.id.slice(0, 8),
+      type: "scatter", mode: "lines", line: { color: COLORS[i % COLORS.length], width: 1.4 } };
+  });
+  window.Plotly.react(div, traces, { margin: { l: 60, r: 10, t: 10, b: 45 }, height: 380,
+    xaxis: { title: { text: "step" } }, yaxis: { title: { text: metric }, type: log ? "log" : "linear" },
+    legend: { orientation: "h", y: -0.2 } }, CONFIG);
+}
+
+export function plotly(div, traces, layout) {
+  window.Plotly.react(div, traces, { margin: { l: 70, r: 10, t: 10, b: 50 }, height: 400, ...layout }, CONFIG);
+}

@@ -1,0 +1,172 @@
+// One experiment: spec, status, attempts, progress with ETA, interactive charts (theory dashed),
+// live while it runs (event stream, then the new points only: since_step), cancel, downloads.
+
+import { api, download, follow } from "./api.js";
+import { Chart, MAX_POINTS } from "./charts.js";
+import {
+  errorBox, etaSeconds, fmtDuration, fmtNumber, fmtTime, h, progressBar, statusBadge, TERMINAL,
+} from "./util.js";
+
+const REDRAW_MS = 1000; // at most one results request per second while running
+
+export function render(main, [id]) {
+  const base = `/v1/experiments/${id}`;
+  const head = h("div.exp-head");
+  const charts = h("div.charts#charts");
+  const side = h("div.side");
+  const message = h("div");
+  main.append(message, head, h("div.exp-body", charts, side));
+  let experiment = null;
+  let doc = null;          // the result document shown: downsampled to ≤ 2·MAX_POINTS, grown by deltas
+  let chartList = [];
+  let stop = () => {};
+  let fetching = false;
+  let pending = false;
+
+  async function start() {
+    try {
+      experiment = await api(base);
+    } catch (error) {
+      main.replaceChildren(errorBox(error));
+      return;
+    }
+    const plots = await api(`${base}/plots`);
+    chartList = plots.map((plot) => new Chart(plot, loadWindow));
+    charts.replaceChildren(...chartList.map((c) => c.element));
+    drawHead();
+    drawSide();
+    await refreshResults(true);
+    if (!TERMINAL.has(experiment.status)) {
+      stop = follow(`${base}/events`, base, onState, (s) => TERMINAL.has(s.status));
+    }
+  }
+
+  function onState(state) {
+    const statusChanged = state.status !== experiment.status || state.attempts !== experiment.attempts;
+    experiment = { ...experiment, ...state };
+    drawHead();
+    if (statusChanged) drawSide();
+    refreshResults(TERMINAL.has(state.status));
+  }
+
+  // While running, fetch only the points after the last one shown; at the end (or when the document
+  // grew past twice a screen's worth) the whole document again, downsampled.
+  async function refreshResults(whole) {
+    if (fetching) { pending = true; return; }
+    fetching = true;
+    try {
+      const last = doc?.series?.step?.at(-1);
+      if (whole || last === undefined || doc.series.step.length > 2 * MAX_POINTS) {
+        doc = await api(`${base}/results?max_points=${MAX_POINTS}`);
+      } else {
+        const delta = await api(`${base}/results?since_step=${last}&max_points=${MAX_POINTS}`);
+        doc = merge(doc, delta);
+      }
+      for (const chart of chartList) if (!chart.zoomed) chart.draw(doc);
+      drawSummary();
+    } catch (error) {
+      message.replaceChildren(errorBox(error));
+    } finally {
+      fetching = false;
+      if (pending) { pending = false; setTimeout(() => refreshResults(TERMINAL.has(experiment.status)), REDRAW_MS); }
+    }
+  }
+
+  async function loadWindow(since, until) {
+    if (since === null) return doc;
+    const query = new URLSearchParams({ max_points: String(MAX_POINTS), until_step: String(until) });
+    if (since >= 0) query.set("since_step", String(since));
+    return api(`${base}/results?${query}`);
+  }
+
+  function drawHead() {
+    const e = experiment;
+    const eta = etaSeconds(e.started_at, e.progress);
+    const actions = [
+      h("a.button", { href: `#/new?from=${e.id}` }, "Duplicate and edit"),
+      !TERMINAL.has(e.status) && h("button#cancel.danger", { type: "button", disabled: e.cancel_requested,
+        onclick: cancel }, e.cancel_requested ? "Cancelling…" : "Cancel"),
+    ];
+    head.replaceChildren(
+      h("h1", e.name || e.id, " ", statusBadge(e.status)),
+      h("div.muted", `${e.kind}${e.spec?.params?.model ? " / " + e.spec.params.model : ""} · ${e.id}`,
+        e.study_id ? [" · child of ", h("a", { href: `#/studies/${e.study_id}` }, "its study")] : ""),
+      h("div.status-line", progressBar(e.progress, `${e.step} / ${e.total_steps} steps`),
+        h("span#eta.muted", e.status === "running" && eta !== null ? `ETA ${fmtDuration(eta)}` : "")),
+      e.error ? h("div.error-box", e.error) : "",
+      (e.warnings || []).map((w) => h("div.warning-box", `${w.code}: ${w.message}`)),
+      h("div.toolbar", actions));
+  }
+
+  async function cancel() {
+    try {
+      experiment = { ...experiment, ...(await api(`${base}/cancel`, { method: "POST" })) };
+      drawHead();
+    } catch (error) {
+      message.replaceChildren(errorBox(error));
+    }
+  }
+
+  const summaryBox = h("div");
+
+  function drawSummary() {
+    const rows = Object.entries(doc?.summary || {}).filter(([, v]) => typeof v === "number");
+    summaryBox.replaceChildren(rows.length ? h("table.kv", rows.map(([k, v]) => h("tr", h("th", k),
+      h("td", fmtNumber(v))))) : h("p.muted", "No summary yet."));
+  }
+
+  async function drawSide() {
+    const e = experiment;
+    const name = e.name || e.id;
+    const files = [["JSON", "results", "json"], ["CSV", "results.csv", "csv"], ["Parquet", "results.parquet", "parquet"]];
+    side.replaceChildren(
+      h("section.card", h("h3", "Summary"), summaryBox),
+      h("section.card", h("h3", "Downloads"), h("div.downloads",
+        files.map(([label, path, ext]) => h("button.small", { type: "button",
+          onclick: () => download(`${base}/${path}`, `${name}.${ext}`) }, label)),
+        chartList.map((c) => [
+          h("button.small", { type: "button", onclick: () => download(`${base}/plots/${c.plot.name}.png`,
+            `${name}-${c.plot.name}.png`) }, `${c.plot.name}.png`),
+          h("button.small", { type: "button", onclick: () => download(`${base}/plots/${c.plot.name}.svg`,
+            `${name}-${c.plot.name}.svg`) }, `${c.plot.name}.svg`)]))),
+      h("section.card", h("h3", "Details"), h("table.kv",
+        [["owner", e.owner], ["visibility", e.visibility], ["priority", e.priority], ["queue", e.queue],
+          ["worker", e.worker], ["created", fmtTime(e.created_at)], ["started", fmtTime(e.started_at)],
+          ["finished", fmtTime(e.finished_at)]].map(([k, v]) => h("tr", h("th", k), h("td", v ?? ""))))),
+      h("section.card", h("h3", "Spec"), h("pre.spec", JSON.stringify(e.spec, null, 2))),
+      h("section.card#attempts", h("h3", "Attempts"), h("p.muted", "…")));
+    drawSummary();
+    try {
+      const attempts = await api(`${base}/attempts`);
+      side.querySelector("#attempts").replaceChildren(h("h3", `Attempts (${attempts.length})`),
+        attempts.length ? h("table.list.compact", h("tr", h("th", "#"), h("th", "worker"), h("th", "started"),
+          h("th", "outcome")),
+        attempts.map((a) => h("tr", h("td", a.number), h("td", a.worker.split("/")[0]), h("td", fmtTime(a.started_at)),
+          h("td", a.outcome || "running",
+            a.resumed_from_step !== null ? ` (resumed at step ${a.resumed_from_step})` : ""))))
+          : h("p.muted", "Not started yet."));
+    } catch (error) {
+      side.querySelector("#attempts").append(errorBox(error));
+    }
+  }
+
+  start();
+  return () => stop();
+}
+
+// Append the delta document (points after the last step shown) to the document shown.
+function merge(doc, delta) {
+  if (!delta.series.step?.length) return { ...doc, status: delta.status, summary: delta.summary,
+    distributions: delta.distributions };
+  const cat = (a, b) => (Array.isArray(a) && Array.isArray(b) ? a.concat(b) : b ?? a);
+  const series = { ...doc.series };
+  for (const [k, v] of Object.entries(delta.series)) series[k] = cat(series[k] || [], v);
+  const theory = { ...doc.theory };
+  for (const [k, v] of Object.entries(delta.theory)) theory[k] = cat(theory[k], v);
+  const layers = { ...doc.layers };
+  for (const [layer, metrics] of Object.entries(delta.layers || {})) {
+    layers[layer] = { ...(layers[layer] || {}) };
+    for (const [m, v] of Object.entries(metrics)) layers[layer][m] = cat(layers[layer][m] || [], v);
+  }
+  return { ...delta, series, theory, layers };
+}

@@ -1,0 +1,219 @@
+// New experiment: a form generated from the submission's JSON schema in /openapi.json (per kind and
+// model every field with its default, bounds and description). The server validates: its 422
+// errors are shown next to the fields they name. "Duplicate and edit" arrives as #/new?from=ID.
+
+import { api } from "./api.js";
+import { errorBox, h, routeQuery } from "./util.js";
+
+let schemaCache = null;
+
+async function submissionSchema() {
+  if (!schemaCache) {
+    const openapi = await api("/openapi.json");
+    const body = openapi.paths["/v1/experiments"].post.requestBody.content["application/json"].schema;
+    schemaCache = { root: body, components: openapi.components.schemas };
+  }
+  return schemaCache;
+}
+
+export function render(main) {
+  const message = h("div");
+  const form = h("form#new-experiment.spec-form", { novalidate: true });
+  main.append(h("h1", "New experiment"), message, form);
+  let builder;
+
+  (async () => {
+    try {
+      const { root, components } = await submissionSchema();
+      const from = routeQuery().from;
+      const initial = from ? (await api(`/v1/experiments/${from}`)).spec : {};
+      if (from) main.querySelector("h1").textContent = `New experiment (from ${initial.name || from.slice(0, 8)})`;
+      builder = new FormBuilder(components);
+      form.append(builder.field(root, [], initial, "experiment"),
+        h("div.toolbar", h("button#submit.primary", { type: "submit" }, "Submit"),
+          h("span.muted", "Empty fields take their defaults.")));
+    } catch (error) {
+      message.replaceChildren(errorBox(error));
+    }
+  })();
+
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    builder.clearErrors();
+    message.replaceChildren();
+    let spec;
+    try {
+      spec = builder.value();
+    } catch (error) {
+      message.replaceChildren(errorBox(error));
+      return;
+    }
+    try {
+      const experiment = await api("/v1/experiments", { method: "POST", body: spec });
+      location.hash = `#/experiments/${experiment.id}`;
+    } catch (error) {
+      if (error.status === 422 && Array.isArray(error.detail)) {
+        const unplaced = error.detail.filter((d) => !builder.showError(d.loc, d.msg));
+        if (unplaced.length) message.replaceChildren(errorBox({ detail: unplaced }));
+        else message.replaceChildren(h("div.error-box", "The server refused some values: see the fields marked."));
+      } else {
+        message.replaceChildren(errorBox(error));
+      }
+    }
+  });
+}
+
+// Builds inputs for a JSON schema; value() reads them back into a spec; showError(loc, msg) puts a
+// server error next to the field its loc names (union tags such as "nrq" in ["body", "nrq", "params",
+// "lr"] are skipped).
+class FormBuilder {
+  constructor(components) {
+    this.components = components;
+    this.readers = new Map();   // dotted path → () => value (undefined: leave out)
+    this.fields = new Map();    // dotted path → the field's element
+    this.tags = new Map();      // dotted path of a union → its tag values
+  }
+
+  resolve(schema) {
+    while (schema && schema.$ref) schema = this.components[schema.$ref.split("/").pop()];
+    return schema;
+  }
+
+  // A field for `schema` at `path` with the initial value; returns its element.
+  field(schema, path, initial, label) {
+    schema = this.resolve(schema);
+    const options = (schema.oneOf || []).map((s) => this.resolve(s));
+    if (options.length) return this.union(options, path, initial, label);
+    if (schema.type === "object" && schema.properties) return this.object(schema, path, initial, label);
+    return this.leaf(schema, path, initial, label);
+  }
+
+  union(options, path, initial, label) {
+    const tag = Object.keys(options[0].properties).find((p) => options.every((o) => o.properties[p]?.const !== undefined));
+    const values = options.map((o) => o.properties[tag].const);
+    const key = path.join(".");
+    this.tags.set(key, new Set(values));
+    const chosen = values.includes(initial?.[tag]) ? initial[tag] : values[0];
+    const holder = h("div.union-body");
+    const select = h("select", { name: [...path, tag].join(".") || tag, id: `field-${[...path, tag].join("-")}` },
+      values.map((v) => h("option", { value: v, selected: v === chosen }, v)));
+    const show = (value, start) => {
+      for (const k of [...this.readers.keys()]) if (k.startsWith(key ? `${key}.` : "")) this.readers.delete(k);
+      this.readers.set([...path, tag].join("."), () => select.value);
+      const option = options[values.indexOf(value)];
+      holder.replaceChildren(this.object(option, path, start, null, tag));
+      this.readers.set([...path, tag].join("."), () => select.value);
+    };
+    select.addEventListener("change", () => show(select.value, {}));
+    const wrapper = h("fieldset.union", h("legend", label || tag),
+      h("label.field", h("span.field-name", tag), select), holder);
+    this.fields.set(key, wrapper);
+    show(chosen, initial || {});
+    return wrapper;
+  }
+
+  object(schema, path, initial, label, skip) {
+    const children = [];
+    for (const [name, prop] of Object.entries(schema.properties)) {
+      if (name === skip || prop.const !== undefined) continue;
+      children.push(this.field(prop, [...path, name], initial?.[name], name));
+    }
+    const box = label === null ? h("div.object", children) : h("fieldset.object", h("legend", label), children);
+    this.fields.set(path.join("."), box);
+    return box;
+  }
+
+  leaf(schema, path, initial, name) {
+    const key = path.join(".");
+    const nullable = (schema.anyOf || []).some((s) => s.type === "null");
+    const base = this.resolve((schema.anyOf || []).find((s) => s.type !== "null") || schema);
+    const value = initial !== undefined ? initial : schema.default;
+    let input;
+    let read;
+    if (base.enum) {
+      input = h("select", { name: key }, (nullable || value === undefined) && h("option", { value: "" }, "(default)"),
+        base.enum.map((v) => h("option", { value: v, selected: v === value }, v)));
+      read = () => (input.value === "" ? undefined : input.value);
+    } else if (base.type === "boolean") {
+      input = h("input", { type: "checkbox", name: key, checked: Boolean(value) });
+      read = () => input.checked;
+    } else if (base.type === "array" || base.type === "object" || (!base.type && !base.enum)) {
+      input = h("textarea", { name: key, rows: 2, placeholder: "JSON", value: value === undefined || value === null
+        ? "" : JSON.stringify(value) });
+      read = () => {
+        if (!input.value.trim()) return undefined;
+        try { return JSON.parse(input.value); } catch { throw new Error(`${key}: not valid JSON`); }
+      };
+    } else {
+      // text, not type=number: any value reaches the server, whose message says what is wrong
+      input = h("input", { type: "text", name: key, value: value ?? "", inputMode: base.type === "string" ? "text" : "decimal",
+        placeholder: value === undefined || value === null ? "(unset)" : "" });
+      read = () => {
+        const text = input.value.trim();
+        if (text === "") return nullable ? undefined : undefined;
+        if (base.type === "integer" || base.type === "number") {
+          const number = Number(text);
+          return text !== "" && Number.isFinite(number) ? number : text;
+        }
+        return text;
+      };
+    }
+    input.id = `field-${path.join("-")}`;
+    this.readers.set(key, read);
+    const element = h("label.field", { dataset: { path: key } }, h("span.field-name", name),
+      input, h("span.hint", describe(schema, base)), h("span.field-error", { dataset: { errorFor: key } }));
+    this.fields.set(key, element);
+    return element;
+  }
+
+  value() {
+    const out = {};
+    for (const [key, read] of this.readers) {
+      const v = read();
+      if (v === undefined) continue;
+      const parts = key.split(".");
+      let node = out;
+      for (const part of parts.slice(0, -1)) node = node[part] ??= {};
+      node[parts.at(-1)] = v;
+    }
+    return out;
+  }
+
+  clearErrors() {
+    for (const el of document.querySelectorAll(".field-error")) el.textContent = "";
+    for (const el of document.querySelectorAll(".has-error")) el.classList.remove("has-error");
+  }
+
+  // Place the message at the deepest field its loc names; false when no field matches.
+  showError(loc, msg) {
+    const path = [];
+    for (const part of loc.slice(loc[0] === "body" ? 1 : 0)) {
+      if (this.tags.get(path.join("."))?.has(part)) continue;
+      path.push(part);
+    }
+    for (let n = path.length; n >= 0; n--) {
+      const key = path.slice(0, n).join(".");
+      const field = this.fields.get(key);
+      if (!field || (n === 0 && path.length)) continue;
+      let slot = field.querySelector(":scope > .field-error");
+      if (!slot) slot = field.appendChild(h("span.field-error", { dataset: { errorFor: key } }));
+      slot.textContent = slot.textContent ? `${slot.textContent}; ${msg}` : msg;
+      field.classList.add("has-error");
+      return true;
+    }
+    return false;
+  }
+}
+
+function describe(schema, base) {
+  const bits = [];
+  if (schema.description) bits.push(schema.description);
+  const bounds = [];
+  if (base.minimum !== undefined) bounds.push(`≥ ${base.minimum}`);
+  if (base.exclusiveMinimum !== undefined) bounds.push(`> ${base.exclusiveMinimum}`);
+  if (base.maximum !== undefined) bounds.push(`≤ ${base.maximum}`);
+  if (base.exclusiveMaximum !== undefined) bounds.push(`< ${base.exclusiveMaximum}`);
+  if (bounds.length) bits.push(bounds.join(", "));
+  if (schema.default !== undefined && schema.default !== null) bits.push(`default ${JSON.stringify(schema.default)}`);
+  return bits.join(" · ");
+}

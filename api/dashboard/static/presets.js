@@ -1,0 +1,73 @@
+// Presets: one card per seed figure with its description, cost estimate and a "run quick" button;
+// once run, its latest study's figure and verdicts.
+
+import { api, imageUrl } from "./api.js";
+import { checksTable } from "./studies.js";
+import { errorBox, fmtNumber, h, progressBar, statusBadge } from "./util.js";
+
+const DONE = new Set(["succeeded", "failed", "cancelled", "partial"]);
+
+export function render(main) {
+  const message = h("div");
+  const grid = h("div.cards#presets");
+  main.append(h("h1", "Presets"), h("p.muted", "The seed papers' figures as studies: run one at its quick (CPU) size; "
+    + "its checks compare what was measured with what the theory predicts."), message, grid);
+  let timer;
+
+  async function load() {
+    let presets, studies;
+    try {
+      [presets, studies] = await Promise.all([api("/v1/presets"), api("/v1/studies?limit=500")]);
+    } catch (error) {
+      message.replaceChildren(errorBox(error));
+      return;
+    }
+    const latest = new Map(); // newest study of each preset (the list is newest first)
+    for (const s of studies.items) if (s.preset && !latest.has(s.preset)) latest.set(s.preset, s);
+    grid.replaceChildren(...presets.map((p) => card(p, latest.get(p.id))));
+    if ([...latest.values()].some((s) => !DONE.has(s.status))) timer = setTimeout(load, 3000);
+  }
+
+  function card(p, study) {
+    const quick = p.sizes.quick;
+    const run = h("button.primary", { type: "button", onclick: async () => {
+      run.disabled = true;
+      try {
+        const created = await api(`/v1/presets/${p.id}/run`, { method: "POST", body: { size: "quick" } });
+        location.hash = `#/studies/${created.id}`;
+      } catch (error) {
+        run.disabled = false;
+        run.after(errorBox(error));
+      }
+    } }, "Run quick");
+    const result = study ? h("div",
+      h("div", h("a", { href: `#/studies/${study.id}` }, "latest run"), " ", statusBadge(study.status)),
+      DONE.has(study.status) ? h("div.preset-result", figure(study), verdicts(study)) : progressBar(study.progress))
+      : "";
+    return h(study ? "article.card.preset.has-result" : "article.card.preset", { dataset: { preset: p.id } },
+      h("h3", p.title),
+      h("div.muted", `seed ${p.seed} · ${p.figure} · tier ${p.tier}${p.exploratory ? " · exploratory" : ""} · ${p.kinds.join(", ")}`),
+      h("p", p.description),
+      h("div.estimate", quick ? `quick: ${quick.runs} runs, work ${fmtNumber(quick.work)}${quick.gpu ? " (GPU)" : ""}` : "",
+        p.sizes.paper ? ` · paper: ${p.sizes.paper.runs} runs, work ${fmtNumber(p.sizes.paper.work)}${p.sizes.paper.gpu ? " (GPU)" : ""}` : ""),
+      h("details", h("summary", `${p.checks.length} checks`), h("ul", p.checks.map((c) => h("li", c.claim)))),
+      h("div.toolbar", quick ? run : ""), result);
+  }
+
+  function verdicts(study) {  // the list leaves checks out: the study itself has them
+    const box = h("div.verdicts");
+    api(`/v1/studies/${study.id}`).then((full) => box.replaceChildren(checksTable(full.checks)))
+      .catch((error) => box.replaceChildren(errorBox(error)));
+    return box;
+  }
+
+  function figure(study) {
+    const img = h("img.figure", { alt: `figure of ${study.preset}` });
+    imageUrl(`/v1/studies/${study.id}/plots/figure.png`).then((url) => { img.src = url; })
+      .catch((error) => img.replaceWith(errorBox(error)));
+    return img;
+  }
+
+  load();
+  return () => clearTimeout(timer);
+}

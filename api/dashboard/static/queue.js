@@ -1,0 +1,31 @@
+// Queue: your place in the queue, the workers and the queue depths (refreshed every 3 s).
+
+import { api } from "./api.js";
+import { errorBox, fmtDuration, fmtTime, h, statusBadge } from "./util.js";
+
+export function render(main) {
+  const body = h("div");
+  main.append(h("h1", "Queue"), body);
+  let timer;
+  async function load() {
+    try {
+      const q = await api("/v1/queue");
+      body.replaceChildren(
+        h("table.list#queues", h("tr", h("th", "queue"), h("th", "queued"), h("th", "running"), h("th", "workers busy"),
+          h("th", "mean run time")),
+        Object.entries(q.queues).map(([name, info]) => h("tr", h("td", name), h("td", info.queued), h("td", info.running),
+          h("td", info.workers), h("td", fmtDuration(info.mean_duration_seconds))))),
+        h("h2", "Your queued and running jobs"),
+        q.jobs.length ? h("table.list#my-jobs", h("tr", h("th", "job"), h("th", "status"), h("th", "queue"),
+          h("th", "position"), h("th", "priority"), h("th", "start (estimate)")),
+        q.jobs.map((j) => h("tr", h("td", h("a", { href: `#/experiments/${j.id}` }, j.name || j.id.slice(0, 12))),
+          h("td", statusBadge(j.status)), h("td", j.queue), h("td", j.position ?? ""), h("td", j.priority),
+          h("td", fmtTime(j.estimated_start))))) : h("p.muted", "Nothing of yours is queued or running."));
+    } catch (error) {
+      body.replaceChildren(errorBox(error));
+    }
+    timer = setTimeout(load, 3000);
+  }
+  load();
+  return () => clearTimeout(timer);
+}

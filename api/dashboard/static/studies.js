@@ -1,0 +1,198 @@
+// Studies: the list, and a study's page: its children in a table sortable by any column, overlay /
+// heatmap / scatter charts with the axes and metric chosen in the page, and its checks with verdicts.
+
+import { api, follow, imageUrl } from "./api.js";
+import { overlay, plotly } from "./charts.js";
+import { errorBox, fmtNumber, fmtTime, h, progressBar, statusBadge, TERMINAL } from "./util.js";
+
+const STUDY_DONE = new Set(["succeeded", "failed", "cancelled", "partial"]);
+const OVERLAY_MAX = 24; // children drawn in an overlay
+
+export function renderList(main) {
+  const body = h("tbody");
+  const message = h("div");
+  main.append(h("h1", "Studies"), message, h("table.list#studies-table", h("thead", h("tr", h("th", "name"),
+    h("th", "status"), h("th", "progress"), h("th", "points × seeds"), h("th", "preset"), h("th", "created"))), body));
+  let timer;
+  async function load() {
+    try {
+      const page = await api("/v1/studies?limit=100");
+      body.replaceChildren(...page.items.map((s) => h("tr", { dataset: { id: s.id } },
+        h("td", h("a", { href: `#/studies/${s.id}` }, s.name || s.id.slice(0, 12))), h("td", statusBadge(s.status)),
+        h("td", progressBar(s.progress)), h("td", `${s.points} → ${s.children_count} runs`),
+        h("td", s.preset ? h("a", { href: `#/presets` }, `${s.preset} (${s.preset_size})`) : ""),
+        h("td", fmtTime(s.created_at)))));
+      if (!page.items.length) body.append(h("tr", h("td.muted", { colSpan: 6 }, "No studies yet.")));
+      if (page.items.some((s) => !STUDY_DONE.has(s.status))) timer = setTimeout(load, 3000);
+    } catch (error) {
+      message.replaceChildren(errorBox(error));
+    }
+  }
+  load();
+  return () => clearTimeout(timer);
+}
+
+export function verdictBadge(verdict) {
+  return h(`span.badge.verdict-${verdict}`, { dataset: { verdict } }, verdict.replace("_", " "));
+}
+
+export function checksTable(checks) {
+  if (!checks?.length) return h("p.muted", "No checks (yet).");
+  return h("table.list.checks", h("tr", h("th", "claim"), h("th", "predicted"), h("th", "measured"),
+    h("th", "tolerance"), h("th", "verdict")),
+  checks.map((c) => h("tr", h("td", c.claim, c.note ? h("div.muted", c.note) : ""), h("td", show(c.predicted)),
+    h("td", show(c.measured)), h("td", show(c.tolerance), c.tolerance_rule ? h("div.muted", c.tolerance_rule) : ""),
+    h("td", verdictBadge(c.verdict)))));
+}
+
+function show(value) {
+  if (value === null || value === undefined) return "";
+  if (typeof value === "number") return fmtNumber(value);
+  return JSON.stringify(value, (k, v) => (typeof v === "number" ? Number(fmtNumber(v)) : v));
+}
+
+export function renderStudy(main, [id]) {
+  const base = `/v1/studies/${id}`;
+  const head = h("div");
+  const message = h("div");
+  const checks = h("section.card", h("h3", "Checks"));
+  const chartCard = h("section.card#study-chart");
+  const tableCard = h("section.card", h("h3", "Children"));
+  main.append(message, head, checks, chartCard, tableCard);
+  let study = null;
+  let table = null;
+  let sortBy = { column: "index", descending: false };
+  const choice = { type: "heatmap", x: null, y: null, metric: null };
+  let stop = () => {};
+
+  async function load() {
+    try {
+      [study, table] = await Promise.all([api(base), api(`${base}/table`)]);
+    } catch (error) {
+      message.replaceChildren(errorBox(error));
+      return;
+    }
+    drawHead();
+    checks.replaceChildren(h("h3", "Checks"), checksTable(study.checks ?? table.checks));
+    drawTable();
+    drawChartControls();
+  }
+
+  function drawHead() {
+    const s = study;
+    head.replaceChildren(h("h1", s.name || s.id, " ", statusBadge(s.status)),
+      h("div.muted", `${s.points} points × seeds = ${s.children_count} runs · axes: ${s.axes.join(", ")}`,
+        s.preset ? ` · preset ${s.preset} (${s.preset_size})` : ""),
+      h("div.status-line", progressBar(s.progress), h("span.muted", Object.entries(s.counts)
+        .filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(" · "))),
+      s.preset ? h("section.card", h("h3", "Figure"), h("img.figure", { alt: `figure of ${s.preset}`,
+        dataset: { src: `${base}/plots/figure.png` } })) : "");
+    const img = head.querySelector("img.figure");
+    if (img && STUDY_DONE.has(s.status)) {
+      imageUrl(img.dataset.src).then((url) => { img.src = url; }).catch((e) => img.replaceWith(errorBox(e)));
+    }
+  }
+
+  function numericColumns() {
+    return table.columns.filter((c) => table.rows.some((r) => typeof r[c] === "number")
+      && !["index", "point", "seed"].includes(c));
+  }
+
+  function drawChartControls() {
+    const axes = study.axes.filter((a) => table.columns.includes(a));
+    const metrics = numericColumns().filter((c) => !axes.includes(c));
+    choice.x ??= axes[0] ?? metrics[0];
+    choice.y ??= axes[1] ?? axes[0];
+    choice.metric ??= metrics.find((m) => /au|risk|loss|acc/.test(m)) ?? metrics[0];
+    const pick = (name, values) => h("label", `${name} `, h("select", { name: `chart-${name}`,
+      onchange: (e) => { choice[name] = e.target.value; drawChart(); } },
+    values.map((v) => h("option", { value: v, selected: v === choice[name] }, v))));
+    const series = ["risk", "au_rms", "norm_sq", "train_loss", "test_acc", "norm", "theta", "spread", "loss"];
+    chartCard.replaceChildren(h("h3", "Chart"),
+      h("div.toolbar", pick("type", ["heatmap", "scatter", "overlay"]), pick("x", [...axes, ...metrics]),
+        choice.type === "heatmap" ? pick("y", axes) : "",
+        pick("metric", choice.type === "overlay" ? series : metrics)),
+      h("div.chart#study-plot", { dataset: { type: choice.type } }));
+    drawChart();
+  }
+
+  async function drawChart() {
+    const div = chartCard.querySelector("#study-plot");
+    const type = choice.type;
+    if (div.dataset.type !== type) { div.dataset.type = type; return drawChartControls(); }
+    if (type === "overlay") {
+      const ids = table.rows.filter((r) => r.status === "succeeded" || r.status === "running")
+        .slice(0, OVERLAY_MAX);
+      const docs = await Promise.all(ids.map((r) => api(`/v1/experiments/${r.experiment_id}/results?` +
+        `max_points=500&fields=${encodeURIComponent(choice.metric)}`).catch(() => null)));
+      const shown = docs.map((d, i) => [d, ids[i]]).filter(([d]) => d);
+      overlay(div, shown.map(([d]) => d), choice.metric, { log: true,
+        labels: shown.map(([, r]) => study.axes.map((a) => `${a.split(".").pop()}=${fmtNumber(r[a])}`).join(" ")
+          + ` s${r.seed}`) });
+      return;
+    }
+    const points = meanByPoint(table.rows, choice.metric);
+    if (type === "heatmap") {
+      const xs = unique(points.map((p) => p.row[choice.x]));
+      const ys = unique(points.map((p) => p.row[choice.y]));
+      const z = ys.map((y) => xs.map((x) => points.find((p) => p.row[choice.x] === x && p.row[choice.y] === y)?.mean ?? null));
+      plotly(div, [{ type: "heatmap", x: xs.map(String), y: ys.map(String), z, colorscale: "Viridis",
+        colorbar: { title: { text: choice.metric } }, hovertemplate: `${choice.x} %{x}<br>${choice.y} %{y}<br>${choice.metric} %{z}<extra></extra>` }],
+      { xaxis: { title: { text: choice.x }, type: "category" }, yaxis: { title: { text: choice.y }, type: "category" } });
+    } else {
+      plotly(div, [{ type: "scatter", mode: "markers", x: table.rows.map((r) => r[choice.x]),
+        y: table.rows.map((r) => r[choice.metric]), text: table.rows.map((r) => `seed ${r.seed}`),
+        marker: { size: 8, color: "#1f77b4" } }],
+      { xaxis: { title: { text: choice.x } }, yaxis: { title: { text: choice.metric } } });
+    }
+  }
+
+  function drawTable() {
+    const rows = [...table.rows].sort((a, b) => compare(a[sortBy.column], b[sortBy.column]) * (sortBy.descending ? -1 : 1));
+    const columns = table.columns.filter((c) => c !== "experiment_id");
+    const header = columns.map((c) => h("th", { dataset: { column: c }, onclick: () => {
+      sortBy = { column: c, descending: sortBy.column === c ? !sortBy.descending : false };
+      drawTable();
+    } }, c, sortBy.column === c ? (sortBy.descending ? " ▼" : " ▲") : ""));
+    const cell = (r, c) => {
+      if (c === "index") return h("a", { href: `#/experiments/${r.experiment_id}` }, r[c]);
+      return c === "status" ? statusBadge(r[c]) : fmtNumber(r[c]);
+    };
+    const body = rows.map((r) => h("tr", columns.map((c) => h("td", cell(r, c)))));
+    tableCard.replaceChildren(h("h3", `Children (${rows.length})`),
+      h("div.scroll", h("table.list.sortable#children-table", h("thead", h("tr", header)), h("tbody", body))));
+  }
+
+  load().then(() => {
+    if (study && !STUDY_DONE.has(study.status)) {
+      let timer = null;
+      stop = follow(`${base}/events`, base, () => { clearTimeout(timer); timer = setTimeout(load, 800); },
+        (s) => STUDY_DONE.has(s.status) || TERMINAL.has(s.status));
+    }
+  });
+  return () => stop();
+}
+
+function compare(a, b) {
+  if (a === b) return 0;
+  if (a === null || a === undefined || a === "") return 1;
+  if (b === null || b === undefined || b === "") return -1;
+  return typeof a === "number" && typeof b === "number" ? a - b : String(a).localeCompare(String(b));
+}
+
+function unique(values) {
+  return [...new Set(values)].sort(compare);
+}
+
+// The metric's mean over the seeds of each point.
+function meanByPoint(rows, metric) {
+  const byPoint = new Map();
+  for (const row of rows) {
+    if (typeof row[metric] !== "number") continue;
+    const entry = byPoint.get(row.point) ?? { row, sum: 0, n: 0 };
+    entry.sum += row[metric];
+    entry.n += 1;
+    byPoint.set(row.point, entry);
+  }
+  return [...byPoint.values()].map((e) => ({ row: e.row, mean: e.sum / e.n }));
+}

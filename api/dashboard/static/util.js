@@ -1,0 +1,85 @@
+// Small DOM and formatting helpers shared by the pages.
+
+// h("div.card#x", {onclick}, child, "text", [children]) → an element.
+export function h(tag, attrs = {}, ...children) {
+  const [name, ...rest] = tag.split(/(?=[.#])/);
+  const el = document.createElement(name || "div");
+  for (const part of rest) {
+    if (part[0] === ".") el.classList.add(part.slice(1));
+    else el.id = part.slice(1);
+  }
+  if (attrs && (typeof attrs !== "object" || attrs instanceof Node || Array.isArray(attrs))) {
+    children.unshift(attrs);
+    attrs = {};
+  }
+  for (const [key, value] of Object.entries(attrs || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else if (key === "dataset") Object.assign(el.dataset, value);
+    else if (key in el && key !== "list" && key !== "type") el[key] = value;
+    else el.setAttribute(key, value === true ? "" : value);
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : String(child));
+  }
+}
+
+export function fmtNumber(value) {
+  if (value === null || value === undefined || value === "") return "";
+  if (typeof value !== "number") return String(value);
+  if (Number.isInteger(value) && Math.abs(value) < 1e7) return String(value);
+  const abs = Math.abs(value);
+  return abs !== 0 && (abs < 1e-3 || abs >= 1e6) ? value.toExponential(3) : Number(value.toPrecision(4)).toString();
+}
+
+export function fmtTime(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  return date.toLocaleString(undefined, { dateStyle: "short", timeStyle: "medium" });
+}
+
+export function fmtDuration(seconds) {
+  if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "";
+  seconds = Math.max(0, Math.round(seconds));
+  if (seconds < 60) return `${seconds} s`;
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
+  return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
+}
+
+export function statusBadge(status) {
+  return h(`span.badge.status-${status}`, { dataset: { status } }, status);
+}
+
+export function progressBar(progress, label) {
+  const pct = Math.round((progress || 0) * 1000) / 10;
+  return h("div.progress", { title: `${pct}%` },
+    h("div.progress-fill", { style: `width:${pct}%` }), h("span.progress-label", label ?? `${pct}%`));
+}
+
+// Seconds left, from the pace since started_at (null until there is a pace).
+export function etaSeconds(startedAt, progress) {
+  if (!startedAt || !progress || progress <= 0 || progress >= 1) return null;
+  const elapsed = (Date.now() - new Date(startedAt).getTime()) / 1000;
+  return elapsed * (1 - progress) / progress;
+}
+
+export function errorBox(error) {
+  const detail = error && error.detail !== undefined ? error.detail : error?.message ?? String(error);
+  const text = Array.isArray(detail) ? detail.map((d) => `${(d.loc || []).join(".")}: ${d.msg}`).join("\n")
+    : typeof detail === "string" ? detail : JSON.stringify(detail);
+  return h("div.error-box", { role: "alert" }, text);
+}
+
+export const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+
+// The hash route's query (#/new?from=ID → {from: "ID"}).
+export function routeQuery() {
+  const query = location.hash.split("?")[1] || "";
+  return Object.fromEntries(new URLSearchParams(query));
+}

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Make sure a Chromium browser is available for the dashboard's browser tests (tests/browser).
+#
+# Playwright drives the Debian `chromium` package (never a browser downloaded by Playwright): the
+# tests find it on PATH, or at $SMD_CHROMIUM. This script only installs the package.
+set -euo pipefail
+
+if [ -n "${SMD_CHROMIUM:-}" ] && [ -x "${SMD_CHROMIUM}" ]; then
+    exit 0
+fi
+if command -v chromium >/dev/null 2>&1; then
+    exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1; then
+    echo "ensure-chromium: chromium is not on PATH and apt-get is not available." >&2
+    echo "ensure-chromium: install Chromium and set SMD_CHROMIUM=/path/to/chromium, then re-run." >&2
+    exit 1
+fi
+
+if [ "$(id -u)" -eq 0 ]; then
+    SUDO=()
+elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    SUDO=(sudo -n)
+else
+    echo "ensure-chromium: chromium is not on PATH; installing it needs root." >&2
+    echo "ensure-chromium: run 'sudo apt-get install chromium' (or set SMD_CHROMIUM) and re-run." >&2
+    exit 1
+fi
+
+echo "ensure-chromium: installing chromium with apt-get ..." >&2
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+
+if ! command -v chromium >/dev/null 2>&1; then
+    echo "ensure-chromium: apt-get finished but chromium is still not on PATH." >&2
+    exit 1
+fi
+echo "ensure-chromium: $(chromium --version 2>/dev/null)" >&2

@@ -1,0 +1,197 @@
+"""The dashboard in a real Chromium (Debian package, driven by Playwright) against a real `smd serve`:
+a job submitted through the generated form, followed live to its end; the server's 422 shown next to
+the fields it names; a study's heatmap and sortable table; compare; every page without console
+errors (with a screenshot of each, into test-artifacts/screenshots); and with auth on, the key prompt."""
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import httpx
+import pytest
+
+from tests.browser.conftest import screenshot
+from tests.integration.procs import serve_for_alice_and_bob
+
+pytestmark = pytest.mark.integration
+
+# the job followed live: ~10 s on an idle 2-core machine, flushed every 0.3 s (SMD_FLUSH_SECONDS)
+LIVE = {"steps": 20_000, "trials": 2000, "record_every": 20}
+SMALL = {"steps": 2000, "trials": 200, "record_every": 50}
+COLUMN = """column => {   // a column of the children table, top to bottom, as shown
+    const index = [...document.querySelectorAll('#children-table th')].findIndex(th => th.dataset.column === column);
+    return [...document.querySelectorAll('#children-table tbody tr')].map(r => r.children[index].textContent); }"""
+EXPECTED_4XX = re.compile(r"Failed to load resource: the server responded with a status of 4\d\d")
+
+
+def submit(base: str, spec: dict) -> str:
+    response = httpx.post(f"{base}/v1/experiments", json=spec, timeout=30)
+    assert response.status_code == 202, response.text
+    return response.json()["id"]
+
+
+def wait_ended(base: str, path: str, timeout: float = 240) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = httpx.get(f"{base}{path}", timeout=30).json()
+        if body["status"] in ("succeeded", "failed", "cancelled", "partial"):
+            return body
+        time.sleep(0.3)
+    raise AssertionError(f"{path} still {body['status']} after {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def grid_study(service) -> str:
+    """A finished 3 × 2 study over lr × weight_decay (one seed)."""
+    response = httpx.post(f"{service}/v1/studies", timeout=30, json={
+        "name": "lr × wd grid", "base": {"kind": "nrq", "params": SMALL},
+        "grid": {"params.lr": [0.05, 0.1, 0.2], "params.weight_decay": [0.005, 0.01]}, "seeds": [0]})
+    assert response.status_code == 202, response.text
+    study_id = response.json()["id"]
+    assert wait_ended(service, f"/v1/studies/{study_id}")["status"] == "succeeded"
+    return study_id
+
+
+def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, page):
+    blocker = submit(service, {"kind": "nrq", "name": "blocker", "params": {"steps": 8000, "trials": 1000}})
+    page.goto(f"{service}/#/new")           # while the one embedded worker runs the blocker, the form's job waits
+    page.fill('[name="name"]', "from the form")
+    for field, value in LIVE.items():
+        page.fill(f'[name="params.{field}"]', str(value))
+    page.evaluate("window.notReloaded = true")
+    page.click("#submit")
+    page.wait_for_url(re.compile(r"#/experiments/[0-9a-f]{32}$"))
+    experiment_id = page.url.rsplit("/", 1)[1]
+    assert experiment_id != blocker
+
+    statuses: list[str] = []
+    grown: set[int] = set()   # risk-chart point counts seen while running
+    expected = math.ceil(LIVE["steps"] / LIVE["record_every"])   # records at steps 0, R, 2R, … < steps
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        state = page.evaluate("""() => ({
+            status: document.querySelector('.exp-head .badge')?.dataset.status,
+            points: document.getElementById('chart-risk')?.data?.[0]?.x?.length ?? 0,
+            notReloaded: window.notReloaded === true})""")
+        assert state["notReloaded"], "the page was reloaded"
+        if state["status"] and (not statuses or statuses[-1] != state["status"]):
+            statuses.append(state["status"])
+        if state["status"] == "running" and state["points"]:
+            grown.add(state["points"])
+        if state["status"] == "succeeded" and state["points"] == expected:
+            break
+        time.sleep(0.05)
+    assert statuses == ["queued", "running", "succeeded"], statuses
+    assert len(grown) >= 2 and max(grown) < expected, f"the chart did not grow while running: {sorted(grown)}"
+
+    served = httpx.get(f"{service}/v1/experiments/{experiment_id}/results", timeout=30).json()
+    assert len(served["series"]["step"]) == expected
+    traces = page.evaluate("""() => document.getElementById('chart-risk').data.map(t => ({
+        name: t.name, points: t.x.length, dash: t.line?.dash ?? null}))""")
+    assert traces[0] == {"name": "risk", "points": expected, "dash": None}
+    theory = [t for t in traces if t["dash"] == "dash"]
+    assert [t["name"] for t in theory] == ["risk_stationary (theory)"] and theory[0]["points"] == expected
+    assert page.console.errors == []
+    screenshot(page, "experiment-finished")
+
+
+def test_the_servers_422_is_shown_next_to_the_fields_it_names(service, page):
+    before = httpx.get(f"{service}/v1/experiments", timeout=30).json()["total"]
+    page.goto(f"{service}/#/new")
+    page.fill('[name="params.lr"]', "-1")
+    page.fill('[name="params.steps"]', "lots")
+    page.click("#submit")
+    lr_error = page.locator('.field-error[data-error-for="params.lr"]')
+    lr_error.wait_for()
+    page.wait_for_function("document.querySelector('.field-error[data-error-for=\"params.lr\"]').textContent !== ''")
+    assert lr_error.inner_text() == "Input should be greater than 0"   # pydantic's message, as the API sent it
+    assert "valid integer" in page.locator('.field-error[data-error-for="params.steps"]').inner_text()
+    assert page.locator('.field-error[data-error-for="params.dim"]').inner_text() == ""
+    screenshot(page, "new-experiment-errors")
+    assert httpx.get(f"{service}/v1/experiments", timeout=30).json()["total"] == before   # nothing was submitted
+    assert [e for e in page.console.errors if not EXPECTED_4XX.search(e)] == []
+
+
+def test_a_study_page_shows_its_heatmap_and_sorts_its_table(service, page, grid_study):
+    table = httpx.get(f"{service}/v1/studies/{grid_study}/table", timeout=30).json()
+    page.goto(f"{service}/#/studies/{grid_study}")
+    page.wait_for_function("document.getElementById('study-plot')?.data?.[0]?.type === 'heatmap'")
+    heatmap = page.evaluate("(() => { const t = document.getElementById('study-plot').data[0]; "
+                            "return {x: t.x, y: t.y, z: t.z}; })()")
+    metric = page.locator('select[name="chart-metric"]').input_value()
+    assert heatmap["x"] == ["0.05", "0.1", "0.2"] and heatmap["y"] == ["0.005", "0.01"]
+    for row in table["rows"]:   # one seed: each cell is that child's summary value
+        cell = heatmap["z"][[0.005, 0.01].index(row["params.weight_decay"])][[0.05, 0.1, 0.2].index(row["params.lr"])]
+        assert cell == pytest.approx(row[metric], rel=1e-12)
+
+    header = page.locator('#children-table th[data-column="params.lr"]')
+    header.click()
+    lrs = [float(v) for v in page.evaluate(COLUMN, "params.lr")]
+    assert lrs == sorted(lrs) and lrs[0] < lrs[-1]
+    header.click()
+    lrs = [float(v) for v in page.evaluate(COLUMN, "params.lr")]
+    assert lrs == sorted(lrs, reverse=True)
+    screenshot(page, "study-heatmap")
+    assert page.console.errors == []
+
+
+def test_every_page_renders_without_console_errors(service, page, grid_study):
+    experiment_id = submit(service, {"kind": "nrq", "name": "shown", "params": SMALL})
+    wait_ended(service, f"/v1/experiments/{experiment_id}")
+    preset = httpx.post(f"{service}/v1/presets/nrq-equilibrium-tradeoff/run", timeout=30, json={
+        "size": "quick", "seeds": [0, 1], "overrides": {"params.steps": 1500, "params.trials": 32,
+                                                          "params.record_every": 50}})
+    assert preset.status_code == 202, preset.text
+    wait_ended(service, f"/v1/studies/{preset.json()['id']}")
+
+    pages = {
+        "experiments": ("#/experiments", "#experiments-table tbody tr[data-id]"),
+        "experiment": (f"#/experiments/{experiment_id}", "#chart-risk .main-svg"),
+        "new-experiment": ("#/new", '[name="params.lr"]'),
+        "duplicate-and-edit": (f"#/new?from={experiment_id}", '[name="params.lr"]'),
+        "studies": ("#/studies", "#studies-table tbody tr[data-id]"),
+        "study": (f"#/studies/{grid_study}", "#study-plot .main-svg"),
+        "presets": ("#/presets", 'article.preset[data-preset="nrq-equilibrium-tradeoff"] img.figure[src]'),
+        "queue": ("#/queue", "#queues"),
+    }
+    for name, (fragment, ready) in pages.items():
+        page.goto(f"{service}/{fragment}")
+        page.locator(ready).first.wait_for()
+        if name == "duplicate-and-edit":   # the form starts from the experiment's spec
+            assert page.locator('[name="name"]').input_value() == "shown"
+            assert page.locator('[name="params.steps"]').input_value() == str(SMALL["steps"])
+        if name == "presets":
+            page.wait_for_function("document.querySelector('article.preset img.figure')?.naturalWidth > 0")
+            assert page.locator("article.preset").count() == len(httpx.get(f"{service}/v1/presets").json())
+            assert page.locator('article.preset[data-preset="nrq-equilibrium-tradeoff"] .badge[data-verdict]').count() > 0
+        page.wait_for_timeout(300)
+        screenshot(page, name)
+        assert page.console.errors == [], (name, page.console.errors)
+
+
+def test_with_auth_on_a_wrong_key_brings_the_prompt_back(tmp_path, page):
+    with serve_for_alice_and_bob(tmp_path) as (alice, _, base, _):
+        urls: list[str] = []
+        authorizations: list[str] = []
+        page.on("request", lambda r: (urls.append(r.url), authorizations.append(r.headers.get("authorization", "")))
+                if "/v1/" in r.url else None)
+        page.goto(f"{base}/#/experiments")
+        dialog = page.locator("#key-dialog")
+        page.wait_for_function("document.getElementById('key-dialog').open")
+        page.fill("#key-input", "smd_not-a-key")
+        page.click("#key-dialog button[type=submit]")
+        page.wait_for_function("document.getElementById('key-dialog').open "
+                               "&& document.getElementById('key-reason').textContent !== ''")
+        assert "key" in page.locator("#key-reason").inner_text().lower()   # the server's 401 message
+        screenshot(page, "auth-prompt-again")
+        page.fill("#key-input", alice["SMD_KEY"])
+        page.click("#key-dialog button[type=submit]")
+        page.locator("#experiments-table").wait_for()
+        assert not dialog.evaluate("d => d.open")
+        assert f"Bearer {alice['SMD_KEY']}" in authorizations
+        assert not any(alice["SMD_KEY"] in url or "smd_not-a-key" in url for url in urls)   # never in a URL
+        page.reload()   # kept in sessionStorage: asked once per tab
+        page.locator("#experiments-table tbody tr").first.wait_for()
+        assert not dialog.evaluate("d => d.open")
+    assert [e for e in page.console.errors if not EXPECTED_4XX.search(e)] == []
