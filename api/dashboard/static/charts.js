@@ -4,6 +4,14 @@
 
 import { h } from "./util.js";
 
+// Plotly.js (4.8 MB) loads beside the pages' first API requests instead of before them.
+const plotlyLoaded = new Promise((resolve, reject) => {
+  const script = Object.assign(document.createElement("script"), { src: "/ui/plotly.min.js", async: true });
+  script.onload = () => resolve(window.Plotly);
+  script.onerror = () => reject(new Error("could not load /ui/plotly.min.js"));
+  document.head.append(script);
+});
+
 export const MAX_POINTS = 2000; // about a screen's width of points per chart
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
   "#7f7f7f", "#bcbd22"];
@@ -115,9 +123,10 @@ export class Chart {
     };
   }
 
-  draw(doc) {
-    if (!window.Plotly) return;
+  async draw(doc) {
     this.doc = doc;
+    await plotlyLoaded;
+    if (this.doc !== doc) return;   // a newer document arrived meanwhile
     const { traces, shapes, xtitle } = STYLES[this.plot.style](this.plot, doc);
     window.Plotly.react(this.div, traces, this.layout(shapes, xtitle), CONFIG);
     if (!this.listening) {
@@ -135,12 +144,15 @@ export class Chart {
   // Zooming on steps asks the API for the window at full resolution; a reset shows everything again.
   async relayout(event) {
     if (this.plot.style !== "line" && this.plot.style !== "layers") return;
+    // a drag gives xaxis.range[0] and [1]; a call (or a client) may give xaxis.range
+    const range = event["xaxis.range"] ?? (event["xaxis.range[0]"] !== undefined
+      ? [event["xaxis.range[0]"], event["xaxis.range[1]"]] : null);
     if (event["xaxis.autorange"]) {
       this.zoomed = false;
       this.draw(await this.loadWindow(null, null));
-    } else if (event["xaxis.range[0]"] !== undefined) {
+    } else if (range) {
       this.zoomed = true;
-      this.range = [event["xaxis.range[0]"], event["xaxis.range[1]"]];
+      this.range = range;
       const doc = await this.loadWindow(Math.floor(this.range[0]) - 1, Math.ceil(this.range[1]));
       this.draw(doc);
     }
@@ -148,7 +160,8 @@ export class Chart {
 }
 
 // Overlay one metric of several result documents (study children, compared experiments).
-export function overlay(div, docs, metric, { log = false, labels = [] } = {}) {
+export async function overlay(div, docs, metric, { log = false, labels = [] } = {}) {
+  await plotlyLoaded;
   const traces = docs.map((doc, i) => {
     const layers = Object.entries(doc.layers || {});
     const y = doc.series[metric] ?? (layers.length ? layers[layers.length - 1][1][metric] : undefined);
@@ -160,6 +173,7 @@ export function overlay(div, docs, metric, { log = false, labels = [] } = {}) {
     legend: { orientation: "h", y: -0.2 } }, CONFIG);
 }
 
-export function plotly(div, traces, layout) {
+export async function plotly(div, traces, layout) {
+  await plotlyLoaded;
   window.Plotly.react(div, traces, { margin: { l: 70, r: 10, t: 10, b: 50 }, height: 400, ...layout }, CONFIG);
 }

@@ -24,18 +24,20 @@ export function render(main, [id]) {
   let pending = false;
 
   async function start() {
+    let plots;
+    const firstResults = api(`${base}/results?max_points=${MAX_POINTS}`); // in flight beside the others
+    firstResults.catch(() => {}); // its error is the experiment's, reported below
     try {
-      experiment = await api(base);
+      [experiment, plots] = await Promise.all([api(base), api(`${base}/plots`)]);
     } catch (error) {
       main.replaceChildren(errorBox(error));
       return;
     }
-    const plots = await api(`${base}/plots`);
     chartList = plots.map((plot) => new Chart(plot, loadWindow));
     charts.replaceChildren(...chartList.map((c) => c.element));
     drawHead();
     drawSide();
-    await refreshResults(true);
+    await refreshResults(true, firstResults);
     if (!TERMINAL.has(experiment.status)) {
       stop = follow(`${base}/events`, base, onState, (s) => TERMINAL.has(s.status));
     }
@@ -51,13 +53,13 @@ export function render(main, [id]) {
 
   // While running, fetch only the points after the last one shown; at the end (or when the document
   // grew past twice a screen's worth) the whole document again, downsampled.
-  async function refreshResults(whole) {
+  async function refreshResults(whole, prefetched) {
     if (fetching) { pending = true; return; }
     fetching = true;
     try {
       const last = doc?.series?.step?.at(-1);
       if (whole || last === undefined || doc.series.step.length > 2 * MAX_POINTS) {
-        doc = await api(`${base}/results?max_points=${MAX_POINTS}`);
+        doc = await (prefetched ?? api(`${base}/results?max_points=${MAX_POINTS}`));
       } else {
         const delta = await api(`${base}/results?since_step=${last}&max_points=${MAX_POINTS}`);
         doc = merge(doc, delta);
