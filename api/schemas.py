@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    StringConstraints,
+    ValidationError,
+    create_model,
+    field_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from smdengine import SPECS, ExperimentSpec, StudySpec, tagged_union
 from store.models import Status, as_utc
@@ -193,6 +204,69 @@ class StudySubmission(StudySpec, SubmitOptions):
     base: ExperimentSpec = Field(..., description="An experiment spec: every child starts from it.")  # type: ignore[assignment]
 
 
+MIN_COMPARE, MAX_COMPARE = 2, 200
+ExperimentId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+COMPARE_EXAMPLE = {"experiments": ["3f2a9c0d8e7b4a61b5c2d9e8f7a6b5c4", "9e8d7c6b5a4f43e2a1b0c9d8e7f6a5b4"],
+                   "name": "lr 0.05 vs 0.1", "visibility": "private"}
+
+
+class CompareStudySubmission(BaseModel):
+    """A compare study: existing experiments (yours or lab-visible ones; any for admins) grouped as they
+    are, nothing rerun, nothing queued and no quota charged, so that the study's reads (status, table,
+    overlay, events) compare them. Chosen by the ``experiments`` field (a body without ``base``).
+
+    Each member is a point of the one axis ``experiment``, its values ``{"experiment": id, "name": its
+    name or id}`` (the table's columns and the overlay's legend). Members may be of different kinds
+    and from other studies (each stays where it is): the table's columns are the union of the members'
+    summary and theory names (a member's row lacks those it has none of: an empty CSV cell, a Parquet
+    null), and the overlay draws a metric for the members that record it. Status, counts and progress come from the members; cancel is a 409 (cancel
+    the experiments themselves); delete removes the study only, never its members; a member deleted
+    later leaves the table and plots and is listed in ``missing``."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [COMPARE_EXAMPLE]})
+
+    experiments: list[ExperimentId] = Field(
+        ..., description=f"{MIN_COMPARE} to {MAX_COMPARE} distinct experiment ids, in the order the table and "
+                         "the overlay list them. Each must be one you may see; for a lab-visible study each must "
+                         "be lab-visible.",
+        json_schema_extra={"minItems": MIN_COMPARE, "maxItems": MAX_COMPARE, "uniqueItems": True})
+    name: str | None = Field(None, max_length=200, description="Free-form label of the study.")
+    visibility: Visibility = Field("private", description="private: only you (and admins) see it; lab: every "
+                                                          "user can read it (only you and admins can delete it).")
+
+    @field_validator("experiments")
+    @classmethod
+    def _distinct(cls, ids: list[str]) -> list[str]:
+        if not MIN_COMPARE <= len(ids) <= MAX_COMPARE:
+            raise PydanticCustomError("experiment_count", "expected {low} to {high} distinct experiment ids, "
+                                      "got {given}", {"low": MIN_COMPARE, "high": MAX_COMPARE, "given": len(ids)})
+        first: dict[str, int] = {}
+        twice = []
+        for i, experiment_id in enumerate(ids):
+            if experiment_id in first:
+                twice.append(InitErrorDetails(type=PydanticCustomError(
+                    "duplicate_experiment", "experiment {id} is listed twice (at {first} and {at}): list each "
+                    "experiment once", {"id": experiment_id, "first": first[experiment_id], "at": i}),
+                    loc=(i,), input=experiment_id))
+            first.setdefault(experiment_id, i)
+        if twice:   # one error per repeat, at its index (the field's location is prefixed by pydantic)
+            raise ValidationError.from_exception_data("experiments", twice)
+        return ids
+
+
+def _study_request(value: Any) -> StudySubmission | CompareStudySubmission:
+    """A compare study when the body has ``experiments`` and no ``base``; else the grid/points study, validated
+    (and its errors located) exactly as before compare studies existed (from_attributes, as FastAPI validates
+    a body model)."""
+    if isinstance(value, dict) and "experiments" in value and "base" not in value:
+        return CompareStudySubmission.model_validate(value, from_attributes=True)
+    return StudySubmission.model_validate(value, from_attributes=True)
+
+
+StudyRequest = Annotated[StudySubmission | CompareStudySubmission, PlainValidator(
+    _study_request, json_schema_input_type=StudySubmission | CompareStudySubmission)]
+
+
 StudyStatus = Literal["queued", "running", "succeeded", "failed", "cancelled", "partial"]
 
 
@@ -202,10 +276,12 @@ class StudyChildOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
     id: str
-    index: int = Field(..., description="Its place in expansion order.")
-    point: int = Field(..., description="Index of its combination of axis values.")
+    index: int = Field(..., description="Its place in expansion order (a compare study's member: its position "
+                                         "in the request).")
+    point: int = Field(..., description="Index of its combination of axis values (a member: its position).")
     seed: int
-    values: dict[str, Any] = Field(..., description="Its axis values, by dotted path.")
+    values: dict[str, Any] = Field(..., description="Its axis values, by dotted path (a compare study's member: "
+                                                    "{\"experiment\": id, \"name\": its name or id}).")
     status: Status
     progress: float
     warnings: list[WarningOut] = Field(default_factory=list, description=WARNINGS_DESCRIPTION)
@@ -240,6 +316,9 @@ class StudyOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
     id: str
+    kind: Literal["expand", "compare"] = Field("expand", description=(
+        "expand: a base spec expanded into child experiments, run for it; compare: existing experiments "
+        "grouped as they are (its children are its members; see CompareStudySubmission)."))
     name: str | None
     owner: str | None = Field(None, validation_alias=AliasChoices("owner_name", "owner"),
                               description="Name of the user who submitted it.")
@@ -250,9 +329,11 @@ class StudyOut(BaseModel):
         "failed (all ended, none succeeded, some failed), cancelled (all ended, none succeeded or failed), "
         "partial (all ended, some succeeded and some not)."))
     counts: dict[Status, int] = Field(..., description="Children by status.")
-    children_count: int = Field(..., description="Children (points × seeds).")
-    points: int = Field(..., description="Combinations of axis values.")
-    axes: list[str] = Field(..., description="The axis paths, in expansion order.")
+    children_count: int = Field(..., description="Children (points × seeds); a compare study's members that "
+                                                 "still exist.")
+    points: int = Field(..., description="Combinations of axis values (a compare study: one per member).")
+    axes: list[str] = Field(..., description="The axis paths, in expansion order (a compare study: "
+                                             "[\"experiment\"]).")
     progress: float = Field(..., description="Mean progress of the children, 0 to 1.")
     started_at: datetime | None = Field(None, description="When its first child started.")
     eta: datetime | None = Field(None, description="Estimated finish while running (from the pace since the "
@@ -263,7 +344,11 @@ class StudyOut(BaseModel):
     cancel_requested: bool
     spec: dict[str, Any] = Field(..., description="The study as submitted (without visibility and priority).")
     children: list[StudyChildOut] | None = Field(None, description="Every child, in expansion order "
-                                                                   "(null in lists).")
+                                                                   "(null in lists); a compare study's members "
+                                                                   "that still exist, in request order.")
+    missing: list[str] = Field(default_factory=list, description="A compare study's members deleted since it was "
+                                                                 "made (no longer in its table or plots); empty "
+                                                                 "otherwise.")
     preset: str | None = Field(None, description="The preset it was made from (/v1/presets/{id}), or null.")
     preset_size: str | None = Field(None, description="The preset's size it ran at (quick, paper).")
     checks: list[CheckOut] | None = Field(None, description=(

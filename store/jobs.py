@@ -46,6 +46,7 @@ from store.models import (
     SeriesChunk,
     Status,
     Study,
+    StudyMember,
     User,
     as_utc,
     utcnow,
@@ -374,6 +375,21 @@ def settle_study(session: Session, experiment_id: str | None = None, *, study_id
                         .values(finished_at=utcnow(), revision=Study.revision + 1))
 
 
+def release_members(session: Session, experiment_ids: Sequence[str]) -> None:
+    """Before ended experiments are deleted: every compare study listing one of them (store.studies)
+    has its own revision raised by that member's revision plus one. A study's revision is its own
+    plus its present members', so it still grows when a member goes: its ETags change and its event
+    ids never go back. The member rows stay (the study lists them as missing)."""
+    if not experiment_ids:
+        return
+    lost = session.execute(select(StudyMember.study_id, func.sum(Experiment.revision + 1))
+                           .join(Experiment, Experiment.id == StudyMember.experiment_id)
+                           .where(StudyMember.experiment_id.in_(experiment_ids), Experiment.status.in_(TERMINAL))
+                           .group_by(StudyMember.study_id).order_by(StudyMember.study_id)).all()
+    for study_id, revisions in lost:
+        session.execute(update(Study).where(Study.id == study_id).values(revision=Study.revision + int(revisions)))
+
+
 @transaction
 def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | None = None,
                   outage: Callable[[datetime], bool] | None = None) -> list[str]:
@@ -469,7 +485,9 @@ def attempts(session: Session, experiment_id: str) -> list[Attempt]:
 @transaction
 def remove(session: Session, experiment_id: str) -> None:
     """Remove an ended job and everything stored for it (children first: SQLite may run without
-    foreign-key cascades on an old connection)."""
+    foreign-key cascades on an old connection); the compare studies it is a member of lose it
+    (:func:`release_members`)."""
+    release_members(session, [experiment_id])
     for table in (SeriesChunk, Attempt, Checkpoint):
         session.execute(delete(table).where(table.experiment_id == experiment_id))
     session.execute(delete(Experiment).where(Experiment.id == experiment_id, Experiment.status.in_(TERMINAL)))

@@ -146,15 +146,21 @@ class Experiment(_Submitted, Base):
     owner: Mapped[User | None] = relationship(lazy="joined")
 
 
+STUDY_KINDS = ("expand", "compare")
+
+
 class Study(_Submitted, Base):
-    """A study (design §5): one request expanded into child experiments (rows of ``experiments``
-    with ``study_id``), all created with it. Its status, counts and progress are derived from the
-    children (store.studies); ``finished_at`` is set when its last child ends."""
+    """A study (design §5). ``expand``: one request expanded into child experiments (rows of
+    ``experiments`` with ``study_id``), all created with it; ``finished_at`` is set when its last
+    child ends. ``compare``: existing experiments grouped without rerunning them, its members listed
+    in ``study_members`` (an experiment keeps its own ``study_id``). Either way its status, counts
+    and progress are derived from its children or members (store.studies)."""
 
     __tablename__ = "studies"
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     owner_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("users.id"), index=True)
+    kind: Mapped[str] = mapped_column(String(16), default="expand", server_default="expand")   # STUDY_KINDS
     name: Mapped[str | None] = mapped_column(String(200))
     visibility: Mapped[str] = mapped_column(String(8), default="private")
     priority: Mapped[int] = mapped_column(Integer, default=PRIORITIES["normal"])
@@ -173,6 +179,18 @@ class Study(_Submitted, Base):
     preset_size: Mapped[str | None] = mapped_column(String(32))
     checks: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON(none_as_null=True))
     owner: Mapped[User | None] = relationship(lazy="joined")
+
+
+class StudyMember(Base):
+    """A member of a ``compare`` study: the experiment at ``position`` of its request. No foreign
+    key to ``experiments``: deleting a member leaves its row, so the study can say which member is
+    gone (store.studies: absent from the table, listed in ``missing``)."""
+
+    __tablename__ = "study_members"
+
+    study_id: Mapped[str] = mapped_column(String(32), ForeignKey("studies.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[str] = mapped_column(String(32), index=True)
 
 
 class SeriesChunk(Base):

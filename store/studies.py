@@ -13,6 +13,18 @@ A study made from a preset names it (``preset``, ``preset_size``); its ``checks`
 :func:`save_checks` stores them, once, after every child has ended (compare-and-set: the first
 writer wins and every later caller gets what it stored).
 
+A ``compare`` study (``kind``; the others are ``expand``) groups existing experiments without
+rerunning them (:func:`create_compare`): its members are rows of ``study_members`` (study, position,
+experiment id), and each member keeps its own ``study_id``, so an experiment may be the child of one
+study and a member of any number of compare studies. The same reads serve both kinds: for a compare
+study, "children" are its members that still exist, in request order, each placed at its position
+with the point :func:`member_values` ({"experiment": id, "name": its name or id}) on the one axis
+``experiment``; its status, counts, progress, ETA and ``finished_at`` (the last member's end) are
+derived from them as for an expanded study. A deleted member is left out of every read and listed
+in ``missing``; :func:`store.jobs.release_members` raises the revision of every compare study that
+loses one, so that its revision never goes back. Nothing is ever run, cancelled or deleted for a
+compare study: :func:`remove` deletes its row and member list only.
+
 Every public function is a unit of work (:func:`store.db.transaction`); results are detached.
 """
 from __future__ import annotations
@@ -25,9 +37,10 @@ from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from store.db import transaction
-from store.jobs import QuotaExceeded, active_count, retry_after, settle_study
+from store.jobs import QuotaExceeded, active_count, release_members, retry_after, settle_study
 from store.models import (
     ACTIVE,
+    PRIORITIES,
     TERMINAL,
     Attempt,
     Checkpoint,
@@ -35,10 +48,14 @@ from store.models import (
     SeriesChunk,
     Status,
     Study,
+    StudyMember,
     User,
     as_utc,
     utcnow,
 )
+
+COMPARE = "compare"
+COMPARE_AXES = ["experiment"]   # the axis of a compare study: its members' points are member_values
 
 
 class StudyQuotaExceeded(QuotaExceeded):
@@ -47,6 +64,16 @@ class StudyQuotaExceeded(QuotaExceeded):
     def __init__(self, active: int, limit: int, retry_after: int, adding: int):
         super().__init__(active, limit, retry_after)
         self.adding = adding
+
+
+class MembersRefused(Exception):
+    """Experiments a compare study may not group, as positions in its request: ``unknown``, no
+    experiment with that id that the owner may see (existence is not revealed); ``private``, one
+    that is not lab-visible, in a lab-visible study (its other viewers could not read it)."""
+
+    def __init__(self, unknown: list[int], private: list[int]):
+        super().__init__(f"unknown {unknown}, private {private}")
+        self.unknown, self.private = unknown, private
 
 
 class WorkQuotaExceeded(Exception):
@@ -102,6 +129,11 @@ class StudyView:
     preset: str | None = None
     preset_size: str | None = None
     checks: list[dict[str, Any]] | None = None
+    kind: str = "expand"
+    # compare studies: every member's id in request order (filled by get; None in lists), and those
+    # deleted since the study was made
+    members: list[str] | None = None
+    missing: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -123,7 +155,21 @@ class _Aggregate:
     counts: dict[str, int] = field(default_factory=dict)
     progress: float = 0.0
     started: datetime | None = None
+    finished: datetime | None = None
     revision: int = 0
+    missing: list[str] = field(default_factory=list)
+
+
+def member_values(experiment_id: str, name: str | None) -> dict[str, Any]:
+    """A compare study member's point: its id (the axis ``experiment``) and the label the table
+    and the overlay show (its name, or its id when it has none)."""
+    return {"experiment": experiment_id, "name": name or experiment_id}
+
+
+def member_seed(spec: dict[str, Any] | None) -> int:
+    """A compare study member's seed: its spec's."""
+    seed = (spec or {}).get("seed", 0)
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
 
 
 def derive_status(counts: dict[str, int]) -> str:
@@ -144,21 +190,38 @@ def derive_status(counts: dict[str, int]) -> str:
     return "failed" if counts.get(Status.failed, 0) else "cancelled"
 
 
-def _aggregates(session: Session, study_ids: list[str]) -> dict[str, _Aggregate]:
-    out = {study_id: _Aggregate() for study_id in study_ids}
-    if not study_ids:
-        return out
-    rows = session.execute(select(Experiment.study_id, Experiment.status, func.count(), func.sum(Experiment.progress),
-                                  func.min(Experiment.started_at), func.sum(Experiment.revision))
-                           .where(Experiment.study_id.in_(study_ids))
-                           .group_by(Experiment.study_id, Experiment.status)).all()
-    for study_id, status, n, progress, started, revision in rows:
+def _aggregates(session: Session, found: list[Study]) -> dict[str, _Aggregate]:
+    """What each study's children (expand) or present members (compare) say, by status: counts,
+    progress, first start, last end and revisions summed; and each compare study's missing members."""
+    out = {study.id: _Aggregate() for study in found}
+    expand = [study.id for study in found if study.kind != COMPARE]
+    compare = [study.id for study in found if study.kind == COMPARE]
+    columns = (Experiment.status, func.count(), func.sum(Experiment.progress), func.min(Experiment.started_at),
+               func.max(Experiment.finished_at), func.sum(Experiment.revision))
+    rows: list[Any] = []
+    if expand:
+        rows += session.execute(select(Experiment.study_id, *columns).where(Experiment.study_id.in_(expand))
+                                .group_by(Experiment.study_id, Experiment.status)).all()
+    if compare:
+        rows += session.execute(select(StudyMember.study_id, *columns)
+                                .join(Experiment, Experiment.id == StudyMember.experiment_id)
+                                .where(StudyMember.study_id.in_(compare))
+                                .group_by(StudyMember.study_id, Experiment.status)).all()
+        for study_id, experiment_id in session.execute(
+                select(StudyMember.study_id, StudyMember.experiment_id)
+                .outerjoin(Experiment, Experiment.id == StudyMember.experiment_id)
+                .where(StudyMember.study_id.in_(compare), Experiment.id.is_(None))
+                .order_by(StudyMember.study_id, StudyMember.position)).all():
+            out[str(study_id)].missing.append(str(experiment_id))
+    for study_id, status, n, progress, started, finished, revision in rows:
         agg = out[str(study_id)]
         agg.counts[str(status)] = int(n)
         agg.progress += float(progress or 0.0)
-        started = as_utc(started)
+        started, finished = as_utc(started), as_utc(finished)
         if started is not None and (agg.started is None or started < agg.started):
             agg.started = started
+        if finished is not None and (agg.finished is None or finished > agg.finished):
+            agg.finished = finished
         agg.revision += int(revision or 0)
     return out
 
@@ -166,6 +229,7 @@ def _aggregates(session: Session, study_ids: list[str]) -> dict[str, _Aggregate]
 def _view(study: Study, agg: _Aggregate) -> StudyView:
     counts = {status.value: agg.counts.get(status.value, 0) for status in Status}
     n = sum(counts.values())
+    compare = study.kind == COMPARE
     progress = agg.progress / n if n else 0.0
     status = derive_status(counts)
     eta = eta_seconds = None
@@ -173,14 +237,17 @@ def _view(study: Study, agg: _Aggregate) -> StudyView:
         elapsed = (utcnow() - agg.started).total_seconds()
         eta_seconds = max(0.0, elapsed / progress - elapsed)
         eta = utcnow() + timedelta(seconds=eta_seconds)
+    finished = agg.finished if compare else as_utc(study.finished_at)
     return StudyView(id=study.id, name=study.name, owner_id=study.owner_id, owner_name=study.owner_name,
                      visibility=study.visibility, priority_name=study.priority_name, spec=study.spec,
-                     axes=list(study.axes), children_count=study.children, points=study.points,
-                     cancel_requested=study.cancel_requested, created_at=as_utc(study.created_at),
-                     finished_at=as_utc(study.finished_at) if status not in ("queued", "running") else None,
+                     axes=list(study.axes), children_count=n if compare else study.children,
+                     points=n if compare else study.points, cancel_requested=study.cancel_requested,
+                     created_at=as_utc(study.created_at),
+                     finished_at=finished if status not in ("queued", "running") else None,
                      status=status, counts=counts, progress=progress, started_at=agg.started, eta=eta,
                      eta_seconds=eta_seconds, revision=study.revision + agg.revision, preset=study.preset,
-                     preset_size=study.preset_size, checks=study.checks)
+                     preset_size=study.preset_size, checks=study.checks, kind=study.kind or "expand",
+                     missing=list(agg.missing))
 
 
 @transaction
@@ -216,21 +283,66 @@ def create(session: Session, *, owner_id: str, name: str | None, visibility: str
         for child in children])
     session.flush()
     study.owner = session.get(User, owner_id)
-    return _view(study, _aggregates(session, [study.id])[study.id])
+    return _view(study, _aggregates(session, [study])[study.id])
+
+
+@transaction
+def create_compare(session: Session, *, owner_id: str, everyone: bool, name: str | None, visibility: str,
+                   spec: dict[str, Any], experiment_ids: list[str]) -> StudyView:
+    """Store a compare study of existing experiments (distinct ids, in the order given), or raise
+    :class:`MembersRefused` naming every id its owner may not see (their own and lab-visible ones;
+    all with ``everyone``) and, for a lab-visible study, every member that is not lab-visible.
+    Nothing is queued and no quota applies: nothing runs."""
+    rows = session.execute(select(Experiment.id, Experiment.owner_id, Experiment.visibility)
+                           .where(Experiment.id.in_(experiment_ids))).all()
+    seen = {str(i): str(vis) for i, owner, vis in rows if everyone or owner == owner_id or vis == "lab"}
+    unknown = [i for i, experiment_id in enumerate(experiment_ids) if experiment_id not in seen]
+    private = [i for i, experiment_id in enumerate(experiment_ids)
+               if visibility == "lab" and seen.get(experiment_id, "lab") != "lab"]
+    if unknown or private:
+        raise MembersRefused(unknown, private)
+    study = Study(kind=COMPARE, owner_id=owner_id, name=name, visibility=visibility, priority=PRIORITIES["normal"],
+                  spec=spec, axes=list(COMPARE_AXES), children=len(experiment_ids), points=len(experiment_ids),
+                  cancel_requested=False, created_at=utcnow(), revision=0, preset=None, preset_size=None,
+                  checks=None)
+    session.add(study)
+    session.flush()
+    session.add_all([StudyMember(study_id=study.id, position=i, experiment_id=experiment_id)
+                     for i, experiment_id in enumerate(experiment_ids)])
+    session.flush()
+    study.owner = session.get(User, owner_id)
+    view = _view(study, _aggregates(session, [study])[study.id])
+    view.members = list(experiment_ids)
+    return view
 
 
 @transaction
 def get(session: Session, study_id: str) -> StudyView | None:
-    """The study (without its children), or None."""
+    """The study (without its children; a compare study with its member ids), or None."""
     study = session.get(Study, study_id)
-    return None if study is None else _view(study, _aggregates(session, [study_id])[study_id])
+    if study is None:
+        return None
+    view = _view(study, _aggregates(session, [study])[study_id])
+    if view.kind == COMPARE:
+        view.members = list(session.scalars(select(StudyMember.experiment_id).where(StudyMember.study_id == study_id)
+                                            .order_by(StudyMember.position)))
+    return view
 
 
 @transaction
 def get_with_children(session: Session, study_id: str) -> StudyView | None:
-    """The study and its children's ids, places and states (in expansion order), or None."""
+    """The study and its children's ids, places and states (in expansion order; a compare study's
+    present members in request order, each at its position), or None."""
     view = get(session, study_id)
-    if view is not None:
+    if view is not None and view.kind == COMPARE:
+        members = session.execute(select(StudyMember.position, Experiment.id, Experiment.name, Experiment.spec,
+                                         Experiment.status, Experiment.progress, Experiment.warnings)
+                                  .join(Experiment, Experiment.id == StudyMember.experiment_id)
+                                  .where(StudyMember.study_id == study_id).order_by(StudyMember.position)).all()
+        view.children = [ChildView(id=r[1], index=r[0], point=r[0], seed=member_seed(r[3]),
+                                   values=member_values(r[1], r[2]), status=r[4], progress=r[5], warnings=r[6])
+                         for r in members]
+    elif view is not None:
         rows = session.execute(select(Experiment.id, Experiment.study_index, Experiment.study_point,
                                       Experiment.study_seed, Experiment.study_values, Experiment.status,
                                       Experiment.progress, Experiment.warnings)
@@ -243,7 +355,12 @@ def get_with_children(session: Session, study_id: str) -> StudyView | None:
 @transaction
 def children(session: Session, study_id: str) -> list[Experiment]:
     """The study's children (detached, every column: spec, status, summary, theory, ...), in
-    expansion order."""
+    expansion order; a compare study's present members in request order (their ``study_*``
+    columns are their own study's, if any: place them by ``StudyView.members``)."""
+    if session.scalar(select(Study.kind).where(Study.id == study_id)) == COMPARE:
+        return list(session.scalars(select(Experiment).join(StudyMember, StudyMember.experiment_id == Experiment.id)
+                                    .where(StudyMember.study_id == study_id).order_by(StudyMember.position))
+                    .unique())
     return list(session.scalars(select(Experiment).where(Experiment.study_id == study_id)
                                 .order_by(Experiment.study_index)).unique())
 
@@ -271,7 +388,7 @@ def page(session: Session, *, viewer_id: str, everyone: bool, after: tuple[datet
         created, last_id = after
         query = query.where(or_(Study.created_at < created, and_(Study.created_at == created, Study.id < last_id)))
     studies = list(session.scalars(query.order_by(Study.created_at.desc(), Study.id.desc()).limit(limit)).unique())
-    aggregates = _aggregates(session, [s.id for s in studies])
+    aggregates = _aggregates(session, studies)
     return [_view(s, aggregates[s.id]) for s in studies], total
 
 
@@ -299,16 +416,20 @@ def request_cancel(session: Session, study_id: str) -> StudyView | None:
 @transaction
 def remove(session: Session, study_id: str) -> bool:
     """Remove an ended study and everything stored for its children (their series, attempts and
-    checkpoints first: SQLite may run without foreign-key cascades on an old connection). False,
-    and nothing removed, while a child is queued or running."""
+    checkpoints first: SQLite may run without foreign-key cascades on an old connection); children
+    that are members of compare studies leave them (:func:`store.jobs.release_members`). False,
+    and nothing removed, while a child is queued or running. A compare study has no children: its
+    row and member list are removed, whatever its members' states, and the members stay."""
     # lock the children: a concurrent claim waits, then finds nothing to claim
     ids = list(session.scalars(select(Experiment.id).where(Experiment.study_id == study_id).with_for_update()))
     if session.scalar(select(func.count()).select_from(Experiment).where(
             Experiment.study_id == study_id, Experiment.status.not_in(TERMINAL))):
         return False
+    release_members(session, ids)
     for table in (SeriesChunk, Attempt, Checkpoint):
         session.execute(delete(table).where(table.experiment_id.in_(ids)))
     session.execute(delete(Experiment).where(Experiment.study_id == study_id))
+    session.execute(delete(StudyMember).where(StudyMember.study_id == study_id))
     session.execute(delete(Study).where(Study.id == study_id))
     return True
 

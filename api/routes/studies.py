@@ -1,15 +1,20 @@
 """The studies resource (design §5): submit, list, read, follow, cancel, delete; the comparison table
-(JSON, CSV, Parquet) and plots. A study's children are ordinary experiments (/v1/experiments/{id})."""
+(JSON, CSV, Parquet) and plots. A study's children are ordinary experiments (/v1/experiments/{id}).
+
+A compare study (``kind`` compare, store.studies) groups existing experiments: the same reads serve
+it, its members standing for children, each placed at its position in the request with the point
+``{"experiment": id, "name": ...}`` (:func:`_placed`)."""
 from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Body, Header, HTTPException, Query, Request, Response
 from fastapi.encoders import jsonable_encoder
 from pydantic import ValidationError
 
@@ -19,7 +24,17 @@ from api.deps import CurrentUserDep, DbDep, ManagedStudyDep, SettingsDep, StudyD
 from api.responses import FORBIDDEN, NOT_MODIFIED, STUDY_NOT_FOUND, UNAUTHORIZED, Responses
 from api.results import downsample_indices, result_document
 from api.routes.events import EventStream, _known_revision, _stream
-from api.schemas import SERVICE_FIELDS, ErrorOut, StudyOut, StudyPage, StudySubmission, StudyTable
+from api.schemas import (
+    COMPARE_EXAMPLE,
+    SERVICE_FIELDS,
+    CompareStudySubmission,
+    ErrorOut,
+    StudyOut,
+    StudyPage,
+    StudyRequest,
+    StudySubmission,
+    StudyTable,
+)
 from smdengine import (
     DERIVED_AXES,
     OVERLAY_X,
@@ -30,6 +45,7 @@ from smdengine import (
     group_by_point,
     json_safe,
     output_names,
+    plot_key,
     spec_warnings,
     study_table,
     table_columns,
@@ -40,7 +56,7 @@ from smdengine import (
 from store import series, studies
 from store.models import PRIORITIES, Experiment, User, as_utc
 from store.settings import Settings
-from store.studies import NewChild, StudyView
+from store.studies import COMPARE, NewChild, StudyView, member_seed, member_values
 from worker.queue import queue_for, ring
 
 log = logging.getLogger(__name__)
@@ -64,24 +80,68 @@ def _body_errors(errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return json_safe(jsonable_encoder([{**e, "loc": ["body", *e.get("loc", [])]} for e in errors]))
 
 
+STUDY_EXAMPLES = {
+    "grid": {"summary": "A grid of runs (expanded and run)", "value": {
+        "name": "lr x wd", "base": {"kind": "nrq", "seed": 0, "params": {
+            "dim": 10, "eig_low": 1, "eig_high": 2, "noise_std": 1, "trials": 64, "steps": 400, "record_every": 20}},
+        "grid": {"params.lr": [0.05, 0.1], "params.weight_decay": [0.01, 0.02]}, "seeds": [0, 1]}},
+    "compare": {"summary": "Existing experiments compared (nothing runs)", "value": COMPARE_EXAMPLE},
+}
+
+
 @router.post("", status_code=202, response_model=StudyOut, operation_id="submitStudy",
              responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
                         **UNAUTHORIZED,
                         403: {"model": ErrorOut, "description": "priority high is for admins only."},
                         422: {"description": "Invalid study: each error names where (an axis with the nearest "
                                              "valid paths; a point with its index and axis values, the field "
-                                             "and the reason), or too many children (SMD_MAX_STUDY_POINTS)."},
+                                             "and the reason), or too many children (SMD_MAX_STUDY_POINTS). "
+                                             "A compare study: fewer than 2 or more than 200 ids "
+                                             "(experiment_count, saying how many were given), an id listed "
+                                             "twice (duplicate_experiment, at the repeat's index), an id of "
+                                             "no experiment you may see (unknown_experiment, at "
+                                             "[\"body\", \"experiments\", i]), or a private member of a "
+                                             "lab-visible study (private_experiment)."},
                         429: {"model": ErrorOut, "description": "Over a quota, applied to the study as a whole "
                                                                 "(the detail says which); Retry-After says when "
                                                                 "to try again. Nothing is stored."}},
              openapi_extra=_links("202", "getStudy", "cancelStudy"))
-def submit_study(submission: StudySubmission, db: DbDep, settings: SettingsDep, user: CurrentUserDep,
-                 response: Response):
+def submit_study(submission: Annotated[StudyRequest, Body(openapi_examples=STUDY_EXAMPLES)], db: DbDep,
+                 settings: SettingsDep, user: CurrentUserDep, response: Response):
     """Expand a study into its children, validate every one, check your quotas for the whole study,
-    store the study and all its children in one transaction, and queue them."""
-    study = submit(submission, db, settings, user)
+    store the study and all its children in one transaction, and queue them.
+
+    Or, with a body of ``experiments`` (2 to 200 distinct ids of experiments you may see) instead of
+    ``base``, a **compare study**: the experiments grouped as they are, nothing rerun and no quota
+    charged, so that the study's status, table, overlay and events compare them (see
+    CompareStudySubmission)."""
+    if isinstance(submission, CompareStudySubmission):
+        study = submit_compare(submission, db, user)
+    else:
+        study = submit(submission, db, settings, user)
     response.headers["Location"] = f"/v1/studies/{study.id}"
     return study
+
+
+def submit_compare(submission: CompareStudySubmission, db: str, user: User) -> StudyView:
+    """A compare study of existing experiments: 422 for every id of no experiment the user may see
+    (their own and lab-visible ones; any for an admin), without saying whether it exists, and for
+    every private member of a lab-visible study; else stored, nothing queued."""
+    try:
+        return studies.create_compare(db, owner_id=user.id, everyone=user.is_admin, name=submission.name,
+                                      visibility=submission.visibility,
+                                      spec=submission.model_dump(mode="json", exclude={"visibility"},
+                                                                 exclude_unset=True),
+                                      experiment_ids=list(submission.experiments))
+    except studies.MembersRefused as exc:
+        ids = submission.experiments
+        errors = [{"loc": ["body", "experiments", i], "type": "unknown_experiment", "input": ids[i],
+                   "msg": f"no experiment {ids[i]} that you may see"} for i in exc.unknown]
+        errors += [{"loc": ["body", "experiments", i], "type": "private_experiment", "input": ids[i],
+                    "msg": f"experiment {ids[i]} is private: a lab-visible study may group only lab-visible "
+                           f"experiments (make the study private, or list only lab-visible ones)"}
+                   for i in exc.private]
+        raise HTTPException(status_code=422, detail=sorted(errors, key=lambda e: e["loc"][2])) from None
 
 
 def submit(submission: StudySubmission, db: str, settings: Settings, user: User, *, preset: str | None = None,
@@ -213,7 +273,7 @@ def study_checks(db: str, study: StudyView) -> list[dict[str, Any]] | None:
         return presets.pending_checks(preset)
     documents = [result_document(db, c) for c in children]
     try:
-        checks = json_safe(evaluate_checks(study.preset, _records(children), documents))
+        checks = json_safe(evaluate_checks(study.preset, _records(study, children), documents))
     except Exception as exc:   # the engine's evaluation failed: say so, store nothing
         log.exception("study %s: the checks of preset %s could not be evaluated", study.id, study.preset)
         return presets.failed_checks(preset, exc)
@@ -224,10 +284,16 @@ def study_checks(db: str, study: StudyView) -> list[dict[str, Any]] | None:
 @router.post("/{study_id}/cancel", status_code=202, response_model=StudyOut, operation_id="cancelStudy",
              openapi_extra=_links("202", "getStudy", "deleteStudy"),
              responses={**STUDY_NOT_FOUND, **FORBIDDEN,
-                        409: {"model": ErrorOut, "description": "The study already ended."}})
+                        409: {"model": ErrorOut, "description": "The study already ended, or it is a compare "
+                                                                "study (it runs nothing: cancel its "
+                                                                "experiments themselves)."}})
 def cancel_study(study: ManagedStudyDep, db: DbDep):
     """Cancel every unfinished child: queued ones at once, running ones within seconds (keeping their
-    partial results)."""
+    partial results). A compare study runs nothing, so it cannot be cancelled (409)."""
+    if study.kind == COMPARE:
+        raise HTTPException(status_code=409, detail=(
+            f"study {study.id} compares existing experiments and runs nothing: cancel the experiments "
+            f"themselves (POST /v1/experiments/{{id}}/cancel)"))
     if study.status in ENDED:
         raise HTTPException(status_code=409, detail=f"study {study.id} already {study.status}")
     current = studies.request_cancel(db, study.id)
@@ -241,7 +307,11 @@ def cancel_study(study: ManagedStudyDep, db: DbDep):
                           409: {"model": ErrorOut, "description": "A child is still queued or running: cancel "
                                                                   "the study first."}})
 def delete_study(study: ManagedStudyDep, db: DbDep):
-    """Delete an ended study and its children with their results (owner or admin)."""
+    """Delete an ended study and its children with their results (owner or admin). A compare study is
+    deleted at any time, and only the study: its experiments stay as they are."""
+    if study.kind == COMPARE:
+        studies.remove(db, study.id)
+        return Response(status_code=204)
     if study.status not in ENDED or not studies.remove(db, study.id):
         raise HTTPException(status_code=409, detail=f"study {study.id} is {study.status}: cancel it first")
     return Response(status_code=204)
@@ -311,16 +381,27 @@ GROUP = Query(description="point: one row per point, each numeric value the mean
                           "children (seeds) beside <name>_se, its standard error.")
 
 
-def _records(children: list[Experiment]) -> list[ChildRecord]:
-    return [ChildRecord(index=c.study_index or 0, point=c.study_point or 0, values=c.study_values or {},
-                        seed=c.study_seed if c.study_seed is not None else int(c.spec.get("seed", 0)),
-                        status=c.status, spec=c.spec, summary=c.summary, theory=c.theory, experiment_id=c.id,
-                        warnings=c.warnings)
-            for c in children]
+def _placed(study: StudyView, child: Experiment) -> tuple[int, int, dict[str, Any], int]:
+    """A child's (index, point, values, seed) in this study: from its row; a compare study's member
+    at its position in the request, its point ``{"experiment": id, "name": its name or id}``."""
+    if study.kind == COMPARE:
+        position = (study.members or []).index(child.id)
+        return position, position, member_values(child.id, child.name), member_seed(child.spec)
+    return (child.study_index or 0, child.study_point or 0, child.study_values or {},
+            child.study_seed if child.study_seed is not None else int(child.spec.get("seed", 0)))
+
+
+def _records(study: StudyView, children: list[Experiment]) -> list[ChildRecord]:
+    records = []
+    for c in children:
+        index, point, values, seed = _placed(study, c)
+        records.append(ChildRecord(index=index, point=point, values=values, seed=seed, status=c.status, spec=c.spec,
+                                   summary=c.summary, theory=c.theory, experiment_id=c.id, warnings=c.warnings))
+    return records
 
 
 def _rows(db: str, study: StudyView, group: Group | None) -> list[dict[str, Any]]:
-    rows = study_table(_records(studies.children(db, study.id)))
+    rows = study_table(_records(study, studies.children(db, study.id)))
     if group == Group.point:
         rows = group_by_point(rows, study.axes)
     return json_safe(rows)
@@ -420,13 +501,20 @@ def _not_applicable(what: str, value: str, choices: list[str], why: str = "") ->
 
 
 def _metrics(children: list[Experiment]) -> list[str]:
-    """The declared metric names the succeeded children summarize (theory names excluded)."""
+    """The declared metric names the succeeded children summarize (theory names excluded): over every
+    kind and model among them (a compare study may mix them), first seen first."""
     done = [c for c in children if c.status == "succeeded"]
     if not done:
         return []
     theory = {name for c in done for name in (c.theory or {})}
     summary = {name for c in done for name in (c.summary or {})}
-    return [n for n in output_names(done[0].spec) if n != "step" and n in summary and n not in theory]
+    first: dict[str, Experiment] = {}
+    for c in done:
+        first.setdefault(plot_key(c.kind, c.spec), c)
+    declared: dict[str, None] = {}
+    for child in first.values():
+        declared.update(dict.fromkeys(output_names(child.spec)))
+    return [n for n in declared if n != "step" and n in summary and n not in theory]
 
 
 def _axes(study: StudyView, rows: list[dict[str, Any]]) -> list[str]:
@@ -445,8 +533,14 @@ def _renderers():
     return study_plots
 
 
-def _label(child: Experiment, axes: list[str]) -> str:
-    return _renderers().point_label(child.study_values or {}, axes, child.study_seed)
+def _labels(study: StudyView, children: list[Experiment]) -> dict[str, str]:
+    """Each child's legend label: its axis values and seed; a compare study's member, its name (with
+    the start of its id where two members share a name)."""
+    if study.kind != COMPARE:
+        return {c.id: _renderers().point_label(c.study_values or {}, study.axes, c.study_seed) for c in children}
+    names = {c.id: c.name or c.id for c in children}
+    repeated = {name for name, n in Counter(names.values()).items() if n > 1}
+    return {i: f"{name} ({i[:8]})" if name in repeated else name for i, name in names.items()}
 
 
 def _image(content: bytes, fmt: PlotFormat) -> Response:
@@ -465,11 +559,14 @@ def get_overlay(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
         raise _not_applicable("metric", metric, metrics)
     if x not in OVERLAY_X:
         raise _not_applicable("x", x, list(OVERLAY_X))
+    labels = _labels(study, children)
     lines = []
     for child in children:
         if child.status != "succeeded":
             continue
         stored = series.read_series(db, child.id)
+        if metric not in stored:   # a compare study's member of another kind or model
+            continue
         steps = stored.get("step", [])
         theory_name = theory_of(child.kind, child.spec, metric)
         keep = downsample_indices(len(steps), MAX_LINE_POINTS) if len(steps) > MAX_LINE_POINTS else range(len(steps))
@@ -477,11 +574,11 @@ def get_overlay(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
         try:
             xs = time_axis(child.spec, steps, x, full_theory)
         except ValueError as exc:
-            raise _not_applicable("x", x, list(OVERLAY_X), f" (child {child.study_index}: {exc})") from None
+            raise _not_applicable("x", x, list(OVERLAY_X), f" (child {_placed(study, child)[0]}: {exc})") from None
         ys = stored.get(metric, [])
         given = full_theory.get(theory_name) if theory_name else None
         theory = (given if isinstance(given, list) else [given] * len(steps) if _number(given) else None)
-        lines.append({"label": _label(child, study.axes), "x": [xs[i] for i in keep],
+        lines.append({"label": labels[child.id], "x": [xs[i] for i in keep],
                       "y": [_float(ys[i]) if i < len(ys) else math.nan for i in keep],
                       "theory": None if theory is None else [_float(theory[i]) if i < len(theory) else math.nan
                                                              for i in keep]})
@@ -494,7 +591,7 @@ def _float(value: Any) -> float:
 
 def _point_rows(db: str, study: StudyView) -> tuple[list[Experiment], list[dict[str, Any]]]:
     children = studies.children(db, study.id)
-    return children, group_by_point(study_table(_records(children)), study.axes)
+    return children, group_by_point(study_table(_records(study, children)), study.axes)
 
 
 def _checked(study: StudyView, children: list[Experiment], rows: list[dict[str, Any]], metric: str,

@@ -118,7 +118,8 @@ def flatmap_path_parameters(context, path_parameters):
 def seeded():
     """Finished experiments of each kind that "other" shares with the lab (readable, not changeable by the
     fuzzing user), a private one of theirs (a 404 for it), and a queued one of the fuzzing user's own; a
-    finished lab study of "other" and a queued study of the fuzzing user's."""
+    finished lab study of "other" and a queued study of the fuzzing user's; a lab compare study of "other"
+    over its finished experiments of every kind."""
     client = TestClient(create_app(SETTINGS))  # no lifespan: the database is migrated already
     other, fuzzer = ({"Authorization": f"Bearer {KEYS[name]}"} for name in ("other", "fuzzer"))
     train = train_spec(steps=20, eval_every=10)
@@ -141,6 +142,9 @@ def seeded():
         for child in client.get(f"/v1/studies/{SEEDED_STUDIES[-1]}", headers=headers).json()["children"]:
             if run:
                 assert execute(SETTINGS, child["id"]) == "succeeded"
+    r = client.post("/v1/studies", json={"experiments": SEEDED[:3], "visibility": "lab"}, headers=other)
+    assert r.status_code == 202, r.text
+    SEEDED_STUDIES.append(r.json()["id"])
     yield
     SEEDED.clear()
     SEEDED_STUDIES.clear()
@@ -162,7 +166,8 @@ BOUNDS = {"less_than_equal": ("le", lambda value, bound: value > bound),
           "greater_than": ("gt", lambda value, bound: value <= bound)}
 
 
-STUDY_ERRORS = {"unknown_path", "bad_path", "too_many_points", "too_many_errors"}
+STUDY_ERRORS = {"unknown_path", "bad_path", "too_many_points", "too_many_errors", "unknown_experiment",
+                "private_experiment"}
 
 
 def rightly_refused(error: dict) -> bool:
@@ -175,7 +180,8 @@ def rightly_refused(error: dict) -> bool:
     - a number really out of its documented bound: schemathesis compares integers with bounds as floats, so
       it takes 2**63 - 1 + 192 for a valid seed (2**63 - 1 is no float);
     - a study that does not expand: an axis path the base spec does not have, a child spec that its kind's
-      model refuses (the error names the point), or more children than SMD_MAX_STUDY_POINTS."""
+      model refuses (the error names the point), or more children than SMD_MAX_STUDY_POINTS;
+    - a compare study of ids that are no experiment the user may see, or of a private one in a lab study."""
     if error.get("type") == "value_error" or error.get("type") in STUDY_ERRORS or "point" in error:
         return True
     key, outside = BOUNDS.get(error.get("type"), (None, None))

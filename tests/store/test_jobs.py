@@ -5,7 +5,7 @@ from datetime import timedelta
 
 import pytest
 from alembic import command
-from sqlalchemy import inspect, update
+from sqlalchemy import inspect, text, update
 
 from store import jobs
 from store.db import get_engine
@@ -54,7 +54,18 @@ def test_alembic_round_trip(database_url):
     get_engine(database_url).dispose()
     assert "warnings" not in {c["name"] for c in inspect(get_engine(database_url)).get_columns("experiments")}
     command.upgrade(cfg, "head")
+    command.downgrade(cfg, "0007")   # 0008 alone: study_members and studies.kind go; older studies read as expand
     get_engine(database_url).dispose()
+    assert "study_members" not in inspect(get_engine(database_url)).get_table_names()
+    with get_engine(database_url).begin() as conn:
+        conn.execute(text("INSERT INTO studies (id, spec, axes, children, points, created_at) "
+                          "VALUES ('s0', '{}', '[]', 0, 0, CURRENT_TIMESTAMP)"))
+    command.upgrade(cfg, "head")
+    get_engine(database_url).dispose()
+    with get_engine(database_url).begin() as conn:
+        assert conn.execute(text("SELECT kind FROM studies WHERE id = 's0'")).scalar() == "expand"
+        conn.execute(text("DELETE FROM studies"))
+    assert "study_members" in inspect(get_engine(database_url)).get_table_names()
     make(database_url)  # and the schema works
     warned = [{"code": "no_equilibrium", "message": "m", "omits": ["kappa"]}]
     with session_scope(database_url) as s:

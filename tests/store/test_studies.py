@@ -1,5 +1,5 @@
 """store.studies on SQLite and PostgreSQL: create (all or nothing, quotas over the whole study), claim
-order, cancel, settle, remove."""
+order, cancel, settle, remove; compare studies' membership."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,7 @@ from sqlalchemy import func, select
 
 from store import jobs, studies
 from store.migrate import upgrade_head
-from store.models import Attempt, Experiment, SeriesChunk, Study
+from store.models import Attempt, Experiment, SeriesChunk, Study, StudyMember
 from store.series import write_points
 from store.studies import NewChild
 from store.users import create_user
@@ -128,3 +128,40 @@ def test_save_checks_once_after_the_end_only(database_url):
     assert studies.save_checks(database_url, plain.id, first) is None          # not from a preset
     assert studies.get(database_url, plain.id).checks is None
     assert studies.save_checks(database_url, "nope", first) is None
+
+
+def test_compare_membership(database_url):
+    """A compare study's members: its reads join study_members, in request order, whatever study a
+    member belongs to; a member deleted (alone or with its study) is missing and raises the compare
+    study's revision; removing the compare study keeps its members."""
+    owner, grid = make(database_url, n=2)
+    with session_scope(database_url) as s:
+        solo = jobs.create(s, kind="nrq", name="solo", spec={"kind": "nrq", "seed": 7}, total_steps=10,
+                           owner_id=owner).id
+    first, second = [c.id for c in studies.get_with_children(database_url, grid.id).children]
+    for _ in range(3):
+        jobs.finish_claimed(database_url, jobs.claim_next(database_url, ["cpu"], "w", 60), "succeeded")
+    with pytest.raises(studies.MembersRefused) as refused:
+        studies.create_compare(database_url, owner_id=owner, everyone=False, name=None, visibility="lab",
+                               spec={}, experiment_ids=[solo, "nope"])
+    assert (refused.value.unknown, refused.value.private) == ([1], [0])
+    study = studies.create_compare(database_url, owner_id=owner, everyone=False, name="c", visibility="private",
+                                   spec={"experiments": [solo, second]}, experiment_ids=[solo, second])
+    assert (study.kind, study.status, study.children_count, study.members) == ("compare", "succeeded", 2,
+                                                                               [solo, second])
+    got = studies.get_with_children(database_url, study.id)
+    assert [(c.id, c.index, c.seed, c.values["name"]) for c in got.children] == [(solo, 0, 7, "solo"),
+                                                                                 (second, 1, 1, "s #1")]
+    assert [c.id for c in studies.children(database_url, study.id)] == [solo, second]
+    assert [c.id for c in studies.children(database_url, grid.id)] == [first, second]   # still its study's
+    listed, total = studies.page(database_url, viewer_id=owner, everyone=False)
+    assert total == 2 and {s.id: s.kind for s in listed} == {study.id: "compare", grid.id: "expand"}
+
+    jobs.remove(database_url, solo)
+    assert studies.remove(database_url, grid.id)           # takes `second` with it
+    gone = studies.get_with_children(database_url, study.id)
+    assert gone.missing == [solo, second] and gone.children == [] and gone.revision > got.revision
+    assert studies.remove(database_url, study.id)
+    assert stored(database_url) == (0, 0)
+    with session_scope(database_url) as s:
+        assert s.scalar(select(func.count()).select_from(StudyMember)) == 0
