@@ -136,6 +136,29 @@ def test_a_study_page_shows_its_heatmap_and_sorts_its_table(service, page, grid_
     assert page.console.errors == []
 
 
+def test_compare_overlays_the_selected_experiments(service, page):
+    ids = [submit(service, {"kind": "nrq", "name": f"compare lr {lr}", "params": {**SMALL, "lr": lr}})
+           for lr in (0.05, 0.2)]
+    for experiment_id in ids:
+        wait_ended(service, f"/v1/experiments/{experiment_id}")
+    page.goto(f"{service}/#/experiments")
+    page.fill('input[name="name"]', "compare lr")      # the name filter, then both rows selected
+    page.wait_for_function("document.querySelectorAll('#experiments-table tbody tr[data-id]').length === 2")
+    for experiment_id in ids:
+        page.check(f'#experiments-table tr[data-id="{experiment_id}"] input[type=checkbox]')
+    page.click("#compare")
+    page.wait_for_url(re.compile(r"#/studies/[0-9a-f]{32}$"))
+    page.wait_for_function("document.getElementById('study-plot')?.data?.length === 2")
+    traces = page.evaluate("document.getElementById('study-plot').data.map(t => ({name: t.name, points: t.x.length}))")
+    expected = math.ceil(SMALL["steps"] / SMALL["record_every"])
+    assert sorted(traces, key=lambda t: t["name"]) == [{"name": "compare lr 0.05", "points": expected},
+                                                      {"name": "compare lr 0.2", "points": expected}]
+    study = httpx.get(f"{service}/v1/studies/{page.url.rsplit('/', 1)[1]}", timeout=30).json()
+    assert study["kind"] == "compare" and [c["id"] for c in study["children"]] == ids   # nothing was rerun
+    screenshot(page, "compare")
+    assert page.console.errors == []
+
+
 def test_every_page_renders_without_console_errors(service, page, grid_study):
     experiment_id = submit(service, {"kind": "nrq", "name": "shown", "params": SMALL})
     wait_ended(service, f"/v1/experiments/{experiment_id}")

@@ -12,6 +12,7 @@ export function render(main) {
   const filters = { status: "", kind: "", name: "" };
   const cursors = [null]; // cursor of each page visited, for "previous"
   const selected = new Set();
+  const shown = new Map(); // id → name of the experiments listed so far (to name a comparison)
   let timer = null;
   let stopped = false;
 
@@ -62,6 +63,7 @@ export function render(main) {
   }
 
   function row(e) {
+    shown.set(e.id, e.name);
     const box = h("input", { type: "checkbox", checked: selected.has(e.id), title: "select to compare",
       onchange: (ev) => { ev.target.checked ? selected.add(e.id) : selected.delete(e.id); updateCompare(); } });
     return h("tr", { dataset: { id: e.id, status: e.status } },
@@ -81,7 +83,9 @@ export function render(main) {
 
   async function compareSelected() {
     try {
-      const study = await api("/v1/studies", { method: "POST", body: { experiments: [...selected] } });
+      const names = [...selected].map((id) => shown.get(id) || id.slice(0, 8));
+      const name = `compare ${names.join(", ")}`.slice(0, 200);
+      const study = await api("/v1/studies", { method: "POST", body: { experiments: [...selected], name } });
       location.hash = `#/studies/${study.id}`;
     } catch (error) {
       message.replaceChildren(errorBox(error));

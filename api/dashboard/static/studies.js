@@ -73,6 +73,7 @@ export function renderStudy(main, [id]) {
       return;
     }
     drawHead();
+    checks.hidden = !study.preset;   // only a preset's study has checks
     checks.replaceChildren(h("h3", "Checks"), checksTable(study.checks ?? table.checks));
     drawTable();
     drawChartControls();
@@ -81,7 +82,9 @@ export function renderStudy(main, [id]) {
   function drawHead() {
     const s = study;
     head.replaceChildren(h("h1", s.name || s.id, " ", statusBadge(s.status)),
-      h("div.muted", `${s.points} points × seeds = ${s.children_count} runs · axes: ${s.axes.join(", ")}`,
+      h("div.muted", s.kind === "compare" ? `compares ${s.children_count} experiments`
+        + (s.missing?.length ? ` (${s.missing.length} since deleted)` : "")
+        : `${s.points} points × seeds = ${s.children_count} runs · axes: ${s.axes.join(", ")}`,
         s.preset ? ` · preset ${s.preset} (${s.preset_size})` : ""),
       h("div.status-line", progressBar(s.progress), h("span.muted", Object.entries(s.counts)
         .filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(" · "))),
@@ -99,19 +102,22 @@ export function renderStudy(main, [id]) {
   }
 
   function drawChartControls() {
-    const axes = study.axes.filter((a) => table.columns.includes(a));
+    const compared = study.kind === "compare";   // existing experiments grouped: their series overlaid
+    const axes = compared ? [] : study.axes.filter((a) => table.columns.includes(a));
     const metrics = numericColumns().filter((c) => !axes.includes(c));
+    if (compared && choice.type === "heatmap") choice.type = "overlay";
     choice.x ??= axes[0] ?? metrics[0];
     choice.y ??= axes[1] ?? axes[0];
-    choice.metric ??= metrics.find((m) => /au|risk|loss|acc/.test(m)) ?? metrics[0];
+    choice.metric ??= metrics.find((m) => /^(risk|au_rms|train_loss|norm|spread)$/.test(m)) ?? metrics[0];
     const pick = (name, values) => h("label", `${name} `, h("select", { name: `chart-${name}`,
       onchange: (e) => { choice[name] = e.target.value; drawChart(); } },
     values.map((v) => h("option", { value: v, selected: v === choice[name] }, v))));
-    const series = ["risk", "au_rms", "norm_sq", "train_loss", "test_acc", "norm", "theta", "spread", "loss"];
+    const types = compared ? ["overlay", "scatter"] : axes.length >= 2 ? ["heatmap", "scatter", "overlay"]
+      : ["scatter", "overlay"];
+    if (!types.includes(choice.type)) choice.type = types[0];
     chartCard.replaceChildren(h("h3", "Chart"),
-      h("div.toolbar", pick("type", ["heatmap", "scatter", "overlay"]), pick("x", [...axes, ...metrics]),
-        choice.type === "heatmap" ? pick("y", axes) : "",
-        pick("metric", choice.type === "overlay" ? series : metrics)),
+      h("div.toolbar", pick("type", types), choice.type !== "overlay" ? pick("x", [...axes, ...metrics]) : "",
+        choice.type === "heatmap" ? pick("y", axes) : "", pick("metric", metrics)),
       h("div.chart#study-plot", { dataset: { type: choice.type } }));
     drawChart();
   }
@@ -121,14 +127,14 @@ export function renderStudy(main, [id]) {
     const type = choice.type;
     if (div.dataset.type !== type) { div.dataset.type = type; return drawChartControls(); }
     if (type === "overlay") {
-      const ids = table.rows.filter((r) => r.status === "succeeded" || r.status === "running")
+      const ids = table.rows.filter((r) => r.status !== "queued")
         .slice(0, OVERLAY_MAX);
       const docs = await Promise.all(ids.map((r) => api(`/v1/experiments/${r.experiment_id}/results?` +
         `max_points=500&fields=${encodeURIComponent(choice.metric)}`).catch(() => null)));
       const shown = docs.map((d, i) => [d, ids[i]]).filter(([d]) => d);
       overlay(div, shown.map(([d]) => d), choice.metric, { log: true,
-        labels: shown.map(([, r]) => study.axes.map((a) => `${a.split(".").pop()}=${fmtNumber(r[a])}`).join(" ")
-          + ` s${r.seed}`) });
+        labels: shown.map(([, r]) => (study.kind === "compare" ? r.name || r.experiment_id.slice(0, 8)
+          : study.axes.map((a) => `${a.split(".").pop()}=${fmtNumber(r[a])}`).join(" ") + ` s${r.seed}`)) });
       return;
     }
     const points = meanByPoint(table.rows, choice.metric);
