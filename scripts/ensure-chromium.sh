@@ -29,8 +29,11 @@ else
 fi
 
 echo "ensure-chromium: installing chromium with apt-get ..." >&2
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-"${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+install() {
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+}
+# the package index that ensure-redis/ensure-postgres fetched is reused; fetched again only if that fails
+install || { "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq && install; }
 
 if ! command -v chromium >/dev/null 2>&1; then
     echo "ensure-chromium: apt-get finished but chromium is still not on PATH." >&2

@@ -105,6 +105,12 @@ def test_list_newest_first_filters_and_pages(client, settings):
     assert client.get("/v1/experiments", params={"kind": "nrq"}).json()["total"] == 5
     assert client.get("/v1/experiments", params={"kind": "sde"}).json()["total"] == 0
     assert client.get("/v1/experiments", params={"status": "bogus"}).status_code == 422
+    client.post("/v1/experiments", json={**small_spec(), "name": "Wide_lr 100%"})
+    assert [e["name"] for e in client.get("/v1/experiments", params={"name": "wide_LR"}).json()["items"]] == [
+        "Wide_lr 100%"]   # a substring, ignoring case
+    assert client.get("/v1/experiments", params={"name": "e_l"}).json()["total"] == 1    # _ is literal
+    assert client.get("/v1/experiments", params={"name": "0%"}).json()["total"] == 1     # % is literal
+    assert client.get("/v1/experiments", params={"name": "w%r"}).json()["total"] == 0
 
 
 def test_run_results_and_plots(client, settings):
@@ -132,6 +138,16 @@ def test_run_results_and_plots(client, settings):
     assert set(sel["series"]) == {"step", "risk"} and set(sel["theory"]) == {"au_equilibrium"}
     assert len(sel["series"]["step"]) == 7 and sel["series"]["step"][0] == 0 and sel["series"]["step"][-1] == 380
     assert sel["series"]["risk"][-1] == doc["series"]["risk"][-1]
+    # a zoomed chart's window: since_step < step ≤ until_step, theory cut the same way, then downsampled
+    window = client.get(f"/v1/experiments/{exp['id']}/results", params={"since_step": 100, "until_step": 300}).json()
+    assert window["series"]["step"] == list(range(120, 301, 20))
+    cut = slice(steps.index(120), steps.index(300) + 1)
+    assert window["series"]["risk"] == doc["series"]["risk"][cut]
+    assert window["theory"]["au_equilibrium"] == doc["theory"]["au_equilibrium"][cut]
+    thin = client.get(f"/v1/experiments/{exp['id']}/results", params={"until_step": 300, "max_points": 4}).json()
+    assert thin["series"]["step"] == [0, 100, 200, 300]
+    assert client.get(f"/v1/experiments/{exp['id']}/results", params={"since_step": 300, "until_step": 100}
+                      ).json()["series"]["step"] == []
     bad = client.get(f"/v1/experiments/{exp['id']}/results", params={"fields": "risk,nonsense"})
     assert bad.status_code == 422 and "nonsense" in bad.text
 
@@ -141,6 +157,12 @@ def test_run_results_and_plots(client, settings):
     assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml") and b"<svg" in svg.content
     assert b"stroke-dasharray" in svg.content  # the theory line is dashed
     assert client.get(f"/v1/experiments/{exp['id']}/plots/norm.png").status_code == 200
+    declared = client.get(f"/v1/experiments/{exp['id']}/plots").json()   # what each plot draws, for clients
+    assert [p["name"] for p in declared] == ["au", "norm", "risk"]
+    risk = next(p for p in declared if p["name"] == "risk")
+    assert risk["series"] == ["risk"] and risk["theory"] == ["risk_stationary"] and risk["style"] == "line"
+    assert all(name in doc["series"] for p in declared for name in p["series"])
+    assert all(name in doc["theory"] for p in declared for name in p["theory"])
     missing = client.get(f"/v1/experiments/{exp['id']}/plots/angles.png")
     assert missing.status_code == 404 and "au, norm, risk" in missing.json()["detail"]
     assert client.get(f"/v1/experiments/{exp['id']}/plots/risk.gif").status_code == 422
@@ -228,3 +250,20 @@ def test_attempts_endpoint(client, settings):
     assert attempt["number"] == 1 and attempt["worker"].startswith("w9/") and attempt["outcome"] == "succeeded"
     assert attempt["ended_at"] >= attempt["started_at"] and attempt["resumed_from_step"] is None
     assert client.get("/v1/experiments/nope/attempts").status_code == 404
+
+
+def test_the_dashboard_is_served_compressed_and_revalidated(client):
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<script type="module" src="/ui/app.js">' in page.text and "https://" not in page.text   # no CDN
+    bundle = client.get("/ui/plotly.min.js", headers={"Accept-Encoding": "gzip"})
+    assert bundle.status_code == 200 and bundle.headers["content-encoding"] == "gzip"
+    assert bundle.headers["content-type"].startswith("text/javascript") and len(bundle.content) > 1_000_000
+    assert int(bundle.headers["content-length"]) < len(bundle.content) / 2   # compressed on the wire
+    again = client.get("/ui/plotly.min.js", headers={"If-None-Match": bundle.headers["etag"]})
+    assert again.status_code == 304 and again.headers["etag"] == bundle.headers["etag"]
+    module = client.get("/ui/app.js")
+    assert module.headers["content-type"].startswith("text/javascript") and "import" in module.text
+    assert client.get("/ui/nope.js").status_code == 404
+    assert client.get("/ui/../main.py").status_code == 404
+    assert client.get("/ui/%2e%2e/main.py").status_code == 404
