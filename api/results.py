@@ -9,6 +9,7 @@ from typing import Any
 from fastapi import HTTPException
 
 from smdengine import LAYER_SEPARATOR, json_safe, output_names, split_layers
+from store import jobs
 from store.models import Experiment
 from store.series import read_series
 
@@ -32,7 +33,8 @@ def result_document(db: str, experiment: Experiment, fields: list[str] | None = 
     before it (series, layers and theory series alike), before any downsampling."""
     series, layers = split_layers(read_series(db, experiment.id))
     n = len(series.get("step", []))
-    theory = {k: (v[:n] if isinstance(v, list) else v) for k, v in (experiment.theory or {}).items()}
+    stored_theory, distributions = jobs.outputs(db, experiment.id)   # not loaded with the row (store.jobs.get)
+    theory = {k: (v[:n] if isinstance(v, list) else v) for k, v in stored_theory.items()}
     if (since_step is not None or until_step is not None) and n:
         steps = series["step"]  # recorded in increasing order
         first = 0 if since_step is None else bisect.bisect_right(steps, since_step)
@@ -42,7 +44,6 @@ def result_document(db: str, experiment: Experiment, fields: list[str] | None = 
         layers = {layer: {m: v[window] for m, v in metrics.items()} for layer, metrics in layers.items()}
         theory = {k: (v[window] if isinstance(v, list) else v) for k, v in theory.items()}
         n = len(series["step"])
-    distributions = experiment.distributions or {}
     if fields:
         _check_fields(experiment, fields, series, layers, theory, distributions, recorded=n > 0)
         wanted = set(fields)

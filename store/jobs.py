@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, CursorResult, Executable, and_, delete, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from store.db import transaction
 from store.models import (
@@ -500,10 +500,24 @@ def active_count(session: Session, owner_id: str | None) -> int:
         by_owner(owner_id), Experiment.status.in_(ACTIVE))) or 0)
 
 
+# The row without its outputs: a long run's theory holds a value per recorded point (200 000 points
+# make ~10 MB of JSON to parse), and every status poll, ETag check and list page loads the row.
+# Reading them by mistake raises instead of loading; :func:`outputs` reads them.
+_WITHOUT_OUTPUTS = (defer(Experiment.theory, raiseload=True), defer(Experiment.distributions, raiseload=True))
+
+
 @transaction
 def get(session: Session, experiment_id: str) -> Experiment | None:
-    """The job (detached, with its owner), or None."""
-    return session.get(Experiment, experiment_id)
+    """The job (detached, with its owner; without its theory and distributions: :func:`outputs`), or None."""
+    return session.get(Experiment, experiment_id, options=_WITHOUT_OUTPUTS)
+
+
+@transaction
+def outputs(session: Session, experiment_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job's theory and distributions (empty when it has none, or no longer exists)."""
+    row = session.execute(select(Experiment.theory, Experiment.distributions)
+                          .where(Experiment.id == experiment_id)).one_or_none()
+    return (row.theory or {}, row.distributions or {}) if row is not None else ({}, {})
 
 
 @transaction
@@ -522,7 +536,7 @@ def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None
     ``everyone``), newest first, after the keyset position ``after`` (created_at, id) of the
     previous page; and how many match the filters over all pages. ``name_contains`` matches a
     substring of the name, ignoring case (``%`` and ``_`` are literal)."""
-    query = select(Experiment)
+    query = select(Experiment).options(*_WITHOUT_OUTPUTS)
     if not everyone:
         query = query.where(or_(Experiment.owner_id == viewer_id, Experiment.visibility == "lab"))
     if status:
