@@ -78,6 +78,8 @@ def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, p
         if state["status"] and (not statuses or statuses[-1] != state["status"]):
             statuses.append(state["status"])
         if state["status"] == "running" and state["points"]:
+            if not grown:
+                screenshot(page, "experiment-running")
             grown.add(state["points"])
         if state["status"] == "succeeded" and state["points"] == expected:
             break
@@ -109,6 +111,13 @@ def test_the_servers_422_is_shown_next_to_the_fields_it_names(service, page):
     assert "valid integer" in page.locator('.field-error[data-error-for="params.steps"]').inner_text()
     assert page.locator('.field-error[data-error-for="params.dim"]').inner_text() == ""
     screenshot(page, "new-experiment-errors")
+    # a model of a kind: the 422 names ["body", "sde", "params", "normalized_linear", "lr"], shown at params.lr
+    page.select_option('[name="kind"]', "sde")
+    page.select_option('[name="params.model"]', "normalized_linear")
+    page.fill('[name="params.lr"]', "0")
+    page.click("#submit")
+    page.wait_for_function("document.querySelector('.field-error[data-error-for=\"params.lr\"]')?.textContent !== ''")
+    assert page.locator('.field-error[data-error-for="params.lr"]').inner_text() == "Input should be greater than 0"
     assert httpx.get(f"{service}/v1/experiments", timeout=30).json()["total"] == before   # nothing was submitted
     assert [e for e in page.console.errors if not EXPECTED_4XX.search(e)] == []
 

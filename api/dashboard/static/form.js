@@ -98,7 +98,8 @@ class FormBuilder {
     const select = h("select", { name: [...path, tag].join(".") || tag, id: `field-${[...path, tag].join("-")}` },
       values.map((v) => h("option", { value: v, selected: v === chosen }, v)));
     const show = (value, start) => {
-      for (const k of [...this.readers.keys()]) if (k.startsWith(key ? `${key}.` : "")) this.readers.delete(k);
+      const inside = (k) => k !== key && k.startsWith(key ? `${key}.` : "");   // the previous option's fields
+      for (const map of [this.readers, this.fields, this.tags]) for (const k of [...map.keys()]) if (inside(k)) map.delete(k);
       this.readers.set([...path, tag].join("."), () => select.value);
       const option = options[values.indexOf(value)];
       holder.replaceChildren(this.object(option, path, start, null, tag));
