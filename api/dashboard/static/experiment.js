@@ -47,7 +47,13 @@ export function render(main, [id]) {
     const statusChanged = state.status !== experiment.status || state.attempts !== experiment.attempts;
     experiment = { ...experiment, ...state };
     drawHead();
-    if (statusChanged) drawSide();
+    if (statusChanged) {   // the event carries the state only: the worker, times and attempts come with the row
+      api(base).then((row) => {   // read after the event: as new as it, or newer
+        experiment = row;
+        drawHead();
+        drawSide();
+      }).catch(() => drawSide());
+    }
     refreshResults(TERMINAL.has(state.status));
   }
 
