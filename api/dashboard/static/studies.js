@@ -40,8 +40,9 @@ export function checksTable(checks) {
   if (!checks?.length) return h("p.muted", "No checks (yet).");
   return h("table.list.checks", h("tr", h("th", "claim"), h("th", "predicted"), h("th", "measured"),
     h("th", "tolerance"), h("th", "verdict")),
-  checks.map((c) => h("tr", h("td", c.claim, c.note ? h("div.muted", c.note) : ""), h("td", show(c.predicted)),
-    h("td", show(c.measured)), h("td", show(c.tolerance), c.tolerance_rule ? h("div.muted", c.tolerance_rule) : ""),
+  checks.map((c) => h("tr", h("td", c.claim, c.note ? h("details.muted", h("summary", "note"), c.note) : ""),
+    h("td", show(c.predicted)), h("td", show(c.measured)),
+    h("td", show(c.tolerance), c.tolerance_rule ? h("details.muted", h("summary", "rule"), c.tolerance_rule) : ""),
     h("td", verdictBadge(c.verdict)))));
 }
 
