@@ -12,21 +12,10 @@ if command -v chromium >/dev/null 2>&1; then
     exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ensure-chromium: chromium is not on PATH and apt-get is not available." >&2
-    echo "ensure-chromium: install Chromium and set SMD_CHROMIUM=/path/to/chromium, then re-run." >&2
-    exit 1
-fi
-
-if [ "$(id -u)" -eq 0 ]; then
-    SUDO=()
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    SUDO=(sudo -n)
-else
-    echo "ensure-chromium: chromium is not on PATH; installing it needs root." >&2
-    echo "ensure-chromium: run 'sudo apt-get install chromium' (or set SMD_CHROMIUM) and re-run." >&2
-    exit 1
-fi
+# shellcheck source=scripts/_root.sh
+. "$(dirname "$0")/_root.sh"
+root_for_apt ensure-chromium "chromium is not on PATH: install it ('sudo apt-get install chromium' on Debian)" \
+    "and re-run, or set SMD_CHROMIUM=/path/to/chromium."
 
 echo "ensure-chromium: installing chromium with apt-get ..." >&2
 install() {

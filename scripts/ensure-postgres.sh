@@ -53,23 +53,11 @@ if [ -n "${PG_BINDIR:-}" ]; then
     exit 1
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ensure-postgres: initdb/pg_ctl are not on PATH nor in $PG_LIBROOT/*/bin, and apt-get is not available." >&2
-    echo "ensure-postgres: install the PostgreSQL server (>= 13) so that 'initdb' and 'pg_ctl' are on PATH" >&2
-    echo "ensure-postgres: (or set PG_BINDIR to their directory), then re-run." >&2
-    exit 1
-fi
-
-if [ "$(id -u)" -eq 0 ]; then
-    SUDO=()
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    SUDO=(sudo -n)
-else
-    echo "ensure-postgres: the PostgreSQL server binaries (initdb, pg_ctl) are missing; installing them needs root." >&2
-    echo "ensure-postgres: run 'sudo apt-get install postgresql' (or install PostgreSQL another way, then put" >&2
-    echo "ensure-postgres: initdb/pg_ctl on PATH or set PG_BINDIR) and re-run." >&2
-    exit 1
-fi
+# shellcheck source=scripts/_root.sh
+. "$(dirname "$0")/_root.sh"
+root_for_apt ensure-postgres "initdb/pg_ctl are not on PATH nor in $PG_LIBROOT/*/bin: install the PostgreSQL" \
+    "server (>= 13; 'sudo apt-get install postgresql' on Debian) so that 'initdb' and 'pg_ctl' are on PATH" \
+    "(or set PG_BINDIR to their directory), then re-run."
 
 echo "ensure-postgres: installing postgresql with apt-get ..." >&2
 

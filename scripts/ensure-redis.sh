@@ -10,21 +10,10 @@ if command -v redis-server >/dev/null 2>&1; then
     exit 0
 fi
 
-if ! command -v apt-get >/dev/null 2>&1; then
-    echo "ensure-redis: redis-server is not on PATH and apt-get is not available." >&2
-    echo "ensure-redis: install Redis (>= 6) so that 'redis-server' is on PATH, then re-run." >&2
-    exit 1
-fi
-
-if [ "$(id -u)" -eq 0 ]; then
-    SUDO=()
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    SUDO=(sudo -n)
-else
-    echo "ensure-redis: redis-server is not on PATH; installing it needs root." >&2
-    echo "ensure-redis: run 'sudo apt-get install redis-server' (or install Redis another way) and re-run." >&2
-    exit 1
-fi
+# shellcheck source=scripts/_root.sh
+. "$(dirname "$0")/_root.sh"
+root_for_apt ensure-redis "redis-server is not on PATH: install Redis (>= 6; 'sudo apt-get install redis-server'" \
+    "on Debian) so that 'redis-server' is on PATH, then re-run."
 
 echo "ensure-redis: installing redis-server with apt-get ..." >&2
 
