@@ -77,6 +77,8 @@ def serve(settings: Settings) -> int:
     upgrade_head(settings.db_url)  # once, for the API here and before the worker child starts
     supervisor = _WorkerSupervisor(settings)
     supervisor.start()
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    log.info("dashboard: http://%s:%d/ (API docs: /docs)", host, settings.port)
     try:
         return run_api(settings, on_shutdown=supervisor.stop, migrate=False)
     finally:
