@@ -25,8 +25,10 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    # module scope: Playwright's sync API keeps an event loop running in this thread while it is open,
+    # and later tests call asyncio.run()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
