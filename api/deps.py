@@ -18,14 +18,14 @@ from store.settings import Settings
 from store.studies import StudyView
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
 
 
-def _db(settings: SettingsDep) -> str:
+async def _db(settings: SettingsDep) -> str:
     return settings.db_url
 
 

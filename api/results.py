@@ -11,7 +11,7 @@ from fastapi import HTTPException
 from smdengine import LAYER_SEPARATOR, json_safe, output_names, split_layers
 from store import jobs
 from store.models import Experiment
-from store.series import read_series
+from store.series import read_series, read_series_after
 
 log = logging.getLogger(__name__)
 
@@ -31,18 +31,24 @@ def result_document(db: str, experiment: Experiment, fields: list[str] | None = 
 
     ``since_step`` keeps only the points recorded after that step and ``until_step`` those at or
     before it (series, layers and theory series alike), before any downsampling."""
-    series, layers = split_layers(read_series(db, experiment.id))
-    n = len(series.get("step", []))
-    stored_theory, distributions = jobs.outputs(db, experiment.id)   # not loaded with the row (store.jobs.get)
+    if since_step is None:
+        offset, stored = 0, read_series(db, experiment.id)
+    else:  # only the stored points from point `offset` on: those after since_step, and a few before
+        offset, stored = read_series_after(db, experiment.id, since_step)
+    series, layers = split_layers(stored)
+    n = offset + len(series.get("step", []))
+    # not loaded with the row (store.jobs.get); unchanged since the row's revision: from memory
+    stored_theory, distributions = jobs.outputs(db, experiment.id, experiment.revision)
     theory = {k: (v[:n] if isinstance(v, list) else v) for k, v in stored_theory.items()}
     if (since_step is not None or until_step is not None) and n:
         steps = series["step"]  # recorded in increasing order
         first = 0 if since_step is None else bisect.bisect_right(steps, since_step)
-        end = n if until_step is None else bisect.bisect_right(steps, until_step)
+        end = len(steps) if until_step is None else bisect.bisect_right(steps, until_step)
         window = slice(first, max(first, end))
         series = {k: v[window] for k, v in series.items()}
         layers = {layer: {m: v[window] for m, v in metrics.items()} for layer, metrics in layers.items()}
-        theory = {k: (v[window] if isinstance(v, list) else v) for k, v in theory.items()}
+        in_theory = slice(offset + first, offset + max(first, end))  # theory holds every point from 0
+        theory = {k: (v[in_theory] if isinstance(v, list) else v) for k, v in theory.items()}
         n = len(series["step"])
     if fields:
         _check_fields(experiment, fields, series, layers, theory, distributions, recorded=n > 0)

@@ -25,16 +25,18 @@ URL it runs in a transaction of its own; returned rows are detached.
 """
 from __future__ import annotations
 
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, CursorResult, Executable, and_, delete, func, or_, select, update
+from sqlalchemy import ColumnElement, CursorResult, Executable, Row, and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session, defer
 
-from store.db import transaction
+from store.db import Db, transaction
 from store.models import (
     ACTIVE,
     EPOCH,
@@ -268,8 +270,9 @@ def begin_attempt(session: Session, claim: Claim, *, theory: dict[str, Any],
 
 @transaction
 def record_theory(session: Session, claim: Claim, theory: dict[str, Any]) -> None:
-    """Store the job's theory under the lease; raises :class:`LeaseLost`."""
-    if _rowcount(session, update(Experiment).where(_held(claim)).values(theory=theory)) != 1:
+    """Store the job's theory under the lease; raises :class:`LeaseLost`. A change a client sees:
+    it bumps the revision (ETags, the cache of :func:`outputs`)."""
+    if _rowcount(session, update(Experiment).where(_held(claim)).values(theory=theory, **_BUMP)) != 1:
         raise LeaseLost(claim.experiment_id)
 
 
@@ -512,12 +515,46 @@ def get(session: Session, experiment_id: str) -> Experiment | None:
     return session.get(Experiment, experiment_id, options=_WITHOUT_OUTPUTS)
 
 
+# The theory and distributions last read per job, with the revision they were read at: every open
+# dashboard of a running job asks for its results every 2 s, and parsing its theory (a value per
+# recorded point) was the largest cost of those requests, while it changes only with the revision
+# (record_theory, finish). {experiment_id: (revision, theory, distributions)}, least recently used
+# first; the dicts are shared, never modified (the result document copies what it sends).
+_OUTPUTS_CACHED = 16
+_outputs_cache: OrderedDict[str, tuple[int, dict[str, Any], dict[str, Any]]] = OrderedDict()
+_outputs_lock = threading.Lock()
+
+
+def outputs(db: Db, experiment_id: str, revision: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The job's theory and distributions (empty when it has none, or no longer exists). Given the
+    ``revision`` of the caller's row, they are read from memory when that revision's were read last
+    (with a database URL; the dicts returned must not be modified)."""
+    if revision is not None and isinstance(db, str):
+        with _outputs_lock:
+            cached = _outputs_cache.get(experiment_id)
+            if cached is not None and cached[0] == revision:
+                _outputs_cache.move_to_end(experiment_id)
+                return cached[1], cached[2]
+    row = _read_outputs(db, experiment_id)
+    if row is None:
+        return {}, {}
+    read = (row.revision, row.theory or {}, row.distributions or {})
+    if isinstance(db, str):  # committed state only (a session's may still roll back)
+        with _outputs_lock:
+            cached = _outputs_cache.get(experiment_id)
+            if cached is None or cached[0] <= read[0]:
+                _outputs_cache[experiment_id] = read
+                _outputs_cache.move_to_end(experiment_id)
+                if len(_outputs_cache) > _OUTPUTS_CACHED:
+                    _outputs_cache.popitem(last=False)
+    return read[1], read[2]
+
+
 @transaction
-def outputs(session: Session, experiment_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The job's theory and distributions (empty when it has none, or no longer exists)."""
-    row = session.execute(select(Experiment.theory, Experiment.distributions)
-                          .where(Experiment.id == experiment_id)).one_or_none()
-    return (row.theory or {}, row.distributions or {}) if row is not None else ({}, {})
+def _read_outputs(session: Session, experiment_id: str) -> Row[Any] | None:
+    # one statement: the revision is that of the theory and distributions read with it
+    return session.execute(select(Experiment.revision, Experiment.theory, Experiment.distributions)
+                           .where(Experiment.id == experiment_id)).one_or_none()
 
 
 @transaction

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import zlib
+from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import delete, func, select
@@ -27,18 +28,57 @@ def write_points(session: Session, experiment_id: str, start_index: int, points:
 @transaction
 def read_series(session: Session, experiment_id: str) -> dict[str, list[Any]]:
     """All stored points in order, as ``{"step": [...], "<metric>": [...]}`` (empty dict if none)."""
-    rows = session.scalars(select(SeriesChunk).where(SeriesChunk.experiment_id == experiment_id)
+    return _join(_decode(chunk)[1] for chunk in _prefix(session, experiment_id))
+
+
+@transaction
+def read_series_after(session: Session, experiment_id: str, step: int) -> tuple[int, dict[str, list[Any]]]:
+    """``(index, points)``: ``points`` is what :func:`read_series` returns from point ``index`` on,
+    the stored chunks that hold every point recorded after ``step`` (so it may begin a little before).
+    Only those chunks are decompressed: polling a long run for its new points (``since_step``) costs
+    the new points, not the whole series."""
+    chunks = []
+    for chunk in reversed(_prefix(session, experiment_id)):
+        index, points = _decode(chunk)
+        steps = points.get("step")
+        if not steps:
+            continue  # holds nothing an earlier chunk does not
+        chunks.append((index, points))
+        if steps[0] <= step:
+            break
+    chunks.reverse()
+    return (chunks[0][0] if chunks else 0), _join(points for _, points in chunks)
+
+
+def _prefix(session: Session, experiment_id: str) -> list[tuple[int, int, bytes]]:
+    """(start_index, points an earlier chunk already holds, data) of the chunks that make the
+    stored series: the contiguous run of points from index 0 (an older chunk's points win where
+    two overlap; a gap ends the series)."""
+    rows = session.execute(select(SeriesChunk.start_index, SeriesChunk.n_points, SeriesChunk.data)
+                           .where(SeriesChunk.experiment_id == experiment_id)
                            .order_by(SeriesChunk.start_index)).all()
-    series: dict[str, list[Any]] = {}
+    chunks = []
     length = 0
-    for row in rows:
-        chunk = json.loads(zlib.decompress(row.data))
-        skip = length - row.start_index  # > 0 only if an older chunk overlaps this one
+    for start, n, data in rows:
+        skip = length - start  # > 0 only if an older chunk overlaps this one
         if skip < 0:
             break  # a gap: keep the contiguous prefix
-        for key, values in chunk.items():
-            series.setdefault(key, []).extend(values[skip:])
-        length = max(length, row.start_index + row.n_points)
+        chunks.append((start, skip, data))
+        length = max(length, start + n)
+    return chunks
+
+
+def _decode(chunk: tuple[int, int, bytes]) -> tuple[int, dict[str, list[Any]]]:
+    """(index of the chunk's first point no earlier chunk holds, its points from there on)."""
+    start, skip, data = chunk
+    return start + skip, {key: values[skip:] for key, values in json.loads(zlib.decompress(data)).items()}
+
+
+def _join(chunks: Iterable[dict[str, list[Any]]]) -> dict[str, list[Any]]:
+    series: dict[str, list[Any]] = {}
+    for points in chunks:
+        for key, values in points.items():
+            series.setdefault(key, []).extend(values)
     return series
 
 

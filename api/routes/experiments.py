@@ -97,7 +97,7 @@ def list_experiments(request: Request, response: Response, db: DbDep, user: Curr
 
 @router.get("/{experiment_id}", response_model=ExperimentOut, operation_id="getExperiment",
             responses={**NOT_FOUND, **NOT_MODIFIED}, openapi_extra=_links("200", "cancelExperiment"))
-def get_experiment(experiment: ExperimentDep, request: Request, response: Response):
+async def get_experiment(experiment: ExperimentDep, request: Request, response: Response):
     """Status, progress, timestamps and error of one experiment (ETag: send If-None-Match to poll)."""
     current = etag.tag(experiment, "status")
     if etag.matches(request, current):

@@ -176,6 +176,30 @@ def test_since_step_cuts_theory_series_of_a_finished_run(client, settings):
     assert client.get(url, params={"since_step": -1}).json()["series"] == full["series"]
 
 
+def test_since_step_reads_the_tail_of_a_long_series(client, settings):
+    """since_step decompresses only the last chunks (store.series.read_series_after): the series
+    and theory series come out cut exactly as from the whole document."""
+    from store import jobs
+    from store.series import write_points
+
+    exp = client.post("/v1/experiments", json=small_spec()).json()
+    steps = list(range(0, 400, 20))
+    with session_scope(settings.db_url) as session:
+        claim = jobs.claim_next(session, ["cpu"], "w", 60)
+        jobs.begin_attempt(session, claim, theory={"kappa": [s / 2 for s in steps], "risk_stationary": 0.5})
+        jobs.record_progress(session, claim, 380, 400)
+        for i in range(0, len(steps), 3):  # chunks of 3 points, as a worker's flushes write them
+            write_points(session, exp["id"], i, {"step": steps[i:i + 3], "risk": [s / 10 for s in steps[i:i + 3]]})
+    url = f"/v1/experiments/{exp['id']}/results"
+    full = client.get(url).json()
+    assert full["series"]["step"] == steps and full["theory"]["kappa"] == [s / 2 for s in steps]
+    for since in (-1, 0, 50, 60, 200, 370, 380, 1000):
+        part = client.get(url, params={"since_step": since}).json()
+        cut = sum(1 for s in steps if s <= since)
+        assert part["series"] == {k: v[cut:] for k, v in full["series"].items()}, since
+        assert part["theory"] == {"kappa": full["theory"]["kappa"][cut:], "risk_stationary": 0.5}, since
+
+
 def test_cursor_pages_with_link_header(client):
     ids = [client.post("/v1/experiments", json={**small_spec(), "seed": i}).json()["id"] for i in range(7)]
     seen, url, params = [], "/v1/experiments", {"limit": 3}

@@ -180,3 +180,21 @@ def test_truncate_points_cuts_inside_a_chunk(database_url):
         write_points(s, exp, 2, {"step": [2, 3], "risk": [0.2, 0.3]})
     with session_scope(database_url) as s:
         assert read_series(s, exp) == {"step": [0, 1, 2, 3], "risk": [0.0, 0.1, 0.2, 0.3]}
+
+
+def test_outputs_are_read_again_when_the_revision_changes(database_url):
+    """jobs.outputs keeps the theory read at a revision: the theory stored at the start of an attempt
+    and at the end bumps it, so a caller with the current row never gets an older theory."""
+    exp = make(database_url)
+    c = claim(database_url)
+    assert jobs.outputs(database_url, exp, jobs.get(database_url, exp).revision) == ({}, {})
+    jobs.begin_attempt(database_url, c, theory={"risk_theory": [1.0, 2.0]})
+    revision = jobs.get(database_url, exp).revision
+    assert jobs.outputs(database_url, exp, revision) == ({"risk_theory": [1.0, 2.0]}, {})
+    with session_scope(database_url) as s:  # behind the store's back: the same revision is served from memory
+        s.execute(update(Experiment).where(Experiment.id == exp).values(theory={"risk_theory": [9.0]}))
+    assert jobs.outputs(database_url, exp, revision)[0] == {"risk_theory": [1.0, 2.0]}
+    assert jobs.outputs(database_url, exp)[0] == {"risk_theory": [9.0]}  # no revision: always read
+    jobs.finish_claimed(database_url, c, "succeeded", theory={"risk_theory": [3.0]}, distributions={"f": [1]})
+    assert jobs.outputs(database_url, exp, jobs.get(database_url, exp).revision) == ({"risk_theory": [3.0]},
+                                                                                   {"f": [1]})

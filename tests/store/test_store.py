@@ -6,7 +6,7 @@ from sqlalchemy import inspect
 from store import jobs
 from store.db import get_engine
 from store.migrate import upgrade_head
-from store.series import read_series, write_points
+from store.series import read_series, read_series_after, write_points
 from tests.dbutil import session_scope
 
 
@@ -40,3 +40,21 @@ def test_series_chunks_roundtrip_and_idempotent_rewrite(database_url):
         write_points(s, exp, 0, {"step": [], "risk": []})
     with session_scope(database_url) as s:
         assert read_series(s, exp) == {}
+
+
+def test_series_after_a_step_is_the_tail_of_the_series(database_url):
+    exp = make(database_url)
+    with session_scope(database_url) as s:
+        write_points(s, exp, 0, {"step": [0, 10, 20, 30, 40], "risk": [0.0, 0.1, 0.2, 0.3, 0.4]})
+        write_points(s, exp, 3, {"step": [31, 41, 51], "risk": [0.31, 0.41, 0.51]})  # overlaps: the first wins
+        write_points(s, exp, 6, {"step": [60], "risk": [0.6]})
+        write_points(s, exp, 7, {"step": [70, 80], "risk": [0.7, 0.8]})
+    with session_scope(database_url) as s:
+        whole = read_series(s, exp)
+        assert whole["step"] == [0, 10, 20, 30, 40, 51, 60, 70, 80]
+        for step in range(-1, 90):
+            index, tail = read_series_after(s, exp, step)
+            assert tail == {k: v[index:] for k, v in whole.items()}
+            assert [x for x in whole["step"] if x > step] == [x for x in tail["step"] if x > step]
+        assert read_series_after(s, exp, 75)[0] == 7      # only the last chunk is read
+        assert read_series_after(s, make(database_url), 0) == (0, {})
