@@ -193,6 +193,8 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         if name == "duplicate-and-edit":   # the form starts from the experiment's spec
             assert page.locator('[name="name"]').input_value() == "shown"
             assert page.locator('[name="params.steps"]').input_value() == str(SMALL["steps"])
+        if name == "queue":   # nothing queued or running: zeros, not blanks
+            assert page.locator("#queues tr").nth(1).locator("td").all_inner_texts()[:4] == ["cpu", "0", "0", "0"]
         if name == "presets":
             page.wait_for_function("document.querySelector('article.preset img.figure')?.naturalWidth > 0")
             assert page.locator("article.preset").count() == len(httpx.get(f"{service}/v1/presets").json())

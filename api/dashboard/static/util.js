@@ -8,7 +8,8 @@ export function h(tag, attrs = {}, ...children) {
     if (part[0] === ".") el.classList.add(part.slice(1));
     else el.id = part.slice(1);
   }
-  if (attrs && (typeof attrs !== "object" || attrs instanceof Node || Array.isArray(attrs))) {
+  // the second argument is attributes only when it is a plain object; anything else (0 and "" too) is a child
+  if (attrs === null || typeof attrs !== "object" || attrs instanceof Node || Array.isArray(attrs)) {
     children.unshift(attrs);
     attrs = {};
   }
