@@ -47,7 +47,8 @@ export function fmtTime(iso) {
 
 export function fmtDuration(seconds) {
   if (seconds === null || seconds === undefined || !Number.isFinite(seconds)) return "";
-  seconds = Math.max(0, Math.round(seconds));
+  if (seconds < 10) return `${Math.max(0, seconds).toFixed(1)} s`;
+  seconds = Math.round(seconds);
   if (seconds < 60) return `${seconds} s`;
   if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${seconds % 60} s`;
   return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`;
