@@ -151,7 +151,7 @@ class FormBuilder {
         placeholder: value === undefined || value === null ? "(unset)" : "" });
       read = () => {
         const text = input.value.trim();
-        if (text === "") return nullable ? undefined : undefined;
+        if (text === "") return undefined;   // left out: the server applies its default
         if (base.type === "integer" || base.type === "number") {
           const number = Number(text);
           return text !== "" && Number.isFinite(number) ? number : text;
