@@ -15,6 +15,7 @@ torch is imported when a run starts, not with this module.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from smdengine._registry import model_of, omitted_theory, parse_spec
@@ -65,67 +66,128 @@ def run(spec: AnySpec | dict[str, Any], *, on_progress: ProgressCallback | None 
     spec, device type or format.
     options: go to the simulator's constructor (e.g. the train kind's ``track=False``, for a bench).
     """
+    result = _integrate([spec], [on_progress], [should_stop], [checkpoint], progress_interval, data_dir, options)[0]
+    assert result is not None   # a run of one member that stops raises Cancelled
+    return result
+
+
+def run_fused(specs: Sequence[AnySpec | dict[str, Any]], *,
+              on_progress: Sequence[ProgressCallback | None] | None = None,
+              should_stop: Sequence[StopCheck | None] | None = None, progress_interval: float = 0.5,
+              data_dir: str | None = None,
+              checkpoints: Sequence[CheckpointHooks | None] | None = None) -> list[RunResult | None]:
+    """Run several experiments of equal :func:`fuse_key` as one batched run (a fused sweep). Member c
+    gets ``on_progress[c]``, ``should_stop[c]`` and ``checkpoints[c]`` as :func:`run` would, and
+    its result, points and checkpoints are bit for bit those of ``run(specs[c])`` on the same
+    device. A member whose ``should_stop`` returns true gets no more events and None as its result
+    (the others go on); when every member has stopped, :class:`Cancelled` is raised. Resuming needs
+    every member's checkpoint, all at the same step."""
+    n = len(specs)
+    return _integrate(specs, list(on_progress or [None] * n), list(should_stop or [None] * n),
+                      list(checkpoints or [None] * n), progress_interval, data_dir, {})
+
+
+def fuse_key(spec: AnySpec | dict[str, Any]) -> str | None:
+    """Specs with the same key, not None, can run together through :func:`run_fused`: they differ
+    only in rates or scales (and seed). None: this spec always runs alone."""
+    spec = parse_spec(spec)
+    return model_of(spec).load_simulator().fuse_key(spec)
+
+
+def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[ProgressCallback | None],
+               should_stop: list[StopCheck | None], checkpoints: list[CheckpointHooks | None],
+               progress_interval: float, data_dir: str | None, options: dict[str, Any]) -> list[RunResult | None]:
+    """The loop of :func:`run` and :func:`run_fused`; one member is a plain run."""
     import torch
 
-    spec = parse_spec(spec)
-    device = resolve_device(spec.device)
-    hooks = checkpoint if checkpoint is not None else CheckpointHooks()
-    hooks.fingerprint = fingerprint(spec.model_dump_json(), device.type)
-    resumed, save = hooks.resume, hooks.save
-    if resumed is not None and resumed.fingerprint != hooks.fingerprint:
-        raise IncompatibleCheckpoint("checkpoint: expected one made by this spec on this device type, "
-                                     "got one from another run")
-    dtype = getattr(torch, spec.params.dtype)   # float64 or float32
-    gen = torch.Generator(device=device).manual_seed(spec.seed)
-    ctx = Context(device, dtype, gen, data_dir, checkpointing=save is not None)
-    sim = model_of(spec).load_simulator()(spec, ctx, **options)
+    specs = [parse_spec(s) for s in raw_specs]
+    if not specs or not len(specs) == len(on_progress) == len(should_stop) == len(checkpoints):
+        raise ValueError("run_fused: expected one callback, stop check and checkpoint hook per spec")
+    fused = len(specs) > 1
+    if fused:
+        keys = {model_of(s).load_simulator().fuse_key(s) for s in specs}
+        if None in keys or len(keys) > 1:
+            raise ValueError("specs: expected specs that differ only in rates, scales and seeds (equal fuse_key), "
+                             "got others")
+    device = resolve_device(specs[0].device)
+    hooks = [h if h is not None else CheckpointHooks() for h in checkpoints]
+    for spec, h in zip(specs, hooks, strict=True):
+        h.fingerprint = fingerprint(spec.model_dump_json(), device.type)
+        if h.resume is not None and h.resume.fingerprint != h.fingerprint:
+            raise IncompatibleCheckpoint("checkpoint: expected one made by this spec on this device type, "
+                                         "got one from another run")
+    resumed = [h.resume for h in hooks]
+    if len({r.step if r is not None else None for r in resumed}) > 1:
+        raise ValueError("checkpoints: expected every member to resume from the same step, or none")
+    dtype = getattr(torch, specs[0].params.dtype)   # float64 or float32
+    ctxs = [Context(device, dtype, torch.Generator(device=device).manual_seed(spec.seed), data_dir,
+                    checkpointing=h.save is not None) for spec, h in zip(specs, hooks, strict=True)]
+    simulator = model_of(specs[0]).load_simulator()
+    sim = simulator.fuse(list(specs), ctxs) if fused else simulator(specs[0], ctxs[0], **options)
     total, every, names = sim.total_steps, sim.record_every, tuple(sim.names)
+    members = range(len(specs))
     # the series; rows (name → 0-d tensor: one number per point, a mean over trials; 1-d: a list per
     # point) are buffered on the device until an event, so that recording does not synchronise with an
     # accelerator every point
-    series: dict[str, list] = {"step": [], **{m: [] for m in names}}
-    buffered: dict[str, list] = {k: [] for k in series}
+    series: list[dict[str, list]] = [{"step": [], **{m: [] for m in names}} for _ in members]
+    buffered: list[dict[str, list]] = [{k: [] for k in s} for s in series]
     start = 0
-    if resumed is not None:
-        missing = set(series) - set(resumed.series)
-        if missing:
-            raise ValueError(f"checkpoint: expected series {sorted(series)}, got none for {sorted(missing)}")
-        series = {k: list(resumed.series[k]) for k in series}
-        sim.load_state(resumed.state, resumed.step)
-        start = resumed.step
+    for c, checkpoint in enumerate(resumed):
+        if checkpoint is not None:
+            missing = set(series[c]) - set(checkpoint.series)
+            if missing:
+                raise ValueError(f"checkpoint: expected series {sorted(series[c])}, got none for {sorted(missing)}")
+            series[c] = {k: list(checkpoint.series[k]) for k in series[c]}
+            sim.member_load_state(c, checkpoint.state, checkpoint.step)
+            start = checkpoint.step
+    live = list(members)   # members not stopped
 
     def flush(step: int) -> None:
-        """Move the buffered rows into ``series`` and report them as one progress event."""
-        points = {k: rows if k == "step" else torch.stack(rows).tolist() if rows else []
-                  for k, rows in buffered.items()}
-        for key, values in points.items():
-            series[key].extend(values)
-            buffered[key] = []
-        if on_progress is not None:
-            on_progress(Progress(step=step, total_steps=total, points=points))
+        """Move the buffered rows into the series and report them as one progress event per member."""
+        for c in live:
+            points = {k: rows if k == "step" else torch.stack(rows).tolist() if rows else []
+                      for k, rows in buffered[c].items()}
+            for key, values in points.items():
+                series[c][key].extend(values)
+                buffered[c][key] = []
+            report = on_progress[c]
+            if report is not None:
+                report(Progress(step=step, total_steps=total, points=points))
 
-    step, clock = sim.step, time.monotonic
+    step, clock = sim.step_members, time.monotonic
     last_emit = last_save = clock()
     for n in range(start, total):
-        row = step(n, n % every == 0)
-        if row is not None:
-            buffered["step"].append(n - n % every)
-            for name in names:
-                buffered[name].append(row[name])
+        rows = step(n, n % every == 0)
+        if rows is not None:
+            label = n - n % every
+            for c in live:
+                row, buffer = rows[c], buffered[c]
+                buffer["step"].append(label)
+                for name in names:
+                    buffer[name].append(row[name])
         if clock() - last_emit >= progress_interval:
             done = n + 1
             flush(done)
             last_emit = clock()
-            if should_stop is not None and should_stop():
+            live = [c for c in live if not ((stop := should_stop[c]) is not None and stop())]
+            if not live:
                 raise Cancelled(done)
-            if save is not None and clock() - last_save >= hooks.interval:
-                save(Checkpoint(step=done, n_points=len(series["step"]), state=sim.state(),
-                                series={k: list(v) for k, v in series.items()}, fingerprint=hooks.fingerprint))
+            saving = [c for c in live if hooks[c].save is not None]
+            if saving and clock() - last_save >= min(hooks[c].interval for c in saving):
+                for c in saving:
+                    save = hooks[c].save
+                    assert save is not None
+                    save(Checkpoint(step=done, n_points=len(series[c]["step"]), state=sim.member_state(c),
+                                    series={k: list(v) for k, v in series[c].items()},
+                                    fingerprint=hooks[c].fingerprint))
                 last_save = clock()
     flush(total)
-    theory = _in_regime(sim.theory(), spec)
-    return RunResult(series=series, theory=theory, summary=sim.summarize(series, theory),
-                     distributions=sim.distributions())
+    results: list[RunResult | None] = [None] * len(specs)
+    for c in live:
+        theory = _in_regime(sim.member_theory(c), specs[c])
+        results[c] = RunResult(series=series[c], theory=theory, summary=sim.member_summary(c, series[c], theory),
+                               distributions=sim.member_distributions(c))
+    return results
 
 
 def predict(spec: AnySpec | dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,12 @@ generator), builds its state, and then implements only what is its own:
   ``theory()``: the run's own theory (default ``predict``; may use realised quantities).
 - ``summarize(series, theory)``, ``distributions()``: at the end.
 
+Fused sweeps (optional): a simulator whose ``fuse_key(spec)`` is not None can run several specs of
+equal key as one batched run, ``fuse(specs, ctxs)`` (each member with its own generator). The driver
+then speaks to it through the ``member_*`` methods and ``step_members``, which for a plain simulator
+are its own methods as member 0; member c's points, checkpoint state, theory and summary must be
+exactly those of its run alone (tests/engine/test_fused.py).
+
 The driver owns everything else: device and dtype resolution, seeding, resume and the fingerprint
 check, recording, progress events, cancellation, checkpoint timing, the final flush and the result.
 """
@@ -91,3 +97,32 @@ class Simulator(ABC, Generic[SpecT]):
 
     def distributions(self) -> dict[str, Any]:
         return {}
+
+    # fused sweeps (module docstring): the defaults make any simulator a group of one member
+    @classmethod
+    def fuse_key(cls, spec: SpecT) -> str | None:
+        """Specs of equal key (not None) may run fused, as one :meth:`fuse` run."""
+        return None
+
+    @classmethod
+    def fuse(cls, specs: list[SpecT], ctxs: list[Context]) -> Simulator[SpecT]:
+        raise NotImplementedError(f"{cls.__name__} does not run fused")
+
+    def step_members(self, n: int, record: bool) -> list[Row] | None:
+        row = self.step(n, record)
+        return None if row is None else [row]
+
+    def member_state(self, c: int) -> dict[str, Any]:
+        return self.state()
+
+    def member_load_state(self, c: int, state: dict[str, Any], step: int) -> None:
+        self.load_state(state, step)
+
+    def member_theory(self, c: int) -> dict[str, Any]:
+        return self.theory()
+
+    def member_summary(self, c: int, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
+        return self.summarize(series, theory)
+
+    def member_distributions(self, c: int) -> dict[str, Any]:
+        return self.distributions()

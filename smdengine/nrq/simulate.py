@@ -3,6 +3,7 @@ and its Euler–Maruyama form, the ``sde`` kind's nrq model (:mod:`smdengine.sde
 itself is :class:`smdengine.nrq.stepper.Stepper`."""
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -10,7 +11,7 @@ import numpy as np
 import torch
 
 from smdengine._runtime import saved
-from smdengine._science import equilibrium_summary, phase_at, phase_regime, record_steps
+from smdengine._science import equilibrium_summary, phase_at, phase_regime, record_steps, tail_means
 from smdengine._simulator import Context, Row, Simulator
 from smdengine.nrq import theory
 from smdengine.nrq.predict import predict_physics
@@ -24,54 +25,109 @@ class NRQRun(Simulator[Any]):
     """Series: means over trials of the state X_n and its update n → n+1 at the record steps; theory
     :meth:`predict` given the realized initial norms; summary: tail means (last half of the final
     phase) and each phase's time to equilibrium of ``au_rms``. Checkpoint state: the stepper's (X, v,
-    the generator, the rates in force)."""
+    the generator, the rates in force).
+
+    Fused sweeps: :meth:`fuse` builds one run of several specs of equal :meth:`fuse_key` (the
+    members), each with its own generator and rates (:class:`smdengine.nrq.stepper.Stepper`); member
+    c's rows, record rows, state, theory and summary are exactly those of its run alone. A plain run is
+    the case of one member."""
 
     names = OUTPUTS.metrics
     k, dt = 1, 1.0   # updates per step and their size: one SGD update per step
+    RATES = ("lr", "weight_decay", "momentum", "noise_std", "init_std", "trials")   # may differ between members
 
-    def __init__(self, spec: Any, ctx: Context):
+    def __init__(self, spec: Any, ctx: Context, members: list[tuple[Any, torch.Generator]] | None = None):
         super().__init__(spec, ctx)
+        self.members = members or [(spec, ctx.gen)]
+        params = [s.params for s, _ in self.members]
         p = self.p
         a = torch.tensor(p.spectrum(), dtype=ctx.dtype, device=ctx.device)
-        x = p.init_std * torch.randn(p.trials, p.dim, generator=ctx.gen, dtype=ctx.dtype, device=ctx.device)
-        self.init_norms_sq = x.square().sum(dim=1).cpu().numpy()
-        self.stepper = Stepper(x, a, p.noise_std, getattr(p, "momentum", 0.0), ctx.gen)  # sde model: SGD
-        self.phase_by_start = {ph.start: ph for ph in p.phases()}
+        xs = [q.init_std * torch.randn(q.trials, q.dim, generator=gen, dtype=ctx.dtype, device=ctx.device)
+              for q, (_, gen) in zip(params, self.members, strict=True)]
+        self.init_norms_sq = [x.square().sum(dim=1).cpu().numpy() for x in xs]
+        x = xs[0] if len(xs) == 1 else torch.cat(xs)
+        self.stepper = Stepper(x, a, [q.noise_std for q in params], [getattr(q, "momentum", 0.0) for q in params],
+                               [gen for _, gen in self.members], [q.trials for q in params])
+        self.phases = [q.phases() for q in params]
+        self.phase_at_start = {ph.start: i for i, ph in enumerate(self.phases[0])}
 
-    def step(self, n: int, record: bool) -> Row | None:
+    @classmethod
+    def fuse_key(cls, spec: Any) -> str | None:
+        """Specs with the same key run fused: all but the rates, scales, trial counts, seed and name,
+        with the schedule's steps (its factors and rescales may differ), and SGD apart from SGDM."""
+        params = spec.params.model_dump(exclude={*cls.RATES, "lr_schedule"})
+        schedule = [e.step for e in spec.params.lr_schedule]
+        return json.dumps({"kind": spec.kind, "device": spec.device, "params": params, "schedule": schedule,
+                           "momentum": spec.params.momentum > 0}, sort_keys=True)
+
+    @classmethod
+    def fuse(cls, specs: list[Any], ctxs: list[Context]) -> NRQRun:
+        """One run of ``specs`` (equal :meth:`fuse_key`), member c seeded by ``ctxs[c].gen``."""
+        return cls(specs[0], ctxs[0], members=[(s, c.gen) for s, c in zip(specs, ctxs, strict=True)])
+
+    def step_members(self, n: int, record: bool) -> list[Row] | None:
+        """Update n of every member; on record steps, each member's row."""
         stepper = self.stepper
-        phase = self.phase_by_start.get(n)
-        if phase is not None:
-            stepper.enter(phase)
-        lr, wd = stepper.rates
-        drift, noise = lr * self.dt, lr * math.sqrt(self.dt)
-        row = None
+        i = self.phase_at_start.get(n)
+        if i is not None:
+            stepper.enter([phases[i] for phases in self.phases], self.dt)
+        rows = None
         if record:
             before = stepper.x.clone()
-            row = self.metrics(n, before, stepper.step(drift, wd, noise))
+            rows = self.metrics(n, before, stepper.step())
         for _ in range(self.k - 1 if record else self.k):
-            stepper.step(drift, wd, noise)
-        return row
+            stepper.step()
+        return rows
 
-    def metrics(self, n: int, before: torch.Tensor, sq: torch.Tensor) -> Row:
-        """The metrics row of the state ``before`` update n and of the update (means over trials);
-        ``sq``: its (|X|², XᵀAX) (:meth:`Stepper.step`)."""
+    def step(self, n: int, record: bool) -> Row | None:
+        rows = self.step_members(n, record)
+        return None if rows is None else rows[0]
+
+    def metrics(self, n: int, before: torch.Tensor, sq: torch.Tensor) -> list[Row]:
+        """Each member's metrics row of the state ``before`` update n and of the update (means over
+        its trials); ``sq``: their (|X|², XᵀAX) (:meth:`Stepper.step`). Computed member by member on
+        its own rows: a transcendental function (atan2) may round differently in a vectorised and a
+        scalar lane, so the same element must sit at the same position as in the member's run alone."""
+        after, lr = self.stepper.x, self.stepper.lr[:, 0]
+        return [self.member_metrics(before[rows], after[rows], sq[rows], lr[rows]) for rows in self.stepper.rows]
+
+    @staticmethod
+    def member_metrics(before: torch.Tensor, after: torch.Tensor, sq: torch.Tensor, lr: torch.Tensor) -> Row:
         s, q = sq[:, 0], sq[:, 1]
-        au = angle(before, self.stepper.x)
+        au = angle(before, after)
         return {
             "risk": 1.0 - (before[:, 0] ** 2 / s).mean(),
             "loss": (q / (2.0 * s)).mean(),
             "au_mean": au.mean(),
             "au_rms": au.square().mean().sqrt(),
             "norm_sq": s.mean(),
-            "eff_lr": (self.stepper.rates[0] / s).mean(),
+            "eff_lr": (lr / s).mean(),
         }
 
-    def state(self) -> dict[str, Any]:
-        return self.stepper.state()
+    def state(self, member: int = 0) -> dict[str, Any]:
+        return self.stepper.state(member)
 
-    def load_state(self, state: dict[str, Any], step: int) -> None:
-        self.stepper.load_state(state)
+    def load_state(self, state: dict[str, Any], step: int, member: int = 0) -> None:
+        self.stepper.load_state(state, member)
+        self.stepper.set_rates(self.dt)
+
+    def member_state(self, c: int) -> dict[str, Any]:
+        return self.state(c)
+
+    def member_load_state(self, c: int, state: dict[str, Any], step: int) -> None:
+        self.load_state(state, step, c)
+
+    def member_theory(self, c: int) -> dict[str, Any]:
+        spec = self.members[c][0]
+        return self.predict(spec, self.init_norms_sq[c])
+
+    def member_summary(self, c: int, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
+        """Tail means, and per phase i the measured ``equilibrium_steps_phase<i>`` of ``au_rms`` (the RMS
+        over trials of update n's angle) beside ``equilibrium_steps_predicted_phase<i>``
+        (:func:`smdengine._science.equilibrium_summary`)."""
+        p = self.members[c][0].params
+        return {**tail_means(series, theory, p.tail_start()),
+                **equilibrium_summary(p.phases(), p.steps, series["step"], [series["au_rms"]], p.momentum)}
 
     @classmethod
     def predict(cls, spec: Any, init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
@@ -80,15 +136,10 @@ class NRQRun(Simulator[Any]):
         return predict_physics(spec.params, spec.params.momentum, init_norms_sq)
 
     def theory(self) -> dict[str, Any]:
-        return self.predict(self.spec, self.init_norms_sq)
+        return self.member_theory(0)
 
     def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
-        """Tail means, and per phase i the measured ``equilibrium_steps_phase<i>`` of ``au_rms`` (the RMS
-        over trials of update n's angle) beside ``equilibrium_steps_predicted_phase<i>``
-        (:func:`smdengine._science.equilibrium_summary`)."""
-        p = self.p
-        return {**super().summarize(series, theory),
-                **equilibrium_summary(p.phases(), p.steps, series["step"], [series["au_rms"]], p.momentum)}
+        return self.member_summary(0, series, theory)
 
 
 class NRQSDE(NRQRun):
@@ -106,31 +157,35 @@ class NRQSDE(NRQRun):
         self.tail = self.p.tail_start()
         self.counts = torch.zeros(self.p.f_bins, dtype=torch.float64, device=ctx.device)
 
-    def metrics(self, n: int, before: torch.Tensor, sq: torch.Tensor) -> Row:
-        s, lr = sq[:, 0], self.stepper.rates[0]
+    @classmethod
+    def fuse_key(cls, spec: Any) -> str | None:
+        return None   # not fused: its histogram and its substeps are its own
+
+    def metrics(self, n: int, before: torch.Tensor, sq: torch.Tensor) -> list[Row]:
+        s, lr = sq[:, 0], self.stepper.rates[0][0]
         if n >= self.tail:
             f = before[:, 0] ** 2 / s
             self.counts += torch.histc(f, bins=self.p.f_bins, min=0.0, max=1.0).to(torch.float64)
         after = self.stepper.x
         unit_before = before / s.sqrt().unsqueeze(1)
         unit_after = after / torch.linalg.vector_norm(after, dim=1, keepdim=True)
-        return {
+        return [{
             "risk": 1.0 - (before[:, 0] ** 2 / s).mean(),
             "norm_sq": s.mean(),
             "au_rms": ((unit_after - unit_before).square().sum(dim=1).mean() / self.dt).sqrt(),
             "eff_lr": (lr / s).mean(),
             "gamma": (s / lr).square().mean(),
-        }
+        }]
 
-    def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
+    def member_summary(self, c: int, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
         """Tail means only (its au_rms is the continuous-time rate, not an angle per update)."""
         return Simulator.summarize(self, series, theory)
 
-    def state(self) -> dict[str, Any]:
-        return {"f_counts": saved(self.counts), **super().state()}
+    def state(self, member: int = 0) -> dict[str, Any]:
+        return {"f_counts": saved(self.counts), **super().state(member)}
 
-    def load_state(self, state: dict[str, Any], step: int) -> None:
-        super().load_state(state, step)
+    def load_state(self, state: dict[str, Any], step: int, member: int = 0) -> None:
+        super().load_state(state, step, member)
         self.counts.copy_(state["f_counts"])
 
     @classmethod

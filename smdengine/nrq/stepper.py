@@ -6,9 +6,17 @@ State X: (trials, p). Loss L(X) = XᵀAX/(2XᵀX), A = diag(a). With s = |X|², 
 so the SGD update X ← X − η(g + λX) is one per-trial scale of X, one per-coordinate scale and one
 noise term. Written that way a step costs one randn, two reductions and three (trials, p) passes.
 SGDM (seed 003 Thm 2): v ← αv + g + λX; X ← X − ηv.
+
+Members (fused sweeps). The rows of X may belong to several runs ("members") that share the shape
+and the spectrum but not the rates: every rate (η, λ, σ, α) is a (trials, 1) column, each member
+draws its noise from its own generator into its own rows, and every operation is row-wise (the two
+reductions are per row). So a member's rows evolve bit for bit as they would in a run of that member
+alone — a single run is the case of one member, computed by the same code. Momentum (SGDM) members
+and SGD members take different code paths and are never fused together.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -18,67 +26,104 @@ from smdengine._science import Phase
 
 
 class Stepper:
-    """The batched update. Buffers are reused so a step allocates only small (trials,) tensors."""
+    """The batched update over members (module docstring). ``sizes[c]`` rows of X are member c's,
+    in order; ``gens[c]`` its generator; ``noise_std`` and ``momentum`` one value per member.
+    Buffers are reused so a step allocates only small (trials, 1) columns."""
 
-    def __init__(self, x: torch.Tensor, a: torch.Tensor, noise_std: float, momentum: float,
-                 gen: torch.Generator):
-        self.x, self.a, self.sigma, self.alpha, self.gen = x, a, noise_std, momentum, gen
+    def __init__(self, x: torch.Tensor, a: torch.Tensor, noise_std: Sequence[float], momentum: Sequence[float],
+                 gens: Sequence[torch.Generator], sizes: Sequence[int]):
+        if len({m > 0 for m in momentum}) > 1:
+            raise ValueError("momentum: expected all members with momentum or all without")
+        self.x, self.a, self.gens, self.sizes = x, a, list(gens), list(sizes)
+        self.rows = [slice(start, start + n) for start, n in zip(_starts(self.sizes), self.sizes, strict=True)]
+        self.sigma = self.column(noise_std)
+        self.alpha = self.column(momentum) if momentum[0] else None
         self.eps = torch.empty_like(x)
         self.buf = torch.empty_like(x)
-        self.v = torch.zeros_like(x) if momentum else None
+        self.v = torch.zeros_like(x) if self.alpha is not None else None
         self.reduce = torch.stack([torch.ones_like(a), a], dim=1)  # (p, 2): |X|², XᵀAX in one matmul
-        self.rates: tuple[float, float] = (0.0, 0.0)  # (lr, weight_decay) of the phase entered last
+        self.rates: list[tuple[float, float]] = [(0.0, 0.0)] * len(self.sizes)  # (lr, wd) per member
+        self.lr = self.wd = self.sig = self.keep = self.sigma  # set by enter()
 
-    def state(self) -> dict[str, Any]:
-        """What a checkpoint needs: X (and v), the generator state and the rates of the phase in
-        force (CPU copies)."""
-        out = {"x": saved(self.x), "rng": self.gen.get_state(), "rates": self.rates}
+    def column(self, values: Sequence[float]) -> torch.Tensor:
+        """One value per member → a (trials, 1) column of the state's dtype and device."""
+        per_member = torch.tensor(list(values), dtype=self.x.dtype, device=self.x.device)
+        sizes = torch.tensor(self.sizes, device=self.x.device)
+        return torch.repeat_interleave(per_member, sizes).unsqueeze(1)
+
+    def state(self, member: int = 0) -> dict[str, Any]:
+        """What a checkpoint of one member needs: its rows of X (and v), its generator state and the
+        rates of the phase in force (CPU copies) — the same whether or not it runs fused."""
+        rows = self.rows[member]
+        out = {"x": saved(self.x[rows]), "rng": self.gens[member].get_state(), "rates": self.rates[member]}
         if self.v is not None:
-            out["v"] = saved(self.v)
+            out["v"] = saved(self.v[rows])
         return out
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state`."""
-        self.x.copy_(state["x"])
+    def load_state(self, state: dict[str, Any], member: int = 0) -> None:
+        """Restore :meth:`state` of one member. Call :meth:`set_rates` once every member is loaded."""
+        rows = self.rows[member]
+        self.x[rows].copy_(state["x"])
         if self.v is not None:
-            self.v.copy_(state["v"])
-        self.gen.set_state(state["rng"])
+            self.v[rows].copy_(state["v"])
+        self.gens[member].set_state(state["rng"])
         lr, wd = state["rates"]
-        self.rates = (lr, wd)
+        self.rates[member] = (lr, wd)
 
-    def enter(self, phase: Phase) -> None:
-        """Start a schedule phase (:class:`smdengine._science.Phase`): its rates, and its rescale
-        X ← factor·X. The momentum buffer, dominated by g ∝ 1/|X|, scales by 1/factor."""
-        if phase.rescale != 1.0:
-            self.x.mul_(phase.rescale)
-            if self.v is not None:
-                self.v.div_(phase.rescale)
-        self.rates = (phase.lr, phase.weight_decay)
+    def enter(self, phases: Sequence[Phase], dt: float = 1.0) -> None:
+        """Start a schedule phase, one :class:`smdengine._science.Phase` per member: its rates, and
+        its rescale X ← factor·X. The momentum buffer, dominated by g ∝ 1/|X|, scales by 1/factor."""
+        for rows, phase in zip(self.rows, phases, strict=True):
+            if phase.rescale != 1.0:
+                self.x[rows].mul_(phase.rescale)
+                if self.v is not None:
+                    self.v[rows].div_(phase.rescale)
+        self.rates = [(phase.lr, phase.weight_decay) for phase in phases]
+        self.set_rates(dt)
 
-    def step(self, lr: float, wd: float, noise_lr: float) -> torch.Tensor:
-        """One update X ← X − lr(∇L + λX) − noise_lr·σPε/|X| (SGD: noise_lr = lr; Euler–Maruyama
-        with step dt uses lr·dt and lr·√dt; SGDM ignores it: the noise enters v). Returns (s, q) = (|X|², XᵀAX)
-        before it, shape (trials, 2)."""
+    def set_rates(self, dt: float = 1.0) -> None:
+        """The per-trial columns of :attr:`rates` for Euler–Maruyama updates of size ``dt`` (SGD:
+        dt = 1): drift lr·dt, noise lr·√dt·σ, and the decay factor 1 − lr·dt·λ."""
+        lrs = [lr * dt for lr, _ in self.rates]
+        self.lr = self.column(lrs)
+        self.wd = self.column([wd for _, wd in self.rates])
+        self.keep = self.column([1.0 - lr * wd for lr, (_, wd) in zip(lrs, self.rates, strict=True)])
+        self.sig = self.sigma * self.column([lr * dt ** 0.5 for lr, _ in self.rates])
+
+    def step(self) -> torch.Tensor:
+        """One update X ← X − lr(∇L + λX) − noise_lr·σPε/|X| with the columns of :meth:`set_rates`
+        (SGDM: v ← αv + g + λX, X ← X − lr·v). Returns (s, q) = (|X|², XᵀAX) before it, shape
+        (trials, 2)."""
         x, eps, buf = self.x, self.eps, self.buf
-        sig = self.sigma * noise_lr
-        torch.randn(x.shape, generator=self.gen, out=eps)
+        for rows, gen in zip(self.rows, self.gens, strict=True):
+            torch.randn(eps[rows].shape, generator=gen, out=eps[rows])
         sq = torch.mul(x, x, out=buf) @ self.reduce
         s, q = sq[:, 0:1], sq[:, 1:2]
         e = torch.linalg.vecdot(x, eps).unsqueeze(1)
         inv_s = s.reciprocal()
         rs = inv_s.sqrt()
-        if self.v is None:
+        if self.v is None or self.alpha is None:
             # radial part of the update over X: lr·q/s² + sig·(X·ε)/s^{3/2} (a (trials, 1) column)
-            radial = (q * inv_s).mul_(lr).addcmul_(e, rs, value=sig).mul_(inv_s)
-            coef = torch.addcmul(radial.add_(1.0 - lr * wd), inv_s, self.a, value=-lr)
+            noise = rs.mul_(self.sig)
+            radial = (q * inv_s).mul_(self.lr).addcmul_(e, noise).mul_(inv_s)
+            coef = torch.addcmul(radial.add_(self.keep), inv_s.mul_(self.lr), self.a, value=-1.0)
             torch.mul(x, coef, out=buf)
-            torch.addcmul(buf, eps, rs, value=-sig, out=x)
+            torch.addcmul(buf, eps, noise, value=-1.0, out=x)
         else:
-            radial = (q * inv_s + self.sigma * e * rs) * inv_s
-            coef = torch.addcmul(radial.neg_().add_(wd), inv_s, self.a)  # (g + λX) = X·coef + σε/√s
-            self.v.mul_(self.alpha).addcmul_(x, coef).addcmul_(eps, rs, value=self.sigma)
-            x.add_(self.v, alpha=-lr)
+            noise = rs.mul_(self.sigma)
+            radial = (q * inv_s + e * noise) * inv_s
+            coef = torch.addcmul(radial.neg_().add_(self.wd), inv_s, self.a)  # (g + λX) = X·coef + σε/√s
+            self.v.mul_(self.alpha).addcmul_(x, coef).addcmul_(eps, noise)
+            x.addcmul_(self.v, self.lr, value=-1.0)
         return sq
+
+
+def _starts(sizes: Sequence[int]) -> list[int]:
+    out, start = [], 0
+    for n in sizes:
+        out.append(start)
+        start += n
+    return out
 
 
 def angle(u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,96 @@
+"""Fused sweeps (issue 19 point 3): specs that differ only in rates, scales and seeds run as one batched
+run (smdengine.run_fused), and each member's result is bit for bit the result of running it alone —
+series, theory, summary, the progress events it receives and the checkpoints it is given (a member
+resumed alone from a fused checkpoint finishes exactly like its uninterrupted run)."""
+from __future__ import annotations
+
+import pytest
+
+import smdengine
+from smdengine import Checkpoint, CheckpointHooks
+from tests.conftest import small_spec
+from tests.engine.checkpointing import assert_same_result, merged, same
+
+SCHEDULE = [{"step": 100, "lr_factor": 0.1, "weight_decay_factor": 1.0}]
+
+
+def spec(seed: int = 3, schedule_factor: float = 0.1, **params) -> dict:
+    s = small_spec(**{"steps": 240, "record_every": 10, "trials": 32, **params})
+    s["seed"] = seed
+    s["params"].setdefault("lr_schedule", [{**SCHEDULE[0], "lr_factor": schedule_factor}])
+    return s
+
+
+# lr × weight_decay × seeds, noise and init scales, schedule factors and trial counts all differ
+SGD_MEMBERS = [
+    spec(seed=1, lr=0.1, weight_decay=0.01),
+    spec(seed=2, lr=0.3, weight_decay=0.01, noise_std=0.5),
+    spec(seed=3, lr=0.1, weight_decay=0.05, init_std=3.0, schedule_factor=0.5),
+    spec(seed=4, lr=0.3, weight_decay=0.05, trials=7),
+]
+SGDM_MEMBERS = [spec(seed=5, momentum=0.9, lr=0.05), spec(seed=6, momentum=0.5, weight_decay=0.02)]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("members", [SGD_MEMBERS, SGDM_MEMBERS], ids=["sgd", "sgdm"])
+def test_each_member_is_its_run_alone(members, dtype):
+    specs = [{**s, "params": {**s["params"], "dtype": dtype}} for s in members]
+    events: list[list] = [[] for _ in specs]
+    fused = smdengine.run_fused(specs, on_progress=[e.append for e in events], progress_interval=0.0)
+    for s, got, got_events in zip(specs, fused, events, strict=True):
+        alone_events: list = []
+        alone = smdengine.run(s, on_progress=alone_events.append, progress_interval=0.0)
+        assert got is not None
+        assert_same_result(got, alone)
+        assert same(merged(got_events), merged(alone_events))
+    # and the members really differ (a fused run that copied one member everywhere would fail here)
+    assert len({r.summary["au_rms"] for r in fused if r is not None}) == len(specs)
+
+
+def test_a_member_resumes_alone_from_a_fused_checkpoint():
+    taken: list[list[Checkpoint]] = [[] for _ in SGDM_MEMBERS]
+    hooks = [CheckpointHooks(save=cps.append, interval=0.0) for cps in taken]
+    smdengine.run_fused(SGDM_MEMBERS, checkpoints=hooks, progress_interval=0.0)
+    for s, cps in zip(SGDM_MEMBERS, taken, strict=True):
+        mid = Checkpoint.from_bytes(cps[len(cps) // 2].to_bytes())
+        assert 0 < mid.step < s["params"]["steps"]
+        resumed = smdengine.run(s, checkpoint=CheckpointHooks(resume=mid))
+        assert_same_result(resumed, smdengine.run(s))
+
+
+def test_a_fused_run_resumes_from_its_members_checkpoints():
+    taken: list[list[Checkpoint]] = [[] for _ in SGD_MEMBERS]
+    smdengine.run_fused(SGD_MEMBERS, checkpoints=[CheckpointHooks(save=cps.append, interval=0.0) for cps in taken],
+                        progress_interval=0.0)
+    k = len(taken[0]) // 3
+    hooks = [CheckpointHooks(resume=cps[k]) for cps in taken]
+    for got, s in zip(smdengine.run_fused(SGD_MEMBERS, checkpoints=hooks), SGD_MEMBERS, strict=True):
+        assert got is not None
+        assert_same_result(got, smdengine.run(s))
+
+
+def test_a_stopped_member_leaves_the_others_untouched():
+    stops = [None, lambda: True, None, None]
+    fused = smdengine.run_fused(SGD_MEMBERS, should_stop=stops, progress_interval=0.0)
+    assert fused[1] is None
+    for c in (0, 2, 3):
+        got = fused[c]
+        assert got is not None
+        assert_same_result(got, smdengine.run(SGD_MEMBERS[c]))
+    with pytest.raises(smdengine.Cancelled):
+        smdengine.run_fused(SGD_MEMBERS[:2], should_stop=[lambda: True] * 2, progress_interval=0.0)
+
+
+def test_fuse_key_groups_only_what_can_share_a_batch():
+    key = smdengine.fuse_key
+    assert len({key(s) for s in SGD_MEMBERS}) == 1
+    assert key(SGD_MEMBERS[0]) != key(SGDM_MEMBERS[0])                 # SGD and SGDM: two code paths
+    assert key(spec(dim=12)) != key(spec())                             # another shape
+    assert key(spec(record_every=20)) != key(spec())
+    assert key(spec(eig_high=3.0)) != key(spec())                       # another spectrum
+    other_step = spec()
+    other_step["params"]["lr_schedule"] = [{**SCHEDULE[0], "step": 120}]
+    assert key(other_step) != key(spec())                               # phases start elsewhere
+    assert key({"kind": "sde", "seed": 0, "params": {"model": "nrq", "steps": 10, "record_every": 1}}) is None
+    with pytest.raises(ValueError, match="fuse_key"):
+        smdengine.run_fused([spec(), spec(dim=12)])
