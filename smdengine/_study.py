@@ -77,6 +77,10 @@ class StudySpec(StrictModel):
         "An explicit list of points ({dotted path: value}) instead of grid and zip."))
     seeds: list[int] | None = Field(None, min_length=1, max_length=10_000, description=(
         "Every point repeated with each of these seeds (default: the base's seed)."))
+    fuse: bool = Field(True, description=(
+        "Let a worker run children that differ only in rates, scales, trials and seeds as one batched run "
+        "(nrq kind; each child's result is bit for bit its run alone). false: every child runs alone, e.g. "
+        "to time each one."))
 
     @model_validator(mode="after")
     def _shape(self) -> StudySpec:

@@ -193,6 +193,23 @@ def _try_claim(session: Session, candidate: str, worker: str, lease_seconds: flo
 
 
 @transaction
+def fusion_candidates(session: Session, claim: Claim, limit: int) -> list[tuple[str, dict[str, Any]]]:
+    """(id, spec) of at most ``limit`` claimable, never started children of the claimed job's study,
+    in the study's order, when the claimed job is such a child on its first attempt and its study lets
+    its children run fused (the study option ``fuse``, default true); [] otherwise. The worker picks
+    the ones that can share its batch and claims each (:func:`claim_next` with its id)."""
+    row = session.execute(select(Experiment.study_id, Experiment.queue).where(_held(claim))).one_or_none()
+    if row is None or row.study_id is None or claim.attempt != 1 or limit < 1:
+        return []
+    if not (session.scalars(select(Study.spec).where(Study.id == row.study_id)).one_or_none() or {}).get("fuse", True):
+        return []
+    rows = session.execute(select(Experiment.id, Experiment.spec)
+                           .where(Experiment.study_id == row.study_id, claimable([row.queue]), Experiment.attempts == 0)
+                           .order_by(Experiment.study_index).limit(limit)).all()
+    return [(r.id, r.spec) for r in rows]
+
+
+@transaction
 def queue_order(session: Session, queue: str) -> list[str]:
     """Ids of the claimable jobs of ``queue`` in the order workers would start them if nothing else
     were submitted: :func:`claim_next`'s rule replayed, each start counting as one more running

@@ -82,6 +82,10 @@ class Settings(BaseSettings):
                              description="GPU indices a gpu worker spreads its processes over (e.g. 0,1); "
                                          "default 0..worker_concurrency-1.")
     worker_name: str | None = Field(default=None, description="Name of this worker in leases (default: host name).")
+    fuse_max: int = Field(default=64, ge=1, le=4096, description="Most children of a study a worker claims and runs "
+                                                               "as one batched run when they differ only in rates, "
+                                                               "scales and seeds (results are identical to separate "
+                                                               "runs); 1 runs every child alone.")
     log_level: str = Field(default="INFO")
 
     @property

@@ -83,6 +83,9 @@ def execute_next(settings: Settings, queues: list[str], worker: str = "local",
         return "unavailable"
     if claim is None:
         return "idle"
+    group = _claim_fusable(settings, claim, worker) if experiment_id is None else []
+    if group:
+        return run_fused(settings, [claim, *group])[0]
     return run_claimed(settings, claim)
 
 
@@ -156,6 +159,153 @@ def _run(settings: Settings, claim: jobs.Claim, writer: _SeriesWriter) -> str:
     doc = result.to_document()
     return _finish(url, claim, Status.succeeded, wait, summary=doc["summary"], theory=doc["theory"],
                    distributions=doc["distributions"])
+
+
+def _claim_fusable(settings: Settings, claim: jobs.Claim, worker: str) -> list[jobs.Claim]:
+    """Claim the never-started siblings of a study's child that can run in one batch with it (equal
+    ``smdengine.fuse_key``), up to SMD_FUSE_MAX in all. Best effort: a database error claims none."""
+    if settings.fuse_max < 2:
+        return []
+    url = settings.db_url
+    try:
+        with retry.patience(0):
+            candidates = jobs.fusion_candidates(url, claim, 4 * settings.fuse_max)
+            if not candidates:
+                return []
+            key = smdengine.fuse_key(jobs.load_run(url, claim).spec)
+            if key is None:
+                return []
+            group: list[jobs.Claim] = []
+            for candidate_id, spec in candidates:
+                if len(group) + 1 >= settings.fuse_max:
+                    break
+                if smdengine.fuse_key(spec) != key:
+                    continue
+                sibling = jobs.claim_next(url, [], worker, settings.lease_seconds, candidate_id)
+                if sibling is not None:
+                    group.append(sibling)
+            return group
+    except Exception as exc:
+        if not retry.is_transient(exc):
+            raise
+        return []   # the siblings stay queued; their own doorbells claim them
+
+
+def run_fused(settings: Settings, claims: list[jobs.Claim]) -> list[str]:
+    """Run claimed jobs of equal ``smdengine.fuse_key`` as one batched run (``smdengine.run_fused``):
+    each with its own lease, writer, checkpoints and outcome, exactly as :func:`run_claimed` would
+    write them alone. A member cancelled, or whose lease is lost, leaves the batch and the others go
+    on. If the batch fails, each member is run again alone (resuming from its checkpoint), so that a
+    member's failure is its own. Returns each member's final status."""
+    url = settings.db_url
+    log.info("experiments %s: %d runs fused into one batch", ", ".join(c.experiment_id for c in claims), len(claims))
+    leases = [_LeaseKeeper(url, c, settings.lease_seconds) for c in claims]
+    writers = [_SeriesWriter(url, c, settings.flush_seconds, lease, _wait_seconds(settings))
+               for c, lease in zip(claims, leases, strict=True)]
+    for lease in leases:
+        lease.start()
+    running.set()
+    ended: list[str | None] = [None] * len(claims)
+    try:
+        return _run_fused(settings, claims, writers, ended)
+    except _Released:
+        for c, claim in enumerate(claims):
+            if ended[c] is None:
+                try:
+                    _patiently(settings.db_retry_seconds, jobs.release, url, claim)
+                except (_Interrupted, jobs.LeaseLost):
+                    pass
+        log.warning("experiments %s: given back to the queue (worker shutting down)",
+                    ", ".join(c.experiment_id for c in claims))
+        return [e or "released" for e in ended]
+    except _Interrupted as exc:
+        log.warning("fused batch of %d: given up, the database stayed unreachable (%s); each job resumes from its "
+                    "last checkpoint in a new attempt, and this one does not count", len(claims), exc)
+        return [e or "interrupted" for e in ended]
+    finally:
+        running.clear()
+        for lease in leases:
+            lease.stop()
+
+
+def _run_fused(settings: Settings, claims: list[jobs.Claim], writers: list[_SeriesWriter],
+               ended: list[str | None]) -> list[str]:
+    url, wait = settings.db_url, writers[0].wait
+    specs = [smdengine.parse_spec(_patiently(wait, jobs.load_run, url, c).spec) for c in claims]
+    hooks = []
+    for c, (writer, spec) in enumerate(zip(writers, specs, strict=True)):
+        writer.start(None, theory=json_safe(smdengine.predict(spec)))   # fresh: siblings are never-started jobs
+        writer.hooks = smdengine.CheckpointHooks(save=_member_call(c, writer, ended, writer.save_checkpoint),
+                                                 interval=settings.checkpoint_seconds)
+        hooks.append(writer.hooks)
+
+    def stop_check(c: int) -> Callable[[], bool]:
+        writer = writers[c]
+
+        def should_stop() -> bool:
+            if ended[c] is not None:
+                return True
+            try:
+                if not writer.should_stop():
+                    return False
+            except jobs.LeaseLost:
+                log.warning("experiment %s: lease lost (another worker owns it now); it leaves the batch",
+                            claims[c].experiment_id)
+                ended[c] = "lost"
+                return True
+            _flush_quietly(writer)
+            ended[c] = _finish(url, claims[c], Status.cancelled, wait)
+            return True
+        return should_stop
+
+    try:
+        results = smdengine.run_fused(specs, on_progress=[_member_call(c, w, ended, w.on_progress) for c, w in enumerate(writers)],
+                                      should_stop=[stop_check(c) for c in range(len(claims))],
+                                      progress_interval=min(0.5, settings.flush_seconds), checkpoints=hooks,
+                                      data_dir=str(settings.data_dir) if settings.data_dir else None)
+    except smdengine.Cancelled:
+        return [e or Status.cancelled for e in ended]
+    except (jobs.LeaseLost, _Released, _Interrupted):
+        raise
+    except Exception as exc:
+        if retry.is_transient(exc):
+            raise _Interrupted(str(exc)) from exc
+        log.exception("fused batch of %d failed; running each member alone", len(claims))
+        for c, (claim, writer) in enumerate(zip(claims, writers, strict=True)):
+            if ended[c] is None:
+                try:
+                    ended[c] = _run(settings, claim, writer)
+                except jobs.LeaseLost:
+                    ended[c] = "lost"
+        return [e or "lost" for e in ended]
+    for c, (claim, writer, result) in enumerate(zip(claims, writers, results, strict=True)):
+        if ended[c] is not None or result is None:
+            continue
+        try:
+            writer.flush(wait=True)
+            doc = result.to_document()
+            ended[c] = _finish(url, claim, Status.succeeded, wait, summary=doc["summary"], theory=doc["theory"],
+                               distributions=doc["distributions"])
+        except jobs.LeaseLost:
+            ended[c] = "lost"
+    return [e or "lost" for e in ended]
+
+
+def _member_call(index: int, writer: _SeriesWriter, ended: list[str | None],
+                 fn: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``fn`` of member ``index`` of a fused batch: nothing once the member has ended, and a lost lease
+    ends that member only."""
+
+    def call(arg: Any) -> None:
+        if ended[index] is not None:
+            return
+        try:
+            fn(arg)
+        except jobs.LeaseLost:
+            log.warning("experiment %s: lease lost (another worker owns it now); it leaves the batch",
+                        writer.claim.experiment_id)
+            ended[index] = "lost"
+    return call
 
 
 def _usable_checkpoint(saved: tuple[bytes, int] | None, claim: jobs.Claim) -> smdengine.Checkpoint | None:
@@ -271,6 +421,7 @@ class _SeriesWriter:
         stored, in one transaction that waits for the database; this attempt writes the rest."""
         self.index = resume.n_points if resume is not None else 0
         self.step = resume.step if resume is not None else 0
+        self.buffer = {}   # a run starting again (a fused batch's member rerun alone) drops what it had
         _patiently(self.wait, jobs.begin_attempt, self.url, self.claim, theory=theory,
                    resume_points=resume.series if resume is not None else None,
                    resume_step=resume.step if resume is not None else None)

@@ -101,6 +101,7 @@ def test_over_quota_is_429_and_stores_nothing(tmp_path):
 
 def test_a_preset_run_checks_pending_then_evaluated_once_and_its_figure(sqlite_env, monkeypatch):
     client, settings = sqlite_env
+    settings = settings.model_copy(update={"fuse_max": 1})   # one child per claim: the checks wait for the last
     r = client.post(f"/v1/presets/{PRESET}/run", json={"overrides": TINY, "seeds": [0, 1], "visibility": "lab"})
     assert r.status_code == 202, r.text
     study = r.json()

@@ -77,8 +77,9 @@ def run_all(settings) -> list[str]:
 
 def test_a_study_is_stored_run_in_order_and_tabled(env):
     client, settings = env
-    study = submit(client, study_spec())
+    study = submit(client, study_spec(fuse=False))   # one child per claim (fused studies: test_fused_study.py)
     assert study["status"] == "queued" and study["children_count"] == 8 and study["points"] == 4
+    assert study["spec"]["fuse"] is False
     assert study["axes"] == ["params.lr", "params.weight_decay"] and study["counts"]["queued"] == 8
     assert study["spec"]["grid"] == study_spec()["grid"] and "visibility" not in study["spec"]
     assert study["owner"] == "local" and study["visibility"] == "private" and study["priority"] == "normal"

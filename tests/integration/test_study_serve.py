@@ -92,7 +92,7 @@ def test_remote_errors_quota_and_cancel(service, tmp_path):
     long = tmp_path / "long.json"
     long.write_text(json.dumps({"base": {"kind": "nrq", "params": {"dim": 10, "trials": 500, "steps": 200_000,
                                                                    "record_every": 1000}},
-                                "grid": {"params.lr": [0.1, 0.2, 0.3]}}))
+                                "grid": {"params.lr": [0.1, 0.2, 0.3]}, "fuse": False}))   # one child at a time
     submitted = smd(alice, "study", "submit", str(long))
     assert submitted.returncode == 0, submitted.stderr
     study_id = submitted.stdout.strip()

@@ -82,8 +82,10 @@ def test_a_study_uses_both_workers_in_point_order_and_holds_back_no_other_user(s
     stack.start_worker("w1")
     stack.start_worker("w2")
     alice, bob = stack.client("alice"), stack.client("bob")
+    # one child per claim ("fuse": false): this is about how single children spread over workers
     study = {"name": "twelve", "base": nrq(128, 6000, 200), "grid": {"params.lr": [0.05, 0.1, 0.2, 0.4],
-                                                                      "params.weight_decay": [0.005, 0.01, 0.02]}}
+                                                                      "params.weight_decay": [0.005, 0.01, 0.02]},
+             "fuse": False}
     r = alice.post("/v1/studies", json=study)
     assert r.status_code == 202, r.text
     assert r.headers["Location"] == f"/v1/studies/{r.json()['id']}"
