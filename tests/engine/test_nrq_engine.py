@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -251,8 +252,10 @@ def test_initial_point_statistics():
 def reference_run(seed, trials, dim, eig, sigma, lr, wd, momentum, init_std, steps, record_every,
                   schedule=()):
     """Textbook NRQ SGD/SGDM in float64: g = (P A X̄ + σ P ε)/|X|, P = I − X̄X̄ᵀ, drawing ε in the
-    engine's order from a generator seeded alike, so the two runs see the same noise."""
+    engine's order from generators seeded alike, so the two runs see the same noise: X₀ from torch's,
+    ε from NumPy's ziggurat (PCG64), the engine's normal source for float64 on the CPU."""
     gen = torch.Generator().manual_seed(seed)
+    noise = np.random.Generator(np.random.PCG64(seed))
     a = torch.tensor(eig, dtype=torch.float64)
     x = init_std * torch.randn(trials, dim, generator=gen, dtype=torch.float64)
     v = torch.zeros_like(x)
@@ -264,7 +267,7 @@ def reference_run(seed, trials, dim, eig, sigma, lr, wd, momentum, init_std, ste
             lr, wd = lr * c["lr_factor"], wd * c.get("weight_decay_factor", 1.0)
             if c.get("rescale"):
                 x = x * (c["lr_factor"] / c.get("weight_decay_factor", 1.0)) ** 0.25
-        eps = torch.randn(trials, dim, generator=gen, dtype=torch.float64)
+        eps = torch.from_numpy(noise.standard_normal((trials, dim)))
         norm = x.norm(dim=1, keepdim=True)
         xb = x / norm
         ax = a * xb
