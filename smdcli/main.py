@@ -9,6 +9,7 @@
                               a study on the service (SMD_URL, default http://127.0.0.1:8000; SMD_KEY)
     smd presets list | show ID | run ID [--size quick] [--seeds ...] [--set PATH=VALUE ...] [--follow]
     smd presets run ID --local -o DIR [-j N]   a seed's figure as a study with checks (service, or here)
+    smd export mlflow ID... | --study SID --tracking-uri URI [--experiment NAME]   runs into MLflow
     smd migrate               apply database migrations
     smd users create NAME [--admin] | list | quota NAME --max-active-jobs N --max-work N
     smd keys create NAME [--label L] | list [NAME] | revoke KEY_ID
@@ -32,9 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("spec", type=Path, help="experiment spec (JSON file, or - for stdin)")
     run.add_argument("-o", "--output", type=Path, help="result document path (default: stdout)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    from smdcli import admin, presets, study
+    from smdcli import admin, export, presets, study
 
     admin.add_parsers(sub)
+    export.add_parsers(sub)
     study.add_parsers(sub)
     presets.add_parsers(sub)
     args = parser.parse_args(argv)
@@ -53,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "presets":
         data_dir = settings.data_dir
         return presets.main(args, data_dir=str(data_dir) if data_dir else None)
+    if args.command == "export":
+        return export.main(args)
     if args.command in ("users", "keys"):
         return admin.run(args, settings)
     if args.command == "migrate":
