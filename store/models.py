@@ -221,7 +221,7 @@ class Attempt(Base):
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     outcome: Mapped[str | None] = mapped_column(String(16))
     resumed_from_step: Mapped[int | None] = mapped_column(Integer)
-    # what ran it (smdengine.provenance + git_commit); null for attempts stored before migration 0010
+    # what ran it (smdengine.provenance + git_commit); null for attempts stored before migration 0009
     provenance: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 

@@ -1,14 +1,14 @@
 """Provenance of each attempt: engine, torch and NumPy versions, git commit, device and dtype (JSON)
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-11-24
 """
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
-down_revision = "0008"  # TEMP until 0009 merges
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
