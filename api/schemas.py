@@ -102,6 +102,20 @@ class ExperimentOut(BaseModel):
         return as_utc(value)
 
 
+PROVENANCE_DESCRIPTION = ("What ran it: engine_version, git_commit (null when unknown; +dirty for local changes), "
+                          "torch, numpy, python, device (cpu|cuda), device_name (e.g. the GPU model), dtype. Null "
+                          "for attempts stored before provenance was recorded.")
+
+
+class ProvenanceOut(BaseModel):
+    """Each attempt's provenance, and a note when a resumed run's attempts ran other code or another device."""
+
+    attempts: list[dict[str, Any]] = Field(..., description="One per attempt: number, outcome, resumed_from_step "
+                                                            "and its provenance. " + PROVENANCE_DESCRIPTION)
+    note: str | None = Field(None, description="Set when attempts differ in engine_version, git_commit, torch, "
+                                               "device or dtype, e.g. a run resumed by a worker with another engine.")
+
+
 class AttemptOut(BaseModel):
     """One start of a job by a worker."""
 
@@ -116,6 +130,7 @@ class AttemptOut(BaseModel):
                           "lease expired while the database was unreachable (does not count toward "
                           "SMD_MAX_ATTEMPTS); released: its worker shut down and gave it back.")
     resumed_from_step: int | None = Field(None, description="The checkpoint step it resumed from, if any.")
+    provenance: dict[str, Any] | None = Field(None, description=PROVENANCE_DESCRIPTION)
 
     @field_validator("started_at", "ended_at")
     @classmethod
@@ -180,6 +195,7 @@ class ResultDocument(BaseModel):
                          "on ``equilibrium_steps_predicted_phase<i>`` = ⌈ln k·(1−α)/(4λη)⌉, k the factor by which "
                          "the phase divides the equilibrium |w|⁴ (the lr decay factor; 1 with rescale).")
     distributions: dict[str, Histogram] = Field(default_factory=dict)
+    provenance: ProvenanceOut | None = Field(None, description="What ran each attempt (absent from study tables).")
 
 
 class HealthOut(BaseModel):

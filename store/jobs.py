@@ -272,11 +272,15 @@ def record_progress(session: Session, claim: Claim, step: int, total: int, *,
 
 @transaction
 def begin_attempt(session: Session, claim: Claim, *, theory: dict[str, Any],
-                  resume_points: dict[str, list[Any]] | None = None, resume_step: int | None = None) -> None:
+                  resume_points: dict[str, list[Any]] | None = None, resume_step: int | None = None,
+                  provenance: dict[str, Any] | None = None) -> None:
     """Under the lease (raises :class:`LeaseLost`): the stored series becomes the checkpoint's
     points (``resume_points``; none without a checkpoint), the attempt notes the step it resumed
-    from, and the job's theory (before the run) is stored."""
+    from and what runs it (``provenance``), and the job's theory (before the run) is stored."""
     _hold(session, claim)
+    if provenance is not None:
+        session.execute(update(Attempt).where(Attempt.experiment_id == claim.experiment_id,
+                                              Attempt.number == claim.attempt).values(provenance=provenance))
     if resume_points is not None:
         write_points(session, claim.experiment_id, 0, resume_points)
         _note_resume(session, claim, resume_step)

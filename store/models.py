@@ -221,6 +221,8 @@ class Attempt(Base):
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     outcome: Mapped[str | None] = mapped_column(String(16))
     resumed_from_step: Mapped[int | None] = mapped_column(Integer)
+    # what ran it (smdengine.provenance + git_commit); null for attempts stored before migration 0009
+    provenance: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Checkpoint(Base):

@@ -31,6 +31,7 @@ from smdengine import json_safe
 from store import jobs, retry
 from store.models import QUEUES, Status
 from store.settings import Settings
+from worker.provenance import attempt_provenance
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -132,7 +133,7 @@ def _run(settings: Settings, claim: jobs.Claim, writer: _SeriesWriter) -> str:
     try:
         spec = smdengine.parse_spec(stored.spec)
         resume = _usable_checkpoint(stored.checkpoint, claim)
-        writer.start(resume, theory=json_safe(smdengine.predict(spec)))
+        writer.start(resume, theory=json_safe(smdengine.predict(spec)), provenance=attempt_provenance(spec))
         hooks = smdengine.CheckpointHooks(save=writer.save_checkpoint, interval=settings.checkpoint_seconds,
                                           resume=resume)
         writer.hooks = hooks
@@ -234,7 +235,8 @@ def _run_fused(settings: Settings, claims: list[jobs.Claim], writers: list[_Seri
     specs = [smdengine.parse_spec(_patiently(wait, jobs.load_run, url, c).spec) for c in claims]
     hooks = []
     for c, (writer, spec) in enumerate(zip(writers, specs, strict=True)):
-        writer.start(None, theory=json_safe(smdengine.predict(spec)))   # fresh: siblings are never-started jobs
+        # fresh: siblings are never-started jobs
+        writer.start(None, theory=json_safe(smdengine.predict(spec)), provenance=attempt_provenance(spec))
         writer.hooks = smdengine.CheckpointHooks(save=_member_call(c, writer, ended, writer.save_checkpoint),
                                                  interval=settings.checkpoint_seconds)
         hooks.append(writer.hooks)
@@ -416,7 +418,8 @@ class _SeriesWriter:
         self.release_requested = False
         self.unreachable_since: float | None = None
 
-    def start(self, resume: smdengine.Checkpoint | None, theory: dict[str, Any]) -> None:
+    def start(self, resume: smdengine.Checkpoint | None, theory: dict[str, Any],
+              provenance: dict[str, Any] | None = None) -> None:
         """The stored series becomes the checkpoint's points (none without one), and the theory is
         stored, in one transaction that waits for the database; this attempt writes the rest."""
         self.index = resume.n_points if resume is not None else 0
@@ -424,7 +427,7 @@ class _SeriesWriter:
         self.buffer = {}   # a run starting again (a fused batch's member rerun alone) drops what it had
         _patiently(self.wait, jobs.begin_attempt, self.url, self.claim, theory=theory,
                    resume_points=resume.series if resume is not None else None,
-                   resume_step=resume.step if resume is not None else None)
+                   resume_step=resume.step if resume is not None else None, provenance=provenance)
 
     def on_progress(self, progress: smdengine.Progress) -> None:
         for key, values in progress.points.items():

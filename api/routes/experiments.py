@@ -10,6 +10,7 @@ import smdengine
 from api import cursors, etag
 from api.cursors import CursorQuery
 from api.deps import CurrentUserDep, DbDep, ExperimentDep, ManagedExperimentDep, SettingsDep
+from api.provenance import provenance_of
 from api.responses import FORBIDDEN, NOT_FOUND, NOT_MODIFIED, UNAUTHORIZED
 from api.results import result_document
 from api.schemas import SERVICE_FIELDS, AttemptOut, ErrorOut, ExperimentOut, ExperimentPage, ResultDocument, Submission
@@ -149,6 +150,7 @@ def get_results(experiment: ExperimentDep, db: DbDep, request: Request, response
         return etag.not_modified(current)
     selected = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
     doc = result_document(db, experiment, selected, max_points, since_step, until_step)
+    doc["provenance"] = provenance_of(jobs.attempts(db, experiment.id))
     response.headers["ETag"] = current
     return doc
 

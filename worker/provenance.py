@@ -1,0 +1,36 @@
+"""An attempt's provenance: the engine's facts (``smdengine.provenance``: versions, device, dtype) plus the
+code's git commit, so that every result says which code produced it."""
+from __future__ import annotations
+
+import os
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import smdengine
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+@cache
+def git_commit() -> str | None:
+    """SMD_GIT_COMMIT when set (an image built without .git), else ``git rev-parse HEAD`` of the checkout
+    this code runs from, with "+dirty" when tracked files differ from it; None when neither is known."""
+    given = os.environ.get("SMD_GIT_COMMIT")
+    if given:
+        return given
+    if not (PROJECT_ROOT / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(PROJECT_ROOT), "diff", "--quiet", "HEAD", "--"],
+                               capture_output=True, timeout=5).returncode == 1
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}+dirty" if dirty else head or None
+
+
+def attempt_provenance(spec: Any) -> dict[str, Any]:
+    return {**smdengine.provenance(spec), "git_commit": git_commit()}
