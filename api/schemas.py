@@ -33,11 +33,26 @@ class SubmitOptions(BaseModel):
                                                      "users, workers take jobs round-robin.")
 
 
-SERVICE_FIELDS = set(SubmitOptions.model_fields)
+class ExperimentOptions(SubmitOptions):
+    keep_checkpoint: bool = Field(False, description="Keep the final checkpoint when it succeeds, so that "
+                                                     "POST /v1/experiments/{id}/continue can extend it with more "
+                                                     "steps (kinds whose runs do not depend on their length: nrq). "
+                                                     "It takes the size of the state (trials × dim numbers).")
+
+
+SERVICE_FIELDS = set(ExperimentOptions.model_fields)
 Submission = tagged_union("kind", {
-    kind: create_model(f"{spec.__name__.removesuffix('Spec')}Submission", __base__=(spec, SubmitOptions),
+    kind: create_model(f"{spec.__name__.removesuffix('Spec')}Submission", __base__=(spec, ExperimentOptions),
                        __doc__=spec.__doc__)
     for kind, spec in SPECS.items()})
+
+
+class ContinueIn(BaseModel):
+    """How many more steps a succeeded experiment runs (it resumes from its kept final checkpoint)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    steps: int = Field(..., ge=1, le=100_000_000, description="Updates to add to params.steps.")
 
 
 class ErrorOut(BaseModel):
@@ -85,6 +100,7 @@ class ExperimentOut(BaseModel):
                                  description="Name of the user who submitted it.")
     visibility: Visibility
     priority: Priority = Field(..., validation_alias=AliasChoices("priority_name", "priority"))
+    keep_checkpoint: bool = Field(False, description="Its final checkpoint is kept when it succeeds (continuable).")
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

@@ -32,6 +32,7 @@ from smdengine._registry import (
     KINDS,
     SPECS,
     ExperimentSpec,
+    continuable,
     full_document_plots,
     output_names,
     parse_spec,
@@ -61,6 +62,6 @@ __all__ = ["DERIVED_AXES", "OVERLAY_X", "Child", "ChildRecord", "Span", "StudyEr
            "valid_paths", "KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
            "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",
            "layer_key", "output_names", "parse_spec", "plot_key", "plots", "predict", "resolve_device", "run",
-           "run_fused", "fuse_key", "engine_version", "provenance",
+           "run_fused", "fuse_key", "continuable", "engine_version", "provenance",
            "spec_json_schema", "spec_warnings", "split_layers", "tagged_union", "PRESETS", "CheckDef", "PanelDef", "Preset", "estimate",
            "evaluate_checks", "preset_study"]

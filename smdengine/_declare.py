@@ -62,12 +62,15 @@ class Model:
 
     name: the kind, or the value of the kind's model tag; params: its params model (pydantic);
     simulator: ``"module:Class"``, a :class:`~smdengine._simulator.Simulator` imported only when a run
-    starts; outputs: its names and plots."""
+    starts; outputs: its names and plots; continuable: a run does not depend on its step count until it
+    ends (no schedule relative to it, no accumulation from a step it sets), so its final checkpoint can
+    be resumed with more steps (a continuation, :func:`smdengine.run`)."""
 
     name: str
     params: type
     simulator: str
     outputs: Outputs
+    continuable: bool = False
 
     def load_simulator(self) -> type[Simulator]:
         module, _, attr = self.simulator.partition(":")

@@ -5,7 +5,9 @@ end flush, predict (less the theory names the spec's out-of-regime warnings omit
 :func:`smdengine._registry.spec_warnings`) and summarise. The simulator protocol is :mod:`smdengine._simulator`.
 
 Checkpoint contract, enforced here: a resume is refused unless its fingerprint matches this spec and
-device type (:class:`IncompatibleCheckpoint`) and it holds every series of the run (``ValueError``); a
+device type (:class:`IncompatibleCheckpoint`) — or, for a ``continuable`` model (``_declare.Model``), its lineage does
+(the same spec but for its step count, which the resuming run may raise: a continuation) — and it holds
+every series of the run (``ValueError``); a
 checkpoint is taken only right after a progress event (so the points it holds were delivered), at most
 every ``CheckpointHooks.interval`` seconds, between two updates, from ``Simulator.state()``; a resumed
 run calls ``Simulator.load_state`` once before its first update and delivers only the points after it.
@@ -111,9 +113,13 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
                              "got others")
     device = resolve_device(specs[0].device)
     hooks = [h if h is not None else CheckpointHooks() for h in checkpoints]
+    simulator = model_of(specs[0]).load_simulator()
     for spec, h in zip(specs, hooks, strict=True):
         h.fingerprint = fingerprint(spec.model_dump_json(), device.type)
-        if h.resume is not None and h.resume.fingerprint != h.fingerprint:
+        h.lineage = fingerprint(spec.model_dump_json(exclude={"params": {"steps"}}), device.type)
+        resume = h.resume
+        if resume is not None and resume.fingerprint != h.fingerprint and not (
+                model_of(spec).continuable and resume.lineage == h.lineage):
             raise IncompatibleCheckpoint("checkpoint: expected one made by this spec on this device type, "
                                          "got one from another run")
     resumed = [h.resume for h in hooks]
@@ -122,7 +128,6 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
     dtype = getattr(torch, specs[0].params.dtype)   # float64 or float32
     ctxs = [Context(device, dtype, torch.Generator(device=device).manual_seed(spec.seed), data_dir,
                     checkpointing=h.save is not None) for spec, h in zip(specs, hooks, strict=True)]
-    simulator = model_of(specs[0]).load_simulator()
     sim = simulator.fuse(list(specs), ctxs) if fused else simulator(specs[0], ctxs[0], **options)
     total, every, names = sim.total_steps, sim.record_every, tuple(sim.names)
     members = range(len(specs))
@@ -134,6 +139,8 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
     start = 0
     for c, checkpoint in enumerate(resumed):
         if checkpoint is not None:
+            if checkpoint.step > total:
+                raise IncompatibleCheckpoint(f"checkpoint: expected one at most {total} steps in, got {checkpoint.step}")
             missing = set(series[c]) - set(checkpoint.series)
             if missing:
                 raise ValueError(f"checkpoint: expected series {sorted(series[c])}, got none for {sorted(missing)}")
@@ -153,6 +160,11 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
             report = on_progress[c]
             if report is not None:
                 report(Progress(step=step, total_steps=total, points=points))
+
+    def _checkpoint(c: int, done: int) -> Checkpoint:
+        return Checkpoint(step=done, n_points=len(series[c]["step"]), state=sim.member_state(c),
+                          series={k: list(v) for k, v in series[c].items()}, fingerprint=hooks[c].fingerprint,
+                          lineage=hooks[c].lineage)
 
     step, clock = sim.step_members, time.monotonic
     last_emit = last_save = clock()
@@ -177,11 +189,13 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
                 for c in saving:
                     save = hooks[c].save
                     assert save is not None
-                    save(Checkpoint(step=done, n_points=len(series[c]["step"]), state=sim.member_state(c),
-                                    series={k: list(v) for k, v in series[c].items()},
-                                    fingerprint=hooks[c].fingerprint))
+                    save(_checkpoint(c, done))
                 last_save = clock()
     flush(total)
+    for c in live:   # the state after the last update, to continue from (CheckpointHooks.final)
+        save = hooks[c].save
+        if hooks[c].final and save is not None:
+            save(_checkpoint(c, total))
     results: list[RunResult | None] = [None] * len(specs)
     for c in live:
         theory = _in_regime(sim.member_theory(c), specs[c])

@@ -98,6 +98,11 @@ def model_of(spec: AnySpec) -> Model:
     return kind.model(getattr(spec.params, kind.tag)) if kind.tag else kind.models[0]
 
 
+def continuable(spec: AnySpec | dict[str, Any]) -> bool:
+    """Whether a finished run of this spec can be continued with more steps (its model's ``continuable``)."""
+    return model_of(parse_spec(spec)).continuable
+
+
 def spec_warnings(spec: AnySpec | dict[str, Any]) -> list[dict[str, Any]]:
     """The out-of-regime warnings of a spec, ``[{"code", "message", "omits"}]`` (empty in regime): where its
     rates leave the regime the theory describes, ``code`` names the condition, ``message`` the phases and

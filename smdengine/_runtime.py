@@ -52,13 +52,15 @@ CHECKPOINT_FORMAT = 1
 class Checkpoint:
     """A run's whole state after ``step`` updates, from which :func:`smdengine.run` resumes.
     n_points: recorded points delivered before it; state: ``Simulator.state()``; series: the series
-    so far; fingerprint: spec + device type + format, checked on resume."""
+    so far; fingerprint: spec + device type + format, checked on resume; lineage: the same without the
+    spec's step count, which lets a continuable run resume it with more steps (:func:`smdengine.run`)."""
 
     step: int
     n_points: int
     state: dict[str, Any]
     series: dict[str, list]
     fingerprint: str = ""
+    lineage: str = ""
 
     def to_bytes(self) -> bytes:
         import torch
@@ -75,7 +77,8 @@ class Checkpoint:
         try:
             raw = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
             return cls(step=int(raw["step"]), n_points=int(raw["n_points"]), state=raw["state"],
-                       series=raw["series"], fingerprint=str(raw["fingerprint"]))
+                       series=raw["series"], fingerprint=str(raw["fingerprint"]),
+                       lineage=str(raw.get("lineage", "")))
         except Exception as exc:
             raise IncompatibleCheckpoint(f"checkpoint: expected a saved run state, got unreadable data ({exc})") from exc
 
@@ -84,12 +87,15 @@ class Checkpoint:
 class CheckpointHooks:
     """Checkpointing of one run: ``save`` is called with a :class:`Checkpoint` at most every
     ``interval`` seconds (right after a progress event, so the points it holds were delivered);
-    ``resume`` is a checkpoint to start from."""
+    ``resume`` is a checkpoint to start from; with ``final``, ``save`` is also called once at the end
+    with the state after the last update (kept to continue the run later with more steps)."""
 
     save: Callable[[Checkpoint], None] | None = None
     interval: float = 30.0
     resume: Checkpoint | None = None
+    final: bool = False
     fingerprint: str = ""   # set by smdengine.run
+    lineage: str = ""       # set by smdengine.run
 
 
 def fingerprint(spec_json: str, device_type: str) -> str:

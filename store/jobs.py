@@ -88,12 +88,13 @@ def _rowcount(session: Session, statement: Executable) -> int:
 @transaction
 def create(session: Session, *, kind: str, name: str | None, spec: dict[str, Any], total_steps: int,
            queue: str = "cpu", owner_id: str | None = None, visibility: str = "private",
-           priority: int = PRIORITIES["normal"], warnings: list[dict[str, Any]] | None = None) -> Experiment:
+           priority: int = PRIORITIES["normal"], warnings: list[dict[str, Any]] | None = None,
+           keep_checkpoint: bool = False) -> Experiment:
     """A new queued experiment; ``warnings``: its spec's out-of-regime warnings (smdengine.spec_warnings)."""
     experiment = Experiment(kind=kind, name=name, spec=spec, status=Status.queued, progress=0.0, step=0,
                             total_steps=total_steps, cancel_requested=False, attempts=0, queue=queue,
                             owner_id=owner_id, visibility=visibility, priority=priority, revision=0,
-                            warnings=warnings)
+                            warnings=warnings, keep_checkpoint=keep_checkpoint)
     session.add(experiment)
     session.flush()
     return experiment
@@ -312,16 +313,17 @@ class RunInput:
 
     spec: dict[str, Any]
     checkpoint: tuple[bytes, int] | None
+    keep_checkpoint: bool = False
 
 
 @transaction
 def load_run(session: Session, claim: Claim) -> RunInput:
     """The claimed job's spec and checkpoint; raises :class:`LeaseLost`."""
-    spec = session.scalars(select(Experiment.spec).where(_held(claim))).first()
-    if spec is None:
+    row = session.execute(select(Experiment.spec, Experiment.keep_checkpoint).where(_held(claim))).first()
+    if row is None:
         raise LeaseLost(claim.experiment_id)
     stored = session.get(Checkpoint, claim.experiment_id)
-    return RunInput(spec, (stored.data, stored.step) if stored is not None else None)
+    return RunInput(row.spec, (stored.data, stored.step) if stored is not None else None, bool(row.keep_checkpoint))
 
 
 @transaction
@@ -334,7 +336,10 @@ def finish_claimed(session: Session, claim: Claim, status: str, *, error: str | 
                    distributions=distributions):
         raise LeaseLost(claim.experiment_id)
     _end_attempt(session, claim.experiment_id, claim.attempt, status)
-    session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == claim.experiment_id))
+    kept = status == Status.succeeded and session.scalars(
+        select(Experiment.keep_checkpoint).where(Experiment.id == claim.experiment_id)).one()
+    if not kept:   # a kept one is the final state, to continue from (continue_run)
+        session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == claim.experiment_id))
     settle_study(session, claim.experiment_id)
 
 
@@ -618,7 +623,7 @@ def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None
 @transaction
 def submit(session: Session, *, owner_id: str, max_active_jobs: int, default_retry_seconds: int, kind: str,
            name: str | None, spec: dict[str, Any], total_steps: int, queue: str, visibility: str,
-           priority: int, warnings: list[dict[str, Any]] | None = None) -> Experiment:
+           priority: int, warnings: list[dict[str, Any]] | None = None, keep_checkpoint: bool = False) -> Experiment:
     """Store a new queued job of ``owner_id`` unless the owner already has ``max_active_jobs``
     queued + running ones (:class:`QuotaExceeded`). The owner's row is locked first, so quota
     check and insert are one step: two concurrent submissions cannot both take the last free slot
@@ -629,8 +634,44 @@ def submit(session: Session, *, owner_id: str, max_active_jobs: int, default_ret
     if active >= max_active_jobs:
         raise QuotaExceeded(active, max_active_jobs, retry_after(session, owner_id, default_retry_seconds))
     experiment = create(session, kind=kind, name=name, spec=spec, total_steps=total_steps, queue=queue,
-                        owner_id=owner_id, visibility=visibility, priority=priority, warnings=warnings)
+                        owner_id=owner_id, visibility=visibility, priority=priority, warnings=warnings,
+                        keep_checkpoint=keep_checkpoint)
     experiment.owner = session.get(User, owner_id)
+    return experiment
+
+
+class NotContinuable(Exception):
+    """The job cannot be continued (the message says why)."""
+
+
+@transaction
+def continue_run(session: Session, experiment_id: str, *, owner_id: str, spec: dict[str, Any], total_steps: int,
+                 max_active_jobs: int, default_retry_seconds: int) -> Experiment:
+    """Queue a succeeded job again with ``spec`` (its spec with more steps): a worker resumes it from its
+    kept final checkpoint and ends it with the results of one run of the total length. Quota as
+    :func:`submit` (:class:`QuotaExceeded`); :class:`NotContinuable` unless it succeeded with a kept
+    checkpoint. One compare-and-set on the status: two concurrent continues cannot both queue it."""
+    session.execute(update(User).where(User.id == owner_id).values(role=User.role))   # the quota lock
+    active = active_count(session, owner_id)
+    if active >= max_active_jobs:
+        raise QuotaExceeded(active, max_active_jobs, retry_after(session, owner_id, default_retry_seconds))
+    status, step = session.execute(select(Experiment.status, Experiment.step)
+                                   .where(Experiment.id == experiment_id)).one()
+    if status != Status.succeeded:
+        raise NotContinuable(f"only a succeeded experiment can be continued, this one is {status}")
+    if session.get(Checkpoint, experiment_id) is None:
+        raise NotContinuable("it has no kept checkpoint: submit it with keep_checkpoint true (or rerun it so) "
+                             "to continue it later")
+    now = utcnow()
+    queued = _rowcount(session, update(Experiment)
+                       .where(Experiment.id == experiment_id, Experiment.status == Status.succeeded)
+                       .values(status=Status.queued, spec=spec, total_steps=total_steps, progress=step / total_steps,
+                               summary=None, distributions=None, finished_at=None, cancel_requested=False,
+                               lease_owner=None, lease_expires_at=None, error=None, updated_at=now, **_BUMP))
+    if queued != 1:
+        raise NotContinuable("only a succeeded experiment can be continued")
+    experiment = session.get(Experiment, experiment_id)
+    assert experiment is not None
     return experiment
 
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, overload
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -143,6 +143,8 @@ class Experiment(_Submitted, Base):
     # out-of-regime warnings of its spec (smdengine.spec_warnings: [{code, message, omits}]), written at
     # submission; null for rows stored before migration 0007
     warnings: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
+    # keep the final checkpoint when it succeeds, so that it can be continued (POST .../continue)
+    keep_checkpoint: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     owner: Mapped[User | None] = relationship(lazy="joined")
 
 

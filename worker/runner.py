@@ -135,7 +135,7 @@ def _run(settings: Settings, claim: jobs.Claim, writer: _SeriesWriter) -> str:
         resume = _usable_checkpoint(stored.checkpoint, claim)
         writer.start(resume, theory=json_safe(smdengine.predict(spec)), provenance=attempt_provenance(spec))
         hooks = smdengine.CheckpointHooks(save=writer.save_checkpoint, interval=settings.checkpoint_seconds,
-                                          resume=resume)
+                                          resume=resume, final=stored.keep_checkpoint)
         writer.hooks = hooks
         result = smdengine.run(spec, on_progress=writer.on_progress, should_stop=writer.should_stop,
                                progress_interval=min(0.5, settings.flush_seconds), checkpoint=hooks,
@@ -232,13 +232,14 @@ def run_fused(settings: Settings, claims: list[jobs.Claim]) -> list[str]:
 def _run_fused(settings: Settings, claims: list[jobs.Claim], writers: list[_SeriesWriter],
                ended: list[str | None]) -> list[str]:
     url, wait = settings.db_url, writers[0].wait
-    specs = [smdengine.parse_spec(_patiently(wait, jobs.load_run, url, c).spec) for c in claims]
+    stored = [_patiently(wait, jobs.load_run, url, c) for c in claims]
+    specs = [smdengine.parse_spec(s.spec) for s in stored]
     hooks = []
     for c, (writer, spec) in enumerate(zip(writers, specs, strict=True)):
         # fresh: siblings are never-started jobs
         writer.start(None, theory=json_safe(smdengine.predict(spec)), provenance=attempt_provenance(spec))
         writer.hooks = smdengine.CheckpointHooks(save=_member_call(c, writer, ended, writer.save_checkpoint),
-                                                 interval=settings.checkpoint_seconds)
+                                                 interval=settings.checkpoint_seconds, final=stored[c].keep_checkpoint)
         hooks.append(writer.hooks)
 
     def stop_check(c: int) -> Callable[[], bool]:

@@ -5,6 +5,7 @@ import logging
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
+from pydantic import ValidationError
 
 import smdengine
 from api import cursors, etag
@@ -13,7 +14,16 @@ from api.deps import CurrentUserDep, DbDep, ExperimentDep, ManagedExperimentDep,
 from api.provenance import provenance_of
 from api.responses import FORBIDDEN, NOT_FOUND, NOT_MODIFIED, UNAUTHORIZED
 from api.results import result_document
-from api.schemas import SERVICE_FIELDS, AttemptOut, ErrorOut, ExperimentOut, ExperimentPage, ResultDocument, Submission
+from api.schemas import (
+    SERVICE_FIELDS,
+    AttemptOut,
+    ContinueIn,
+    ErrorOut,
+    ExperimentOut,
+    ExperimentPage,
+    ResultDocument,
+    Submission,
+)
 from store import jobs, series
 from store.models import PRIORITIES, TERMINAL, Status
 from worker.queue import queue_for, ring
@@ -65,7 +75,7 @@ def submit_experiment(submission: Submission, db: DbDep, settings: SettingsDep, 
                                  name=submission.name, spec=spec,
                                  total_steps=submission.params.steps, queue=queue_for(submission.device),
                                  visibility=submission.visibility, priority=PRIORITIES[submission.priority],
-                                 warnings=smdengine.spec_warnings(spec))
+                                 warnings=smdengine.spec_warnings(spec), keep_checkpoint=submission.keep_checkpoint)
     except jobs.QuotaExceeded as exc:
         raise _too_many(f"quota: at most {exc.limit} queued + running jobs for {user.name}, "
                         f"you have {exc.active}: wait for one to end, or cancel one", exc.retry_after) from None
@@ -167,3 +177,48 @@ def cancel_experiment(experiment: ManagedExperimentDep, db: DbDep):
     if current is None:  # deleted meanwhile
         raise HTTPException(status_code=404, detail=f"experiment {experiment.id} not found")
     return current
+
+
+@router.post("/{experiment_id}/continue", status_code=202, response_model=ExperimentOut,
+             operation_id="continueExperiment", openapi_extra=_links("202", "getExperiment", "getResults"),
+             responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
+                        **UNAUTHORIZED, **NOT_FOUND, **FORBIDDEN,
+                        409: {"model": ErrorOut, "description": "Not continuable: it did not succeed, has no kept "
+                                                                "checkpoint, or its kind's runs depend on their length."},
+                        422: {"description": "steps missing or out of range, or the longer spec is invalid."},
+                        429: {"model": ErrorOut, "description": "Over a quota (the detail says which)."}})
+def continue_experiment(experiment: ManagedExperimentDep, body: ContinueIn, db: DbDep, settings: SettingsDep,
+                        user: CurrentUserDep):
+    """Extend a succeeded experiment submitted with ``keep_checkpoint: true`` by ``steps`` updates: it is
+    queued again with ``params.steps`` raised, resumes from its final checkpoint, and ends with the
+    results of one run of the total length (series, theory, summary). Its series so far stay readable."""
+    if not smdengine.continuable(experiment.spec):
+        raise HTTPException(status_code=409, detail=f"kind: {experiment.kind} runs depend on their length "
+                                                    "(schedules or statistics set by it) and cannot be continued")
+    longer = {**experiment.spec, "params": {**experiment.spec["params"],
+                                            "steps": experiment.spec["params"]["steps"] + body.steps}}
+    try:
+        parsed = smdengine.parse_spec(longer)
+    except ValidationError as exc:
+        raise HTTPException(status_code=422, detail=[{"loc": ["body", "steps"], "msg": str(e["msg"]),
+                                                       "type": e["type"]} for e in exc.errors()]) from None
+    owner = experiment.owner
+    max_work = (owner.max_work if owner is not None else None) or settings.max_work
+    if parsed.work > max_work:
+        raise _too_many(f"quota: work per job is limited to {max_work}, the continued run needs {parsed.work}",
+                        settings.quota_retry_seconds)
+    max_active = (owner.max_active_jobs if owner is not None else None) or settings.max_active_jobs
+    try:
+        continued = jobs.continue_run(db, experiment.id, owner_id=experiment.owner_id or user.id, spec=longer,
+                                      total_steps=parsed.params.steps, max_active_jobs=max_active,
+                                      default_retry_seconds=settings.quota_retry_seconds)
+    except jobs.NotContinuable as exc:
+        raise HTTPException(status_code=409, detail=f"continue: {exc}") from None
+    except jobs.QuotaExceeded as exc:
+        raise _too_many(f"quota: at most {exc.limit} queued + running jobs, you have {exc.active}: wait for one "
+                        "to end, or cancel one", exc.retry_after) from None
+    try:
+        ring(settings, continued.queue)
+    except Exception as exc:  # safe in the database: the sweeper rings once the broker is back
+        log.warning("could not reach the broker for %s (%s); the sweeper will queue it", continued.id, exc)
+    return continued

@@ -146,4 +146,5 @@ OUTPUTS = Outputs(
         "norm": NORM_PLOT,
     },
 )
-MODEL = Model("nrq", NRQParams, "smdengine.nrq.simulate:NRQRun", OUTPUTS)
+# continuable: schedules are in absolute steps and the summary is computed at the end
+MODEL = Model("nrq", NRQParams, "smdengine.nrq.simulate:NRQRun", OUTPUTS, continuable=True)
