@@ -3,7 +3,6 @@ keeps its final checkpoint; POST /v1/experiments/{id}/continue {"steps": N} queu
 resumes it, and it ends with exactly the results of one run of the total length."""
 from __future__ import annotations
 
-import pytest
 from fastapi.testclient import TestClient
 
 import smdengine
@@ -11,13 +10,6 @@ from api.main import create_app
 from tests.api.test_studies import make_settings
 from tests.conftest import small_spec
 from worker.runner import execute_next
-
-
-@pytest.fixture
-def env(tmp_path, database_url):
-    settings = make_settings(tmp_path, database_url=database_url)
-    with TestClient(create_app(settings)) as client:
-        yield client, settings
 
 
 def test_a_continued_experiment_ends_as_one_run_of_the_total_length(env):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
 from fastapi.testclient import TestClient
 
 import smdengine
@@ -15,13 +14,6 @@ from api.main import create_app
 from tests.api.test_studies import make_settings, run_all, submit
 from tests.conftest import small_spec
 from worker.runner import execute_next
-
-
-@pytest.fixture
-def env(tmp_path, database_url):
-    settings = make_settings(tmp_path, database_url=database_url)
-    with TestClient(create_app(settings)) as client:
-        yield client, settings
 
 
 def statuses(client, study_id: str) -> dict[str, str]:

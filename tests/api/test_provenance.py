@@ -7,26 +7,17 @@ import subprocess
 from pathlib import Path
 
 import numpy
-import pytest
 import torch
-from fastapi.testclient import TestClient
 
 import smdengine
-from api.main import create_app
 from api.provenance import provenance_of
 from store.models import Attempt
-from tests.api.test_studies import make_settings
 from tests.conftest import small_spec
 from worker.runner import execute_next
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def env(tmp_path, database_url):
-    settings = make_settings(tmp_path, database_url=database_url)
-    with TestClient(create_app(settings)) as client:
-        yield client, settings
 
 
 def expected_commit() -> str | None:

@@ -33,12 +33,6 @@ def make_settings(tmp_path, **overrides) -> Settings:
     return Settings(**values)
 
 
-@pytest.fixture
-def env(tmp_path, database_url):
-    """(client, settings) with auth off, on SQLite and on PostgreSQL."""
-    settings = make_settings(tmp_path, database_url=database_url)
-    with TestClient(create_app(settings)) as client:
-        yield client, settings
 
 
 @pytest.fixture

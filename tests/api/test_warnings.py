@@ -2,22 +2,13 @@
 study child and in the study table; the theory they omit is absent from the result document."""
 from __future__ import annotations
 
-import pytest
-from fastapi.testclient import TestClient
-
-from api.main import create_app
-from tests.api.test_studies import make_settings, run_all
+from tests.api.test_studies import run_all
 from tests.conftest import small_spec
 from worker.runner import execute_next
 
 OMITTED = ["au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa"]
 
 
-@pytest.fixture
-def env(tmp_path, database_url):
-    settings = make_settings(tmp_path, database_url=database_url)
-    with TestClient(create_app(settings)) as client:
-        yield client, settings
 
 
 def test_an_out_of_regime_experiment_is_accepted_with_warnings(env):
