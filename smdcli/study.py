@@ -166,7 +166,7 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
                dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.2f}/{total} children [{elapsed}<{remaining}]")
     specs = [(c.index, c.spec.model_dump(mode="json")) for c in children]
     try:
-        results = _run_children(specs, jobs, bar, data_dir)
+        results = _run_children(specs, jobs, bar, data_dir, fuse=study.fuse)
     except KeyboardInterrupt:
         bar.close()
         print("smd study: interrupted", file=sys.stderr)
@@ -208,22 +208,51 @@ def _point_text(values: dict[str, Any]) -> str:
     return ", ".join(f"{path}={value}" for path, value in values.items())
 
 
-def _run_children(specs: list[tuple[int, dict]], jobs: int, bar: tqdm,
-                  data_dir: str | None) -> dict[int, tuple[dict | None, str | None]]:
+Unit = list[tuple[int, dict]]   # children run together: one, or a fused batch
+
+
+def batches(specs: Unit, jobs: int, fuse: bool) -> list[Unit]:
+    """The children as units of work: those of equal ``smdengine.fuse_key`` together (a fused batch,
+    whose results are bit for bit those of each child alone), each such group cut into ``jobs`` parts
+    so that every process gets a share; the others alone. In the order of their first child."""
+    import smdengine
+
+    groups: dict[str, Unit] = {}
+    units: list[Unit] = []
+    for index, spec in specs:
+        key = smdengine.fuse_key(spec) if fuse else None
+        if key is None:
+            units.append([(index, spec)])
+        elif key in groups:
+            groups[key].append((index, spec))
+        else:
+            groups[key] = [(index, spec)]
+            units.append(groups[key])
+    out: list[Unit] = []
+    for unit in units:
+        parts = min(jobs, len(unit))
+        size = -(-len(unit) // parts)
+        out.extend(unit[i:i + size] for i in range(0, len(unit), size))
+    return out
+
+
+def _run_children(specs: Unit, jobs: int, bar: tqdm, data_dir: str | None,
+                  fuse: bool = True) -> dict[int, tuple[dict | None, str | None]]:
     """{index: (document, error)} for every child; the bar counts children, fractions included."""
     done: dict[int, tuple[dict | None, str | None]] = {}
     fraction: dict[int, float] = {}
+    units = batches(specs, jobs, fuse)
 
     def show() -> None:
         bar.n = min(float(len(done)) + sum(f for i, f in fraction.items() if i not in done), bar.total)
         bar.refresh()
 
     if jobs == 1:
-        for index, spec in specs:
-            def on_progress(progress: Any, index: int = index) -> None:
-                fraction[index] = progress.fraction
+        for unit in units:
+            def on_progress(index: int, value: float) -> None:
+                fraction[index] = value
                 show()
-            done[index] = run_child(spec, data_dir, on_progress)
+            done.update(run_unit(unit, data_dir, on_progress))
             show()
         return done
     context = multiprocessing.get_context("spawn")
@@ -231,17 +260,17 @@ def _run_children(specs: list[tuple[int, dict]], jobs: int, bar: tqdm,
         queue = manager.Queue()
         with ProcessPoolExecutor(max_workers=min(jobs, len(specs)), mp_context=context,
                                  initializer=_init_worker) as pool:
-            futures: dict[Future, int] = {pool.submit(_child_in_worker, spec, data_dir, index, queue): index
-                                          for index, spec in specs}
+            futures: dict[Future, Unit] = {pool.submit(_unit_in_worker, unit, data_dir, queue): unit
+                                           for unit in units}
             pending = set(futures)
             try:
                 while pending:
                     finished, pending = wait(pending, timeout=0.25, return_when=FIRST_COMPLETED)
                     for future in finished:
                         try:
-                            done[futures[future]] = future.result()
-                        except Exception as exc:   # a worker that died (BrokenProcessPool, …): the child failed
-                            done[futures[future]] = (None, f"{type(exc).__name__}: {exc}")
+                            done.update(future.result())
+                        except Exception as exc:   # a worker that died (BrokenProcessPool, …): its children failed
+                            done.update({i: (None, f"{type(exc).__name__}: {exc}") for i, _ in futures[future]})
                     while not queue.empty():
                         index, value = queue.get_nowait()
                         fraction[index] = value
@@ -258,16 +287,33 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
-def _child_in_worker(spec: dict, data_dir: str | None, index: int, queue: Any) -> tuple[dict | None, str | None]:
-    last = [0.0]
+def _unit_in_worker(unit: Unit, data_dir: str | None, queue: Any) -> dict[int, tuple[dict | None, str | None]]:
+    last: dict[int, float] = {}
 
-    def on_progress(progress: Any) -> None:
+    def on_progress(index: int, value: float) -> None:
         now = time.monotonic()
-        if now - last[0] > 0.2 or progress.fraction >= 1.0:
-            last[0] = now
-            queue.put((index, progress.fraction))
+        if now - last.get(index, 0.0) > 0.2 or value >= 1.0:
+            last[index] = now
+            queue.put((index, value))
 
-    return run_child(spec, data_dir, on_progress)
+    return run_unit(unit, data_dir, on_progress)
+
+
+def run_unit(unit: Unit, data_dir: str | None, on_progress: Any) -> dict[int, tuple[dict | None, str | None]]:
+    """{index: (document, error)} of a unit of :func:`batches`, ``on_progress(index, fraction)``. A fused
+    batch that fails runs again child by child, so that a child's failure is its own."""
+    import smdengine
+
+    if len(unit) > 1:
+        callbacks = [lambda progress, i=index: on_progress(i, progress.fraction) for index, _ in unit]
+        try:
+            results = smdengine.run_fused([spec for _, spec in unit], on_progress=callbacks, data_dir=data_dir)
+            return {index: (result.to_document(), None) for (index, _), result in zip(unit, results, strict=True)
+                    if result is not None}
+        except (RuntimeError, ValueError, ArithmeticError, MemoryError):
+            pass
+    return {index: run_child(spec, data_dir, lambda progress, i=index: on_progress(i, progress.fraction))
+            for index, spec in unit}
 
 
 def run_child(spec: dict, data_dir: str | None, on_progress: Any = None) -> tuple[dict | None, str | None]:

@@ -58,8 +58,12 @@ def test_grid_tables_plots_and_independent_of_jobs(tmp_path):
     assert {"risk", "risk_stationary", "norm_sq"} <= set(table["columns"])
     assert table["columns"] == smdengine.table_columns(rows)
 
-    # -j 1 and -j 2: the same numbers, exactly
+    # -j 1 and -j 2 (one fused batch of 8, or two of 4), and every child alone: the same numbers, exactly
     assert _table(two) == table
+    alone = tmp_path / "alone"
+    assert main(["study", "run", str(_write(tmp_path, {**GRID, "fuse": False}, "alone.json")), "-o", str(alone),
+                 "--quiet"]) == 0
+    assert _table(alone) == table
     for name in ("table.csv", "table_by_point.csv"):
         assert (one / name).read_bytes() == (two / name).read_bytes()
     for i in range(8):
@@ -90,7 +94,11 @@ def test_a_failed_child_is_recorded_and_exits_1(tmp_path, monkeypatch, capsys):
             raise RuntimeError("diverged (test)")
         return real(spec, **kwargs)
 
+    def batch_fails(specs, **kwargs):   # the fused batch fails: each child runs again alone
+        raise RuntimeError("diverged in the batch (test)")
+
     monkeypatch.setattr(smdengine, "run", flaky)
+    monkeypatch.setattr(smdengine, "run_fused", batch_fails)
     study = {**GRID, "grid": {"params.lr": LRS}, "base": {**GRID["base"], "params": {**GRID["base"]["params"],
                                                                                          "steps": 100}}}
     out = tmp_path / "out"
