@@ -47,6 +47,17 @@ Submission = tagged_union("kind", {
     for kind, spec in SPECS.items()})
 
 
+class RerunIn(ExperimentOptions):
+    """A rerun: the experiment's spec with ``overrides`` by dotted path, as a new experiment of yours."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"overrides": {"params.lr": 0.2,
+                                                                                              "seed": 4}}]})
+
+    overrides: dict[str, Any] = Field(default_factory=dict, description="Dotted path → value, e.g. "
+                                      "{\"params.lr\": 0.2}; list indices allowed (params.lr_schedule.0.step).")
+    name: str | None = Field(None, max_length=200, description="The new experiment's name (default: the spec's).")
+
+
 class ContinueIn(BaseModel):
     """How many more steps a succeeded experiment runs (it resumes from its kept final checkpoint)."""
 

@@ -4,6 +4,9 @@
     smd api                   the API only
     smd worker                a Celery worker only
     smd run SPEC.json -o RESULT.json   run a spec with the engine here, no service
+    smd submit SPEC.json [--follow] | status ID | follow ID | results ID [-o F] [--csv] | cancel ID
+        | ls [--status S] [--tag T] | rerun ID --set PATH=VALUE [--follow]
+                              experiments on the service (SMD_URL, default http://127.0.0.1:8000; SMD_KEY)
     smd study run STUDY.json -o DIR [-j N]   run a study here (children, tables, plots in DIR), no service
     smd study submit STUDY.json [--follow] | status ID | table ID [--group point] [--csv] | cancel ID
                               a study on the service (SMD_URL, default http://127.0.0.1:8000; SMD_KEY)
@@ -33,10 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("spec", type=Path, help="experiment spec (JSON file, or - for stdin)")
     run.add_argument("-o", "--output", type=Path, help="result document path (default: stdout)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    from smdcli import admin, export, presets, study
+    from smdcli import admin, export, presets, remote, study
 
     admin.add_parsers(sub)
     export.add_parsers(sub)
+    remote.add_parsers(sub)
     study.add_parsers(sub)
     presets.add_parsers(sub)
     args = parser.parse_args(argv)
@@ -57,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         return presets.main(args, data_dir=str(data_dir) if data_dir else None)
     if args.command == "export":
         return export.main(args)
+    if args.command in remote.COMMANDS:
+        return remote.main(args)
     if args.command in ("users", "keys"):
         return admin.run(args, settings)
     if args.command == "migrate":

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import ValidationError
@@ -21,11 +21,13 @@ from api.schemas import (
     ErrorOut,
     ExperimentOut,
     ExperimentPage,
+    RerunIn,
     ResultDocument,
     Submission,
 )
 from store import jobs, series
-from store.models import PRIORITIES, TERMINAL, Status
+from store.models import PRIORITIES, TERMINAL, Experiment, Status, User
+from store.settings import Settings
 from worker.queue import queue_for, ring
 
 log = logging.getLogger(__name__)
@@ -59,23 +61,31 @@ def submit_experiment(submission: Submission, db: DbDep, settings: SettingsDep, 
     """Validate a spec, check your quotas, store it, and queue it (cuda jobs on the gpu queue). A spec whose
     rates leave the regime the theory describes is accepted with ``warnings`` naming the condition; the
     theory lines that do not apply are left out of its results."""
-    if submission.priority == "high" and not user.is_admin:
+    return _queue(db, settings, user, response, submission, submission.model_dump(mode="json", exclude=SERVICE_FIELDS),
+                  visibility=submission.visibility, priority=submission.priority,
+                  keep_checkpoint=submission.keep_checkpoint)
+
+
+def _queue(db: str, settings: Settings, user: User, response: Response, parsed: Any, spec: dict[str, Any], *,
+           visibility: str, priority: str, keep_checkpoint: bool) -> Experiment:
+    """Check the quotas, store the validated spec as a new queued experiment of ``user`` (committed), ring
+    its queue, set Location: submit and rerun."""
+    if priority == "high" and not user.is_admin:
         raise HTTPException(status_code=403, detail="priority: 'high' is for admins only; use 'low' or 'normal'")
     max_work = user.max_work or settings.max_work
-    if submission.work > max_work:
+    if parsed.work > max_work:
         raise _too_many(f"quota: work per job is limited to {max_work} for {user.name} "
                         f"(trials·steps·dim; × 1/dt and × samples where they apply), this job needs "
-                        f"{submission.work}: make it smaller, or ask an admin to raise the limit (smd users quota)",
+                        f"{parsed.work}: make it smaller, or ask an admin to raise the limit (smd users quota)",
                         settings.quota_retry_seconds)
     max_active = user.max_active_jobs or settings.max_active_jobs
-    spec = submission.model_dump(mode="json", exclude=SERVICE_FIELDS)
     try:  # committed when this returns: the row exists before any worker can see the message
         experiment = jobs.submit(db, owner_id=user.id, max_active_jobs=max_active,
-                                 default_retry_seconds=settings.quota_retry_seconds, kind=submission.kind,
-                                 name=submission.name, spec=spec,
-                                 total_steps=submission.params.steps, queue=queue_for(submission.device),
-                                 visibility=submission.visibility, priority=PRIORITIES[submission.priority],
-                                 warnings=smdengine.spec_warnings(spec), keep_checkpoint=submission.keep_checkpoint)
+                                 default_retry_seconds=settings.quota_retry_seconds, kind=parsed.kind,
+                                 name=parsed.name, spec=spec,
+                                 total_steps=parsed.params.steps, queue=queue_for(parsed.device),
+                                 visibility=visibility, priority=PRIORITIES[priority],
+                                 warnings=smdengine.spec_warnings(spec), keep_checkpoint=keep_checkpoint)
     except jobs.QuotaExceeded as exc:
         raise _too_many(f"quota: at most {exc.limit} queued + running jobs for {user.name}, "
                         f"you have {exc.active}: wait for one to end, or cancel one", exc.retry_after) from None
@@ -85,6 +95,38 @@ def submit_experiment(submission: Submission, db: DbDep, settings: SettingsDep, 
         log.warning("could not reach the broker for %s (%s); the sweeper will queue it", experiment.id, exc)
     response.headers["Location"] = f"/v1/experiments/{experiment.id}"
     return experiment
+
+
+@router.post("/{experiment_id}/rerun", status_code=202, response_model=ExperimentOut, operation_id="rerunExperiment",
+             responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
+                        **UNAUTHORIZED, **NOT_FOUND,
+                        403: {"model": ErrorOut, "description": "priority high is for admins only."},
+                        422: {"description": "An override names no field of the spec (the nearest valid paths are "
+                                             "listed), or makes it invalid: each error names the field."},
+                        429: {"model": ErrorOut, "description": "Over a quota (the detail says which)."}},
+             openapi_extra=_links("202", "getExperiment", "getResults", "cancelExperiment"))
+def rerun_experiment(experiment: ExperimentDep, body: RerunIn, db: DbDep, settings: SettingsDep,
+                     user: CurrentUserDep, response: Response):
+    """A new experiment of yours from this one's spec (yours, or a lab-visible one), with ``overrides``
+    set by dotted path (``{"params.lr": 0.2, "seed": 4}``, list indices allowed), validated and
+    quota-checked like a submission."""
+    try:
+        (child,) = smdengine.expand_study(smdengine.StudySpec(base=experiment.spec, points=[body.overrides]))
+    except smdengine.StudyError as exc:
+        raise HTTPException(status_code=422, detail=[_override_error(e) for e in exc.errors]) from None
+    spec = child.spec.model_dump(mode="json")
+    if body.name is not None:
+        spec["name"] = body.name
+    parsed = smdengine.parse_spec(spec)
+    return _queue(db, settings, user, response, parsed, spec, visibility=body.visibility, priority=body.priority,
+                  keep_checkpoint=body.keep_checkpoint)
+
+
+def _override_error(error: dict[str, Any]) -> dict[str, Any]:
+    """A study error of the one-point expansion as a 422 item located at the override's field."""
+    loc = [str(part) for part in error.get("loc", [])]
+    field = ".".join(loc[1:]) if loc[:1] == ["axis"] else ".".join(loc[2:]) if loc[:1] == ["point"] else ".".join(loc)
+    return {"loc": ["body", "overrides", field], "msg": error.get("msg", ""), "type": error.get("type", "value_error")}
 
 
 @router.get("", response_model=ExperimentPage, operation_id="listExperiments", responses=UNAUTHORIZED)

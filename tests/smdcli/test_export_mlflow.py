@@ -32,7 +32,7 @@ def mlflow_server(tmp_path_factory):
         wait_http(f"http://127.0.0.1:{port}/health", proc, log, timeout=120)
         yield f"http://127.0.0.1:{port}"
     finally:
-        stop(proc)
+        stop(proc, timeout=2)   # its data is thrown away: no need to wait for a graceful shutdown
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,155 @@
+"""The remote CLI: experiments on the service, through :class:`smdlab.Client` (SMD_URL, SMD_KEY).
+
+    smd submit SPEC.json [--follow] [--name N] [--keep-checkpoint]   prints the new id
+    smd status ID                    one experiment: status, progress, error
+    smd follow ID [--quiet]          a progress bar until it ends
+    smd results ID [-o FILE] [--csv] the result document (JSON), or the series as CSV
+    smd cancel ID
+    smd ls [--status S] [--kind K] [--tag T ...] [--name TEXT] [--limit N]
+    smd rerun ID --set params.lr=0.2 [--set seed=4 ...] [--follow]
+
+Exit status: 0 done (``follow``: the experiment succeeded), 1 an HTTP or connection error (``follow``:
+it failed), 2 a rejected spec or override (422; ``follow``: it was cancelled), 3 over a quota (429).
+``smd run`` stays the local, service-free path.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+FOLLOW_EXIT = {"succeeded": 0, "failed": 1, "cancelled": 2}
+COMMANDS = ("submit", "status", "follow", "results", "cancel", "ls", "rerun")
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    submit = sub.add_parser("submit", help="submit a spec to the service (SMD_URL); prints its id")
+    submit.add_argument("spec", type=Path, help="experiment spec (JSON file, or - for stdin)")
+    submit.add_argument("--name", help="the experiment's name")
+    submit.add_argument("--visibility", choices=["private", "lab"])
+    submit.add_argument("--keep-checkpoint", action="store_true", help="keep the final state (to continue it)")
+    _follow_flags(submit)
+    status = sub.add_parser("status", help="an experiment's status and progress")
+    status.add_argument("id")
+    follow = sub.add_parser("follow", help="a progress bar until the experiment ends (exit 0/1/2)")
+    follow.add_argument("id")
+    follow.add_argument("--quiet", action="store_true", help="no progress bar")
+    results = sub.add_parser("results", help="an experiment's result document (or its series as CSV)")
+    results.add_argument("id")
+    results.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
+    results.add_argument("--csv", action="store_true", help="the series as CSV, one row per recorded step")
+    cancel = sub.add_parser("cancel", help="cancel an experiment")
+    cancel.add_argument("id")
+    ls = sub.add_parser("ls", help="list experiments, newest first")
+    ls.add_argument("--status")
+    ls.add_argument("--kind")
+    ls.add_argument("--tag", action="append", help="repeatable: all of them")
+    ls.add_argument("--name", help="name contains (any case)")
+    ls.add_argument("--limit", type=int, default=20, help="at most this many rows (default 20)")
+    rerun = sub.add_parser("rerun", help="a new experiment from one's spec with --set overrides")
+    rerun.add_argument("id")
+    rerun.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
+                       help="dotted path = value (JSON, or text), e.g. params.lr=0.2; repeatable")
+    rerun.add_argument("--name")
+    _follow_flags(rerun)
+
+
+def _follow_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--follow", action="store_true", help="then follow it until it ends (exit 0/1/2)")
+    parser.add_argument("--quiet", action="store_true", help="with --follow: no progress bar")
+
+
+def main(args: argparse.Namespace) -> int:
+    from smdlab import Client, QuotaExceeded, SMDError, SMDValidationError
+
+    client = Client()
+    try:
+        return _run(client, args)
+    except SMDValidationError as exc:
+        print(f"smd {args.command}: rejected (422):", file=sys.stderr)
+        for error in exc.errors:
+            print(f"  {error['field'] or '(body)'}: {error['reason']}", file=sys.stderr)
+        return 2
+    except QuotaExceeded as exc:
+        print(f"smd {args.command}: {exc.detail}", file=sys.stderr)
+        return 3
+    except SMDError as exc:
+        print(f"smd {args.command}: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+
+
+def _run(client: Any, args: argparse.Namespace) -> int:
+    command = args.command
+    if command == "submit":
+        text = sys.stdin.read() if str(args.spec) == "-" else args.spec.read_text()
+        options = {k: v for k, v in (("name", args.name), ("visibility", args.visibility)) if v is not None}
+        if args.keep_checkpoint:
+            options["keep_checkpoint"] = True
+        experiment = client.submit(json.loads(text), **options)
+        print(experiment.id)
+        return follow(experiment, args.quiet) if args.follow else 0
+    if command == "rerun":
+        overrides = dict(_assignment(item) for item in args.set)
+        experiment = client.experiment(args.id).rerun(overrides)
+        print(experiment.id)
+        return follow(experiment, args.quiet) if args.follow else 0
+    experiment_id = getattr(args, "id", None)
+    if command == "status":
+        data = client.experiment(experiment_id).data
+        print(f"{data['id']}  {data.get('name') or ''}  {data['kind']}  {data['status']}  "
+              f"{100 * data['progress']:.0f}% (step {data['step']}/{data['total_steps']})")
+        if data.get("error"):
+            print(f"error: {data['error']}")
+        return 0
+    if command == "follow":
+        return follow(client.experiment(experiment_id), args.quiet)
+    if command == "results":
+        if args.csv:
+            body = client.http.request("GET", f"/v1/experiments/{experiment_id}/results.csv").content
+        else:
+            body = (json.dumps(client.experiment(experiment_id).results(), indent=1) + "\n").encode()
+        if args.output is not None:
+            args.output.write_bytes(body)
+        else:
+            sys.stdout.buffer.write(body)
+        return 0
+    if command == "cancel":
+        print(f"{experiment_id} {client.experiment(experiment_id).cancel().data['status']}")
+        return 0
+    if command == "ls":
+        rows = []
+        for experiment in client.experiments(status=args.status, kind=args.kind, tag=args.tag, name=args.name,
+                                             limit=min(args.limit, 100)):
+            d = experiment.data
+            rows.append((d["id"], (d.get("name") or "")[:30], d["kind"], d["status"], f"{100 * d['progress']:.0f}%",
+                         str(d.get("created_at", ""))[:19]))
+            if len(rows) >= args.limit:
+                break
+        header = ("ID", "NAME", "KIND", "STATUS", "PROGRESS", "CREATED")
+        widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:
+            print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+        return 0
+    raise AssertionError(command)
+
+
+def follow(experiment: Any, quiet: bool = False) -> int:
+    """Follow until it ends; 0 succeeded, 1 failed, 2 cancelled (its status, and error, on stderr)."""
+    experiment.wait(progress=not quiet and sys.stderr.isatty())
+    data = experiment.data
+    print(f"{experiment.id} {data['status']}" + (f": {data['error']}" if data.get("error") else ""), file=sys.stderr)
+    return FOLLOW_EXIT[data["status"]]
+
+
+def _assignment(item: str) -> tuple[str, Any]:
+    path, sep, text = item.partition("=")
+    if not sep or not path:
+        raise SystemExit(f"smd rerun: --set: expected PATH=VALUE, got {item!r}")
+    try:
+        return path, json.loads(text)
+    except ValueError:
+        return path, text

@@ -1,0 +1,85 @@
+"""The HTTP layer of :class:`smdlab.Client` (httpx): the Bearer key, timeouts, 429 with Retry-After
+(waited out and retried, or raised as :class:`QuotaExceeded`), 5xx answers and connection errors
+retried with exponential backoff for idempotent methods only (GET, HEAD, DELETE: a POST is never sent
+twice behind the caller's back), and errors raised with the server's detail."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import httpx
+
+from smdlab.errors import Conflict, NotFound, QuotaExceeded, SMDError, SMDValidationError, message_of
+
+IDEMPOTENT = {"GET", "HEAD", "DELETE"}
+
+
+class Transport:
+    def __init__(self, url: str, key: str | None, timeout: float, retries: int = 4, backoff: float = 0.5,
+                 retry_429: bool = True, max_quota_wait: float = 600.0):
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self.url = url.rstrip("/")
+        self.retries, self.backoff = retries, backoff
+        self.retry_429, self.max_quota_wait = retry_429, max_quota_wait
+
+    def close(self) -> None:
+        self.http.close()
+
+    def request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
+                headers: dict[str, str] | None = None, ok: tuple[int, ...] = ()) -> httpx.Response:
+        """The response (2xx, 304, or a status in ``ok``); raises an :class:`SMDError` otherwise."""
+        attempt, waited = 0, 0.0
+        while True:
+            try:
+                response = self.http.request(method, path, json=json, params=_params(params), headers=headers)
+            except httpx.TransportError as exc:
+                if method in IDEMPOTENT and attempt < self.retries:
+                    attempt += 1
+                    time.sleep(self.backoff * 2 ** (attempt - 1))
+                    continue
+                raise SMDError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
+            status = response.status_code
+            if status < 400 or status in ok:
+                return response
+            detail = _detail(response)
+            if status == 429:
+                retry_after = _seconds(response.headers.get("Retry-After"))
+                wait = retry_after if retry_after is not None else 5.0
+                if self.retry_429 and waited + wait <= self.max_quota_wait:
+                    time.sleep(wait)
+                    waited += wait
+                    continue
+                raise QuotaExceeded(message_of(status, detail), status, detail, retry_after)
+            if status >= 500 and method in IDEMPOTENT and attempt < self.retries:
+                attempt += 1
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+                continue
+            error = {422: SMDValidationError, 404: NotFound, 409: Conflict}.get(status, SMDError)
+            raise error(message_of(status, detail), status, detail)
+
+    def json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.request(method, path, **kwargs)
+        return response.json() if response.content else None
+
+
+def _params(params: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Query parameters without the Nones; lists repeat the key (``tag=a&tag=b``)."""
+    if params is None:
+        return None
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def _detail(response: httpx.Response) -> Any:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text or response.reason_phrase
+    return body.get("detail", body) if isinstance(body, dict) else body
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,57 @@
+"""Exceptions of :mod:`smdlab`: each carries the HTTP status and the server's ``detail``."""
+from __future__ import annotations
+
+from typing import Any
+
+
+class SMDError(Exception):
+    """A request the service answered with an error (``status``, ``detail``), or could not be made
+    (``status`` None: connection refused, timeout, …)."""
+
+    def __init__(self, message: str, status: int | None = None, detail: Any = None):
+        super().__init__(message)
+        self.status, self.detail = status, detail
+
+
+class SMDValidationError(SMDError):
+    """422: the spec (or a parameter) is invalid. ``errors``: ``[{"field": "params.lr", "loc": [...],
+    "reason": "Input should be greater than 0"}, ...]``, one per invalid field."""
+
+    def __init__(self, message: str, status: int, detail: Any):
+        super().__init__(message, status, detail)
+        items = detail if isinstance(detail, list) else [{"loc": [], "msg": str(detail)}]
+        self.errors = [{"field": field_of(e.get("loc", [])), "loc": list(e.get("loc", [])),
+                        "reason": str(e.get("msg", ""))} for e in items if isinstance(e, dict)]
+
+
+class QuotaExceeded(SMDError):
+    """429: over a quota; ``retry_after`` seconds is when the server expects room."""
+
+    def __init__(self, message: str, status: int, detail: Any, retry_after: float | None):
+        super().__init__(message, status, detail)
+        self.retry_after = retry_after
+
+
+class NotFound(SMDError):
+    """404: no such resource, or not yours to see."""
+
+
+class Conflict(SMDError):
+    """409: the resource is not in a state that allows it (e.g. cancel of an ended experiment)."""
+
+
+def field_of(loc: list[Any]) -> str:
+    """The dotted field of a FastAPI error location, without "body" and union tags such as "nrq"."""
+    parts = [str(p) for p in loc]
+    if parts[:1] == ["body"]:
+        parts = parts[1:]
+    if len(parts) > 1 and parts[0] in ("nrq", "sde", "train"):   # the tagged union's member
+        parts = parts[1:]
+    return ".".join(parts)
+
+
+def message_of(status: int, detail: Any) -> str:
+    if isinstance(detail, list):
+        lines = [f"{field_of(e.get('loc', []))}: {e.get('msg')}" if isinstance(e, dict) else str(e) for e in detail]
+        return f"HTTP {status}: " + "; ".join(lines)
+    return f"HTTP {status}: {detail}"

@@ -1,0 +1,135 @@
+"""The Python client (smdlab.Client) and the remote CLI against a real `smd serve` (embedded SQLite and
+broker, auth on, keys made with `smd keys create`): submit, wait, results, series, plot, rerun, listing
+by pages; a 422 carries the field; a 429 waits (or raises with the server's message); `smd follow`'s exit
+codes; the examples/ script end to end."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from smdlab import Client, QuotaExceeded, SMDValidationError
+from tests.conftest import small_spec
+from tests.integration.procs import serve_for_alice_and_bob, smd, smd_cli
+
+pytestmark = pytest.mark.integration
+PNG = b"\x89PNG\r\n\x1a\n"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    # a short Retry-After while nothing has run long enough to estimate the time to room (the 429 test waits it)
+    with serve_for_alice_and_bob(tmp_path_factory.mktemp("serve"), SMD_QUOTA_RETRY_SECONDS="2") as service:
+        yield service
+
+
+def client_of(env: dict, **kwargs) -> Client:
+    return Client(env["SMD_URL"], env["SMD_KEY"], **kwargs)
+
+
+def test_submit_wait_read_plot_rerun_and_list(service):
+    alice, *_ = service
+    client = client_of(alice)
+    experiment = client.submit(small_spec(trials=16, steps=400, record_every=20), name="client test")
+    assert experiment.data["status"] == "queued" and experiment.data["name"] == "client test"
+    assert experiment.wait(timeout=60, progress=False).data["status"] == "succeeded"
+    doc = experiment.results()
+    frame = experiment.series()
+    assert list(frame.index) == doc["series"]["step"] and frame.index.name == "step"
+    assert list(frame["risk"]) == doc["series"]["risk"]
+    assert list(frame["theory/au_equilibrium"]) == doc["theory"]["au_equilibrium"]
+    plot = experiment.plot("au")
+    assert plot._repr_png_().startswith(PNG) and "au" in experiment.plots()
+    rerun = experiment.rerun(params__lr=0.2)
+    assert rerun.id != experiment.id and rerun.data["spec"]["params"]["lr"] == 0.2
+    assert rerun.data["spec"]["seed"] == experiment.data["spec"]["seed"]
+    assert rerun.wait(timeout=60, progress=False).status() == "succeeded"
+    listed = [e.id for e in client.experiments(kind="nrq", limit=1)]   # one per page: the cursor is followed
+    assert listed[:2] == [rerun.id, experiment.id]
+
+
+def test_a_422_names_the_field(service):
+    alice, *_ = service
+    client = client_of(alice)
+    with pytest.raises(SMDValidationError) as caught:
+        client.submit(small_spec(lr=-1.0))
+    assert caught.value.status == 422
+    assert [e["field"] for e in caught.value.errors] == ["params.lr"]
+    assert "greater than 0" in caught.value.errors[0]["reason"]
+    done = client.submit(small_spec(trials=4, steps=20, record_every=10)).wait(timeout=60, progress=False)
+    with pytest.raises(SMDValidationError) as caught:
+        done.rerun({"params.learning_rate": 0.2})
+    assert caught.value.errors[0]["field"] == "overrides.params.learning_rate"
+    assert "params.lr" in caught.value.errors[0]["reason"]   # the nearest valid paths
+
+
+def test_a_429_waits_for_room_or_raises_with_the_message(service):
+    alice, *_ = service
+    smd_cli(alice, "users", "create", "carol")
+    smd_cli(alice, "users", "quota", "carol", "--max-active-jobs", "1")
+    key = smd_cli(alice, "keys", "create", "carol").strip()
+    carol = {**alice, "SMD_KEY": key}
+    slow = small_spec(trials=4, dim=4, steps=30_000, record_every=1000)   # about a second
+    first = client_of(carol).submit(slow)
+    with pytest.raises(QuotaExceeded) as caught:
+        client_of(carol, retry_429=False).submit(slow)
+    assert "at most 1 queued + running jobs" in str(caught.value.detail) and caught.value.retry_after >= 1
+    started = time.monotonic()
+    second = client_of(carol, max_quota_wait=120).submit(slow)   # waits out Retry-After, then goes in
+    assert first.status() in ("succeeded", "running") and time.monotonic() - started > 0.5
+    assert second.wait(timeout=120, progress=False).data["status"] == "succeeded"
+    assert first.wait(timeout=60, progress=False).data["status"] == "succeeded"
+
+
+def test_cli_commands_and_follow_exit_codes(service, tmp_path):
+    alice, *_ = service
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(small_spec(trials=8, steps=200, record_every=20)))
+    done = smd(alice, "submit", str(spec), "--follow", "--quiet", "--name", "cli run")
+    assert done.returncode == 0 and "succeeded" in done.stderr, done.stderr
+    experiment_id = done.stdout.strip()
+    status = smd(alice, "status", experiment_id)
+    assert status.returncode == 0 and "succeeded" in status.stdout and "step 200/200" in status.stdout
+    listed = smd(alice, "ls", "--kind", "nrq", "--limit", "3")
+    assert listed.returncode == 0 and listed.stdout.startswith("ID") and experiment_id in listed.stdout
+    results = smd(alice, "results", experiment_id, "--csv", "-o", str(tmp_path / "r.csv"))
+    assert results.returncode == 0 and (tmp_path / "r.csv").read_text().startswith("step,")
+    rerun = smd(alice, "rerun", experiment_id, "--set", "params.lr=0.3", "--follow", "--quiet")
+    assert rerun.returncode == 0, rerun.stderr
+    assert client_of(alice).experiment(rerun.stdout.strip()).data["spec"]["params"]["lr"] == 0.3
+    bad = smd(alice, "rerun", experiment_id, "--set", "params.lr=-2")
+    assert bad.returncode == 2 and "params.lr" in bad.stderr
+
+    failing = tmp_path / "failing.json"   # valid, but its dataset is not on this machine: fails when run
+    failing.write_text(json.dumps({"kind": "train", "params": {"dataset": {"name": "cifar10"}, "steps": 10,
+                                                               "record_every": 5}}))
+    failed = smd(alice, "submit", str(failing), "--follow", "--quiet")
+    assert failed.returncode == 1 and "failed" in failed.stderr and "cifar10" in failed.stderr
+
+    long = tmp_path / "long.json"
+    long.write_text(json.dumps(small_spec(trials=4, dim=4, steps=2_000_000, record_every=1000)))
+    submitted = smd(alice, "submit", str(long))
+    long_id = submitted.stdout.strip()
+    follower = subprocess.Popen([sys.executable, "-m", "smdcli.main", "follow", long_id, "--quiet"], env=alice,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert smd(alice, "cancel", long_id).returncode == 0
+    assert follower.wait(timeout=60) == 2 and "cancelled" in follower.stderr.read()
+    assert smd(alice, "status", "0" * 32).returncode == 1
+
+
+def test_the_example_notebook_runs(service, tmp_path):
+    alice, *_ = service
+    out = tmp_path / "example.png"
+    done = subprocess.run([sys.executable, str(ROOT / "examples" / "client_study.py"), str(out)], env=alice,
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert out.read_bytes().startswith(PNG) and out.stat().st_size > 10_000
+    assert "au_equilibrium" in done.stdout and "succeeded" in done.stdout
+    os.makedirs(ROOT / "test-artifacts", exist_ok=True)
+    (ROOT / "test-artifacts" / "client_study.png").write_bytes(out.read_bytes())   # to look at
