@@ -154,3 +154,30 @@ def _arrow_array(pa, values: list):
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
         return pa.array(values, type=pa.float64())
     return pa.array([None if v is None else str(v) for v in values], type=pa.string())
+
+
+RUN_COLUMNS = ("id", "name", "tags", "kind", "status", "created_at")
+
+
+def runs_csv(experiments: list[Any]) -> bytes:
+    """The runs table of ``GET /v1/experiments.csv``: one row per experiment, :data:`RUN_COLUMNS`, then
+    every spec field flattened by dotted path (``params.lr``; lists as JSON) and every top-level summary
+    number as ``summary.<name>``, columns in order of first appearance."""
+    rows: list[dict[str, Any]] = []
+    for e in experiments:
+        row: dict[str, Any] = {"id": e.id, "name": e.name or "", "tags": " ".join(e.tags), "kind": e.kind,
+                               "status": e.status, "created_at": e.created_at.isoformat()}
+        row.update(_flat(e.spec, ""))
+        row.update({f"summary.{k}": v for k, v in (e.summary or {}).items() if not isinstance(v, (dict, list))})
+        rows.append(row)
+    columns = list(dict.fromkeys([*RUN_COLUMNS, *(k for row in rows for k in row)]))
+    return rows_to_csv(columns, rows)
+
+
+def _flat(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flat(item, f"{prefix}{key}."))
+        return out
+    return {prefix[:-1]: json.dumps(value) if isinstance(value, list) else value}

@@ -38,7 +38,7 @@ def _name_tags(errors) -> list:
     return out
 
 
-ROUTERS = (experiments.router, exports.router, events.router, queue.router, plots.router, studies.router,
+ROUTERS = (experiments.csv_router, experiments.router, exports.router, events.router, queue.router, plots.router, studies.router,
            presets.router, health.router, ops.router)
 
 

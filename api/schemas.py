@@ -33,7 +33,15 @@ class SubmitOptions(BaseModel):
                                                      "users, workers take jobs round-robin.")
 
 
+Tag = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
+TAGS_DESCRIPTION = "Short labels (1–64 of A–Z a–z 0–9 _ . : -), at most 20; the list filter tag= matches them."
+Tags = Annotated[list[Tag], Field(max_length=20, description=TAGS_DESCRIPTION)]
+Note = Annotated[str, Field(max_length=10_000, description="Free text (at most 10 000 characters).")]
+
+
 class ExperimentOptions(SubmitOptions):
+    tags: Tags = Field(default_factory=list)
+    note: Note | None = None
     keep_checkpoint: bool = Field(False, description="Keep the final checkpoint when it succeeds, so that "
                                                      "POST /v1/experiments/{id}/continue can extend it with more "
                                                      "steps (kinds whose runs do not depend on their length: nrq). "
@@ -45,6 +53,17 @@ Submission = tagged_union("kind", {
     kind: create_model(f"{spec.__name__.removesuffix('Spec')}Submission", __base__=(spec, ExperimentOptions),
                        __doc__=spec.__doc__)
     for kind, spec in SPECS.items()})
+
+
+class ExperimentPatch(BaseModel):
+    """What the owner may change after submitting: any of name, tags (replaced) and note (null clears)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"tags": ["baseline", "fig2"],
+                                                                               "note": "the reference run"}]})
+
+    name: str | None = Field(None, max_length=200)
+    tags: Tags | None = None
+    note: Note | None = None
 
 
 class RerunIn(ExperimentOptions):
@@ -119,6 +138,10 @@ class ExperimentOut(BaseModel):
     spec: dict[str, Any]
     study_id: str | None = Field(None, description="The study this experiment is a child of, if any.")
     warnings: list[WarningOut] = Field(default_factory=list, description=WARNINGS_DESCRIPTION)
+    tags: list[str] = Field(default_factory=list, description=TAGS_DESCRIPTION)
+    note: str | None = None
+    summary: dict[str, Any] | None = Field(None, description="Its summary once it succeeded (in lists: only with "
+                                                             "include=summary).")
 
     _warnings = field_validator("warnings", mode="before")(_no_warnings)
 

@@ -30,6 +30,7 @@ from smdengine._driver import fuse_key, predict, resolve_device, run, run_fused
 from smdengine._provenance import engine_version, provenance
 from smdengine._registry import (
     KINDS,
+    PHASE_SUMMARY,
     SPECS,
     ExperimentSpec,
     continuable,
@@ -39,7 +40,9 @@ from smdengine._registry import (
     plot_key,
     plots,
     spec_json_schema,
+    spec_paths,
     spec_warnings,
+    summary_names,
 )
 from smdengine._runtime import (
     LAYER_SEPARATOR,
@@ -62,6 +65,6 @@ __all__ = ["DERIVED_AXES", "OVERLAY_X", "Child", "ChildRecord", "Span", "StudyEr
            "valid_paths", "KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
            "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",
            "layer_key", "output_names", "parse_spec", "plot_key", "plots", "predict", "resolve_device", "run",
-           "run_fused", "fuse_key", "continuable", "engine_version", "provenance",
+           "run_fused", "fuse_key", "continuable", "spec_paths", "summary_names", "PHASE_SUMMARY", "engine_version", "provenance",
            "spec_json_schema", "spec_warnings", "split_layers", "tagged_union", "PRESETS", "CheckDef", "PanelDef", "Preset", "estimate",
            "evaluate_checks", "preset_study"]

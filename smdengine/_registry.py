@@ -11,12 +11,14 @@ starts (:meth:`Model.load_simulator`).
 """
 from __future__ import annotations
 
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import import_module
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from smdengine._declare import Model, PlotDef
 from smdengine._spec_base import SpecBase, tagged_union
@@ -96,6 +98,54 @@ def model_of(spec: AnySpec) -> Model:
     """The registered model that runs a validated spec."""
     kind = REGISTRY[spec.kind]
     return kind.model(getattr(spec.params, kind.tag)) if kind.tag else kind.models[0]
+
+
+def spec_paths(kind: str | None = None) -> set[str]:
+    """Every dotted path of a stored spec of ``kind`` (of any kind: None), list entries as ``*``
+    (``params.lr_schedule.*.step``): what a search may filter on (``param.<path>``)."""
+    out: set[str] = set()
+
+    def walk(model: type[BaseModel], prefix: str) -> None:
+        for name, info in model.model_fields.items():
+            out.add(prefix + name)
+            for sub, nested in _nested(info.annotation):
+                walk(sub, f"{prefix}{name}.{nested}")
+
+    for name, entry in REGISTRY.items():
+        if kind is None or name == kind:
+            walk(entry.spec, "")
+            for m in entry.models:
+                walk(m.params, "params.")
+    return out
+
+
+def summary_names(kind: str | None = None) -> tuple[str, ...]:
+    """The top-level summary values a run of ``kind`` (any: None) can have: its metrics' tail means and
+    scalar theory (their names); the per-phase ``equilibrium_steps[_predicted]_phase<i>`` are matched
+    by :data:`PHASE_SUMMARY`."""
+    names: dict[str, None] = {}
+    for name, entry in REGISTRY.items():
+        if kind is None or name == kind:
+            for m in entry.models:
+                names.update(dict.fromkeys((*m.outputs.metrics, *m.outputs.theory)))
+    return tuple(names)
+
+
+PHASE_SUMMARY = r"equilibrium_steps(_predicted)?_phase[0-9]{1,4}"
+
+
+def _nested(annotation: Any) -> list[tuple[type[BaseModel], str]]:
+    """The models inside a field's annotation, each with the path step into it ("" or "*." for lists)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _nested(typing.get_args(annotation)[0])
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [(annotation, "")]
+    if origin in (list, tuple):
+        return [(m, "*." + step) for arg in typing.get_args(annotation) for m, step in _nested(arg)]
+    if origin is typing.Union or isinstance(annotation, types.UnionType):
+        return [pair for arg in typing.get_args(annotation) for pair in _nested(arg)]
+    return []
 
 
 def continuable(spec: AnySpec | dict[str, Any]) -> bool:

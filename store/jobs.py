@@ -45,6 +45,7 @@ from store.models import (
     Attempt,
     Checkpoint,
     Experiment,
+    ExperimentTag,
     SeriesChunk,
     Status,
     Study,
@@ -89,12 +90,13 @@ def _rowcount(session: Session, statement: Executable) -> int:
 def create(session: Session, *, kind: str, name: str | None, spec: dict[str, Any], total_steps: int,
            queue: str = "cpu", owner_id: str | None = None, visibility: str = "private",
            priority: int = PRIORITIES["normal"], warnings: list[dict[str, Any]] | None = None,
-           keep_checkpoint: bool = False) -> Experiment:
+           keep_checkpoint: bool = False, tags: Sequence[str] = (), note: str | None = None) -> Experiment:
     """A new queued experiment; ``warnings``: its spec's out-of-regime warnings (smdengine.spec_warnings)."""
     experiment = Experiment(kind=kind, name=name, spec=spec, status=Status.queued, progress=0.0, step=0,
                             total_steps=total_steps, cancel_requested=False, attempts=0, queue=queue,
                             owner_id=owner_id, visibility=visibility, priority=priority, revision=0,
-                            warnings=warnings, keep_checkpoint=keep_checkpoint)
+                            warnings=warnings, keep_checkpoint=keep_checkpoint, note=note,
+                            tag_rows=[ExperimentTag(tag=t) for t in sorted(set(tags))])
     session.add(experiment)
     session.flush()
     return experiment
@@ -517,7 +519,7 @@ def remove(session: Session, experiment_id: str) -> None:
     foreign-key cascades on an old connection); the compare studies it is a member of lose it
     (:func:`release_members`)."""
     release_members(session, [experiment_id])
-    for table in (SeriesChunk, Attempt, Checkpoint):
+    for table in (SeriesChunk, Attempt, Checkpoint, ExperimentTag):
         session.execute(delete(table).where(table.experiment_id == experiment_id))
     session.execute(delete(Experiment).where(Experiment.id == experiment_id, Experiment.status.in_(TERMINAL)))
 
@@ -591,14 +593,44 @@ def read_fields(session: Session, experiment_id: str, names: Sequence[str]) -> d
     return None if row is None else dict(row._mapping)
 
 
+@dataclass(frozen=True)
+class Predicate:
+    """``<column>[path] <op> value`` on a JSON column: ``column`` "spec" or "summary", ``path`` its keys
+    (list indices as ints), ``op`` one of :data:`OPS`; a number compares as a number, other values as
+    text (eq and ne only). Always bound parameters, never SQL text."""
+
+    column: str
+    path: tuple[str | int, ...]
+    op: str
+    value: float | str | bool
+
+
+OPS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+def _predicate(p: Predicate) -> ColumnElement[bool]:
+    element = (Experiment.spec if p.column == "spec" else Experiment.summary)[p.path]
+    if isinstance(p.value, bool):
+        left: Any = element.as_boolean()
+    elif isinstance(p.value, (int, float)):
+        left = element.as_float()
+    else:
+        left = element.as_string()
+    return {"eq": left == p.value, "ne": left != p.value, "lt": left < p.value, "le": left <= p.value,
+            "gt": left > p.value, "ge": left >= p.value}[p.op]
+
+
 @transaction
 def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None = None, kind: str | None = None,
-         owner_name: str | None = None, name_contains: str | None = None,
+         owner_name: str | None = None, name_contains: str | None = None, tags: Sequence[str] = (),
+         predicates: Sequence[Predicate] = (), order_by: tuple[str, bool] | None = None, offset: int = 0,
          after: tuple[datetime, str] | None = None, limit: int = 50) -> tuple[list[Experiment], int]:
     """Up to ``limit`` jobs the viewer may see (their own and lab-visible ones; all with
     ``everyone``), newest first, after the keyset position ``after`` (created_at, id) of the
     previous page; and how many match the filters over all pages. ``name_contains`` matches a
-    substring of the name, ignoring case (``%`` and ``_`` are literal)."""
+    substring of the name, ignoring case (``%`` and ``_`` are literal); ``tags``: every one of them;
+    ``predicates`` on the spec and the summary (:class:`Predicate`). ``order_by`` (summary name,
+    descending) sorts by a summary value instead, missing values last, from ``offset``."""
     query = select(Experiment).options(*_WITHOUT_OUTPUTS)
     if not everyone:
         query = query.where(or_(Experiment.owner_id == viewer_id, Experiment.visibility == "lab"))
@@ -610,7 +642,17 @@ def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None
         query = query.where(Experiment.owner.has(User.name == owner_name))
     if name_contains:
         query = query.where(func.lower(Experiment.name).contains(name_contains.lower(), autoescape=True))
+    for tag in dict.fromkeys(tags):
+        query = query.where(Experiment.id.in_(select(ExperimentTag.experiment_id).where(ExperimentTag.tag == tag)))
+    for predicate in predicates:
+        query = query.where(_predicate(predicate))
     total = int(session.scalar(select(func.count()).select_from(query.subquery())) or 0)
+    if order_by is not None:
+        name, descending = order_by
+        value = Experiment.summary[name].as_float()
+        ordered = query.order_by(value.is_(None), value.desc() if descending else value.asc(),
+                                 Experiment.created_at.desc(), Experiment.id.desc())
+        return list(session.scalars(ordered.offset(offset).limit(limit)).unique().all()), total
     if after is not None:
         created, last_id = after
         query = query.where(or_(Experiment.created_at < created,
@@ -620,10 +662,33 @@ def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None
     return list(items), total
 
 
+_UNSET: Any = object()
+
+
+@transaction
+def annotate(session: Session, experiment_id: str, *, name: str | None = _UNSET, tags: Sequence[str] | None = None,
+             note: str | None = _UNSET) -> Experiment:
+    """Set what was given of the name, tags (replacing them) and note; a change clients see (revision)."""
+    experiment = session.get(Experiment, experiment_id, options=list(_WITHOUT_OUTPUTS))
+    if experiment is None:
+        raise LookupError(experiment_id)
+    if name is not _UNSET:
+        experiment.name = name
+    if note is not _UNSET:
+        experiment.note = note
+    if tags is not None:
+        experiment.tag_rows = [ExperimentTag(tag=t) for t in sorted(set(tags))]
+    experiment.revision = experiment.revision + 1
+    experiment.updated_at = utcnow()
+    session.flush()
+    return experiment
+
+
 @transaction
 def submit(session: Session, *, owner_id: str, max_active_jobs: int, default_retry_seconds: int, kind: str,
            name: str | None, spec: dict[str, Any], total_steps: int, queue: str, visibility: str,
-           priority: int, warnings: list[dict[str, Any]] | None = None, keep_checkpoint: bool = False) -> Experiment:
+           priority: int, warnings: list[dict[str, Any]] | None = None, keep_checkpoint: bool = False,
+           tags: Sequence[str] = (), note: str | None = None) -> Experiment:
     """Store a new queued job of ``owner_id`` unless the owner already has ``max_active_jobs``
     queued + running ones (:class:`QuotaExceeded`). The owner's row is locked first, so quota
     check and insert are one step: two concurrent submissions cannot both take the last free slot
@@ -635,7 +700,7 @@ def submit(session: Session, *, owner_id: str, max_active_jobs: int, default_ret
         raise QuotaExceeded(active, max_active_jobs, retry_after(session, owner_id, default_retry_seconds))
     experiment = create(session, kind=kind, name=name, spec=spec, total_steps=total_steps, queue=queue,
                         owner_id=owner_id, visibility=visibility, priority=priority, warnings=warnings,
-                        keep_checkpoint=keep_checkpoint)
+                        keep_checkpoint=keep_checkpoint, tags=tags, note=note)
     experiment.owner = session.get(User, owner_id)
     return experiment
 

@@ -145,7 +145,24 @@ class Experiment(_Submitted, Base):
     warnings: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     # keep the final checkpoint when it succeeds, so that it can be continued (POST .../continue)
     keep_checkpoint: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    note: Mapped[str | None] = mapped_column(Text)   # free text of its owner (PATCH)
     owner: Mapped[User | None] = relationship(lazy="joined")
+    tag_rows: Mapped[list[ExperimentTag]] = relationship(lazy="selectin", cascade="all, delete-orphan",
+                                                         order_by="ExperimentTag.tag")
+
+    @property
+    def tags(self) -> list[str]:
+        return [row.tag for row in self.tag_rows]
+
+
+class ExperimentTag(Base):
+    """One tag of an experiment (short labels its owner sets; the list filter ``tag=`` uses the index)."""
+
+    __tablename__ = "experiment_tags"
+
+    experiment_id: Mapped[str] = mapped_column(String(32), ForeignKey("experiments.id", ondelete="CASCADE"),
+                                               primary_key=True)
+    tag: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
 
 
 STUDY_KINDS = ("expand", "compare")

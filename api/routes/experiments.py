@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from pydantic import ValidationError
 
 import smdengine
-from api import cursors, etag
-from api.cursors import CursorQuery
+from api import cursors, etag, search
+from api.cursors import SortedCursorQuery
 from api.deps import CurrentUserDep, DbDep, ExperimentDep, ManagedExperimentDep, SettingsDep
+from api.exports import runs_csv
 from api.provenance import provenance_of
 from api.responses import FORBIDDEN, NOT_FOUND, NOT_MODIFIED, UNAUTHORIZED
 from api.results import result_document
@@ -21,6 +22,7 @@ from api.schemas import (
     ErrorOut,
     ExperimentOut,
     ExperimentPage,
+    ExperimentPatch,
     RerunIn,
     ResultDocument,
     Submission,
@@ -32,6 +34,7 @@ from worker.queue import queue_for, ring
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
+csv_router = APIRouter(tags=["experiments"])   # /v1/experiments.csv: beside the prefix, not under it
 SINCE_STEP = Query(ge=-1, le=2**62, description="Only points recorded after this step (incremental polling); "
                                                 "theory series are cut the same way.")
 
@@ -63,11 +66,11 @@ def submit_experiment(submission: Submission, db: DbDep, settings: SettingsDep, 
     theory lines that do not apply are left out of its results."""
     return _queue(db, settings, user, response, submission, submission.model_dump(mode="json", exclude=SERVICE_FIELDS),
                   visibility=submission.visibility, priority=submission.priority,
-                  keep_checkpoint=submission.keep_checkpoint)
+                  keep_checkpoint=submission.keep_checkpoint, tags=submission.tags, note=submission.note)
 
 
 def _queue(db: str, settings: Settings, user: User, response: Response, parsed: Any, spec: dict[str, Any], *,
-           visibility: str, priority: str, keep_checkpoint: bool) -> Experiment:
+           visibility: str, priority: str, keep_checkpoint: bool, tags: list[str], note: str | None) -> Experiment:
     """Check the quotas, store the validated spec as a new queued experiment of ``user`` (committed), ring
     its queue, set Location: submit and rerun."""
     if priority == "high" and not user.is_admin:
@@ -85,7 +88,8 @@ def _queue(db: str, settings: Settings, user: User, response: Response, parsed: 
                                  name=parsed.name, spec=spec,
                                  total_steps=parsed.params.steps, queue=queue_for(parsed.device),
                                  visibility=visibility, priority=PRIORITIES[priority],
-                                 warnings=smdengine.spec_warnings(spec), keep_checkpoint=keep_checkpoint)
+                                 warnings=smdengine.spec_warnings(spec), keep_checkpoint=keep_checkpoint,
+                                 tags=tags, note=note)
     except jobs.QuotaExceeded as exc:
         raise _too_many(f"quota: at most {exc.limit} queued + running jobs for {user.name}, "
                         f"you have {exc.active}: wait for one to end, or cancel one", exc.retry_after) from None
@@ -119,7 +123,7 @@ def rerun_experiment(experiment: ExperimentDep, body: RerunIn, db: DbDep, settin
         spec["name"] = body.name
     parsed = smdengine.parse_spec(spec)
     return _queue(db, settings, user, response, parsed, spec, visibility=body.visibility, priority=body.priority,
-                  keep_checkpoint=body.keep_checkpoint)
+                  keep_checkpoint=body.keep_checkpoint, tags=body.tags, note=body.note)
 
 
 def _override_error(error: dict[str, Any]) -> dict[str, Any]:
@@ -129,23 +133,93 @@ def _override_error(error: dict[str, Any]) -> dict[str, Any]:
     return {"loc": ["body", "overrides", field], "msg": error.get("msg", ""), "type": error.get("type", "value_error")}
 
 
-@router.get("", response_model=ExperimentPage, operation_id="listExperiments", responses=UNAUTHORIZED)
-def list_experiments(request: Request, response: Response, db: DbDep, user: CurrentUserDep,
-                     status: Annotated[Status | None, Query(description="Only jobs in this state.")] = None,
-                     kind: Annotated[str | None, Query(max_length=32, description="Only this kind.")] = None,
-                     owner: Annotated[str | None, Query(max_length=64, description="Only this user's.")] = None,
-                     name: Annotated[str | None, Query(max_length=200, description=(
-                         "Only those whose name contains this text (ignoring case)."))] = None,
+FILTERS_DESCRIPTION = (
+    "Besides the named parameters: `param.<dotted spec path>[.<op>]=value` (e.g. `param.params.lr=0.1`, "
+    "`param.params.steps.ge=1000`, `param.kind=nrq`) and `summary.<name>[.<op>]=value` (e.g. "
+    "`summary.au_rms.lt=0.02`), op one of eq (default), ne, lt, le, gt, ge; paths and names are checked against "
+    "the kind's (422 naming the parameter).")
+
+
+class ListQuery:
+    """The list filters shared by GET /v1/experiments and its CSV."""
+
+    def __init__(self, request: Request,
+                 status: Annotated[Status | None, Query(description="Only jobs in this state.")] = None,
+                 kind: Annotated[str | None, Query(max_length=32, description="Only this kind.")] = None,
+                 owner: Annotated[str | None, Query(max_length=64, description="Only this user's.")] = None,
+                 name: Annotated[str | None, Query(max_length=200, description=(
+                     "Only those whose name contains this text (ignoring case)."))] = None,
+                 tag: Annotated[list[str] | None, Query(max_length=20, description=(
+                     "Only those with this tag; repeat for all of several."))] = None,
+                 order_by: Annotated[str | None, Query(max_length=200, description=(
+                     "summary.<name> (ascending) or -summary.<name> (descending), missing values last; "
+                     "otherwise newest first."))] = None):
+        self.status, self.kind, self.owner, self.name, self.tags = status, kind, owner, name, tag or []
+        self.predicates = search.predicates(request.query_params.multi_items(), kind)
+        self.order = search.order(order_by, kind)
+
+    def page(self, db: str, user: User, *, after: tuple[Any, str] | None = None, offset: int = 0,
+             limit: int) -> tuple[list[Experiment], int]:
+        return jobs.page(db, viewer_id=user.id, everyone=user.is_admin, status=self.status, kind=self.kind,
+                         owner_name=self.owner, name_contains=self.name, tags=self.tags, predicates=self.predicates,
+                         order_by=self.order, offset=offset, after=after, limit=limit)
+
+
+ListQueryDep = Annotated[ListQuery, Depends()]
+
+
+@router.get("", response_model=ExperimentPage, operation_id="listExperiments",
+            responses={**UNAUTHORIZED, 422: {"description": "A filter names no field or summary value of the kind."}},
+            description="List the experiments you may see (yours and lab-visible ones; all for admins), newest "
+                        "first (or by a summary value). " + FILTERS_DESCRIPTION)
+def list_experiments(request: Request, response: Response, db: DbDep, user: CurrentUserDep, query: ListQueryDep,
+                     include: Annotated[Literal["summary"] | None, Query(
+                         description="summary: each item carries its summary.")] = None,
                      limit: Annotated[int, Query(ge=1, le=500)] = 50,
-                     cursor: CursorQuery = None):
-    """List the experiments you may see (yours and lab-visible ones; all for admins), newest first."""
-    items, total = jobs.page(db, viewer_id=user.id, everyone=user.is_admin, status=status, kind=kind, owner_name=owner,
-                             name_contains=name,
-                             after=cursors.decode(cursor) if cursor else None, limit=limit + 1)
-    next_cursor = cursors.encode(items[limit - 1].created_at, items[limit - 1].id) if len(items) > limit else None
+                     cursor: SortedCursorQuery = None):
+    position = cursors.decode_sorted(cursor) if cursor else None
+    if query.order is not None:   # a sorted list pages by offset
+        offset = position if isinstance(position, int) else 0
+        items, total = query.page(db, user, offset=offset, limit=limit + 1)
+        next_cursor = cursors.encode_offset(offset + limit) if len(items) > limit else None
+    else:
+        items, total = query.page(db, user, after=position if isinstance(position, tuple) else None,
+                                  limit=limit + 1)
+        next_cursor = cursors.encode(items[limit - 1].created_at, items[limit - 1].id) if len(items) > limit else None
     if next_cursor:
         response.headers["Link"] = f'<{request.url.include_query_params(cursor=next_cursor)}>; rel="next"'
-    return ExperimentPage(items=items[:limit], total=total, limit=limit, next_cursor=next_cursor)
+    out = [ExperimentOut.model_validate(e) for e in items[:limit]]
+    if include != "summary":
+        for item in out:
+            item.summary = None
+    return ExperimentPage(items=out, total=total, limit=limit, next_cursor=next_cursor)
+
+
+CSV_LIMIT = 10_000
+
+
+@csv_router.get("/v1/experiments.csv", response_class=Response, operation_id="exportExperimentsCsv",
+            responses={200: {"content": {"text/csv": {}}, "description": "One row per experiment."}, **UNAUTHORIZED,
+                       422: {"description": "A filter names no field or summary value of the kind."}},
+            description="The runs table of the experiments the same filters select (at most 10 000, in the same "
+                        "order): id, name, tags, kind, status, created_at, every spec field flattened (params.lr, "
+                        "…) and every summary value (summary.au_rms, …). " + FILTERS_DESCRIPTION)
+def export_experiments_csv(db: DbDep, user: CurrentUserDep, query: ListQueryDep):
+    items, _ = query.page(db, user, limit=CSV_LIMIT)
+    return Response(runs_csv(items), media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": 'attachment; filename="experiments.csv"'})
+
+
+@router.patch("/{experiment_id}", response_model=ExperimentOut, operation_id="patchExperiment",
+              responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
+                         **UNAUTHORIZED, **NOT_FOUND, **FORBIDDEN,
+                         422: {"description": "A field is invalid (named with the reason)."}})
+def patch_experiment(experiment: ManagedExperimentDep, body: ExperimentPatch, db: DbDep):
+    """Change the name, the tags (the list replaces the old one) or the note; owner or admin. Only the
+    fields given change; ``"note": null`` clears the note."""
+    given = body.model_dump(exclude_unset=True)
+    return jobs.annotate(db, experiment.id, **{k: given[k] for k in ("name", "note") if k in given},
+                         tags=given.get("tags"))
 
 
 @router.get("/{experiment_id}", response_model=ExperimentOut, operation_id="getExperiment",

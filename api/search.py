@@ -1,0 +1,85 @@
+"""The list filters of ``GET /v1/experiments`` (and ``.csv``) read from the query string:
+
+    param.<dotted spec path>[.<op>]=value     e.g. param.params.lr=0.1, param.params.steps.ge=1000
+    summary.<name>[.<op>]=value               e.g. summary.au_rms.lt=0.02
+    order_by=summary.<name> | -summary.<name>  (descending)
+
+``op`` is one of eq (default), ne, lt, le, gt, ge. A path must be one the kind's specs have
+(``smdengine.spec_paths``; list entries by index), a summary name one the kind's runs produce
+(``smdengine.summary_names``); otherwise a 422 names the query parameter and why. Values that read as
+numbers compare as numbers, true/false as booleans, anything else as text (eq, ne only). They become
+:class:`store.jobs.Predicate` (bound parameters)."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from fastapi import HTTPException
+
+import smdengine
+from store.jobs import OPS, Predicate
+
+PREFIXES = ("param.", "summary.")
+_PHASE = re.compile(smdengine.PHASE_SUMMARY)
+
+
+def predicates(items: Iterable[tuple[str, str]], kind: str | None) -> list[Predicate]:
+    out = []
+    for key, raw in items:
+        if not key.startswith(PREFIXES):
+            continue
+        column, _, rest = key.partition(".")
+        parts = rest.split(".")
+        op = parts.pop() if len(parts) > 1 and parts[-1] in OPS else "eq"
+        value = _value(raw)
+        if isinstance(value, str) and op not in ("eq", "ne"):
+            _refuse(key, f"expected a number for {op}, got {raw!r}")
+        if column == "param":
+            generic = ".".join("*" if p.isdigit() else p for p in parts)
+            if generic not in smdengine.spec_paths(kind):
+                _refuse(key, f"{'.'.join(parts)!r} is not a field of {kind or 'any'} specs"
+                             + _nearest(generic, smdengine.spec_paths(kind)))
+            out.append(Predicate("spec", tuple(int(p) if p.isdigit() else p for p in parts), op, value))
+        else:
+            name = ".".join(parts)
+            _check_summary(key, name, kind)
+            out.append(Predicate("summary", (name,), op, value))
+    return out
+
+
+def order(order_by: str | None, kind: str | None) -> tuple[str, bool] | None:
+    """(summary name, descending) of ``order_by``, or None."""
+    if order_by is None:
+        return None
+    descending = order_by.startswith("-")
+    column, _, name = order_by.lstrip("-").partition(".")
+    if column != "summary" or not name:
+        _refuse("order_by", f"expected summary.<name> or -summary.<name>, got {order_by!r}")
+    _check_summary("order_by", name, kind)
+    return name, descending
+
+
+def _check_summary(key: str, name: str, kind: str | None) -> None:
+    names = smdengine.summary_names(kind)
+    if name not in names and not _PHASE.fullmatch(name):
+        _refuse(key, f"{name!r} is not a summary value of {kind or 'any'} runs" + _nearest(name, names))
+
+
+def _value(raw: str) -> float | str | bool:
+    if raw in ("true", "false"):
+        return raw == "true"
+    try:
+        return float(raw)
+    except ValueError:
+        return raw
+
+
+def _nearest(name: str, choices: Iterable[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(choices), n=3, cutoff=0.5)
+    return f"; nearest: {', '.join(close)}" if close else ""
+
+
+def _refuse(key: str, reason: str) -> None:
+    raise HTTPException(status_code=422, detail=[{"loc": ["query", key], "msg": reason, "type": "value_error"}])
