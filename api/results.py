@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 def result_document(db: str, experiment: Experiment, fields: list[str] | None = None,
                     max_points: int | None = None, since_step: int | None = None,
-                    until_step: int | None = None) -> dict[str, Any]:
+                    until_step: int | None = None, downsample: str = "even") -> dict[str, Any]:
     """The design §3 document. Flat stored series named ``"<layer>/<metric>"`` (per-layer metrics
     of the ``train`` kind) go to ``layers: {layer: {metric: [...]}}``, the others to ``series``;
     ``layers`` is ``{}`` for kinds without layers. While running, series and layer series hold the
@@ -61,7 +61,8 @@ def result_document(db: str, experiment: Experiment, fields: list[str] | None = 
                   for layer, metrics in layers.items()}
         layers = {layer: metrics for layer, metrics in layers.items() if metrics}
     if max_points is not None and n > max_points:
-        keep = downsample_indices(n, max_points)
+        keep = (minmax_indices([*series.values(), *(v for m in layers.values() for v in m.values())], n, max_points)
+                if downsample == "minmax" else downsample_indices(n, max_points))
         series = {k: [v[i] for i in keep] for k, v in series.items()}
         layers = {layer: {m: [v[i] for i in keep] for m, v in metrics.items()} for layer, metrics in layers.items()}
         theory = {k: ([v[i] for i in keep] if isinstance(v, list) else v) for k, v in theory.items()}
@@ -105,6 +106,36 @@ def downsample_indices(n: int, max_points: int) -> list[int]:
     if n <= max_points:
         return list(range(n))
     return sorted({round(i * (n - 1) / (max_points - 1)) for i in range(max_points)})
+
+
+def minmax_indices(columns: list[list[Any]], n: int, max_points: int) -> list[int]:
+    """At most ``max_points`` (≥ 2) indices of range(n), one set for every column (so the series stay
+    aligned on step): the first and the last, and in each of b equal buckets the index of each
+    column's minimum and maximum, b = (max_points − 2) // (2 × columns) so the union fits. A spike
+    (the transient after a schedule change) is kept wherever it falls; even spacing may step over it.
+    Columns of lists (per-trial points) and nulls are skipped."""
+    if n <= max_points:
+        return list(range(n))
+    import numpy as np
+
+    arrays = []
+    for column in columns:
+        values = [v if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan for v in column[:n]]
+        array = np.asarray(values, dtype=float)
+        if len(array) == n and not np.isnan(array).all():
+            arrays.append(array)
+    buckets = max(1, (max_points - 2) // max(1, 2 * len(arrays)))
+    keep = {0, n - 1}
+    for b in range(buckets):
+        lo, hi = b * n // buckets, (b + 1) * n // buckets
+        for array in arrays:
+            window = array[lo:hi]
+            if hi > lo and not np.isnan(window).all():
+                keep.add(lo + int(np.nanargmin(window)))
+                keep.add(lo + int(np.nanargmax(window)))
+    if len(keep) > max_points:   # columns sharing no extremes at all with max_points tiny: fall back
+        return downsample_indices(n, max_points)
+    return sorted(keep)
 
 
 def _output_names(experiment: Experiment) -> tuple[str, ...]:

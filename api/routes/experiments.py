@@ -264,18 +264,22 @@ def get_results(experiment: ExperimentDep, db: DbDep, request: Request, response
                     max_length=2000)] = None,
                 max_points: Annotated[int | None, Query(
                     ge=2, le=1_000_000, description="Downsample to at most this many points, keeping first and last.")] = None,
+                downsample: Annotated[Literal["even", "minmax"], Query(
+                    description="With max_points: even (evenly spread points) or minmax (each bucket's minimum and "
+                                "maximum of every series, aligned on one set of steps: a transient is never "
+                                "stepped over).")] = "even",
                 since_step: Annotated[int | None, SINCE_STEP] = None,
                 until_step: Annotated[int | None, Query(
                     ge=0, le=2**62, description="Only points recorded at or before this step (with since_step: "
                                                 "a window, e.g. a zoomed chart's range, downsampled on its own).")] = None):
     """The result document: series, theory and summary (partial while running). ETag: send
     If-None-Match to poll; since_step for only the new points."""
-    current = etag.tag(experiment, "results", series.stored_points(db, experiment.id), fields, max_points,
+    current = etag.tag(experiment, "results", series.stored_points(db, experiment.id), fields, max_points, downsample,
                        since_step, until_step)
     if etag.matches(request, current):
         return etag.not_modified(current)
     selected = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
-    doc = result_document(db, experiment, selected, max_points, since_step, until_step)
+    doc = result_document(db, experiment, selected, max_points, since_step, until_step, downsample)
     doc["provenance"] = provenance_of(jobs.attempts(db, experiment.id))
     response.headers["ETag"] = current
     return doc

@@ -109,3 +109,4 @@ def test_the_owner_edits_name_tags_and_note(lab):
     assert r.json()["tags"] == ["b", "c"]                                   # not given: unchanged
     bad = client.patch(f"/v1/experiments/{experiment_id}", json={"tags": ["x" * 65]}, headers=alice)
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][:2] == ["body", "tags"]
+
