@@ -34,3 +34,11 @@ def git_commit() -> str | None:
 
 def attempt_provenance(spec: Any) -> dict[str, Any]:
     return {**smdengine.provenance(spec), "git_commit": git_commit()}
+
+
+def warm() -> None:
+    """Compute the slow, cached facts (the git commit: two subprocesses; the engine version: a scan of the
+    installed distributions) once per process, before a claim: not between a claim and its attempt's
+    start, where clients would see the job running at step 0 for that long."""
+    git_commit()
+    smdengine.engine_version()

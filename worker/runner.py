@@ -31,6 +31,7 @@ from smdengine import json_safe
 from store import jobs, retry
 from store.models import QUEUES, Status
 from store.settings import Settings
+from worker import provenance
 from worker.provenance import attempt_provenance
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ def execute_next(settings: Settings, queues: list[str], worker: str = "local",
     status, "idle" when there was nothing to claim, "lost" when the lease was lost meanwhile,
     "interrupted" when a database outage outlasted the worker's wait, "unavailable" when the
     database could not be reached to claim."""
+    provenance.warm()   # once per process: not between a claim and its attempt's start
     try:
         with retry.patience(settings.db_retry_seconds):
             claim = jobs.claim_next(settings.db_url, queues, worker, settings.lease_seconds, experiment_id)

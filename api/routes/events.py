@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from api.deps import ExperimentDep, SettingsDep
 from api.responses import NOT_FOUND
+from api.results import result_document
 from store import jobs
 from store.models import TERMINAL, Experiment, as_utc
 
@@ -53,7 +54,9 @@ EVENT_FORMAT = (
     "whenever the status changed, `progress` otherwise. Idle streams get `: keep-alive` comment lines. "
     "The stream ends after the event reporting succeeded, failed or cancelled (at once when Last-Event-ID "
     "is already that event's id), after `event: deleted` (the experiment was deleted), or when `timeout` "
-    "runs out.")
+    "runs out. With `points=true`, the first event and every change are followed by `event: points` when "
+    "points were stored since the last sent: `data: {\"series\": ..., \"layers\": ..., \"theory\": ...}`, "
+    "as in the results document, only the steps after those already sent.")
 
 
 def _state(fields: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +84,26 @@ def _event(state: dict[str, Any], kind: str) -> bytes:
     return f"id: {state['revision']}\nevent: {kind}\ndata: {data}\n\n".encode()
 
 
+def _points_reader(db: str, experiment_id: str, fields: list[str] | None,
+                   since_step: int) -> Callable[[], bytes | None]:
+    """``event: points`` with the points stored after the last step sent (none: nothing)."""
+    last = [since_step]
+
+    def read() -> bytes | None:
+        experiment = jobs.get(db, experiment_id)
+        if experiment is None:
+            return None
+        doc = result_document(db, experiment, fields, since_step=last[0])
+        steps = doc["series"].get("step", [])
+        if not steps:
+            return None
+        last[0] = steps[-1]
+        data = json.dumps({"series": doc["series"], "layers": doc["layers"], "theory": doc["theory"]},
+                          separators=(",", ":"))
+        return f"event: points\ndata: {data}\n\n".encode()
+    return read
+
+
 def _known_revision(last_event_id: str | None) -> int | None:
     """The client's Last-Event-ID as an integer; None when absent or malformed (then ignored)."""
     match = _LAST_EVENT_ID.fullmatch(last_event_id) if last_event_id is not None else None
@@ -89,15 +112,19 @@ def _known_revision(last_event_id: str | None) -> int | None:
 
 async def _stream(request: Request, read: Callable[[], dict[str, Any] | None], first: dict[str, Any],
                   known: int | None, poll_seconds: float, keepalive_seconds: float,
-                  timeout: float | None, ended: Collection[str] = TERMINAL) -> AsyncIterator[bytes]:
+                  timeout: float | None, ended: Collection[str] = TERMINAL,
+                  extra: Callable[[], bytes | None] | None = None) -> AsyncIterator[bytes]:
     """Snapshots from ``read()`` (None: deleted), polled in a worker thread, until a status in ``ended``
-    (the resource's id and revision are the snapshot's ``id`` and ``revision``)."""
+    (the resource's id and revision are the snapshot's ``id`` and ``revision``); after the first
+    snapshot and after each change, what ``extra()`` gives (read in a worker thread), if anything."""
     clock = anyio.current_time
     deadline = None if timeout is None else clock() + timeout
     yield f"retry: {RETRY_MS}\n\n".encode()
     status, revision = first["status"], first["revision"]
     if known is None or known < revision:
         yield _event(first, "status")
+    if extra is not None and (more := await anyio.to_thread.run_sync(extra)):
+        yield more
     if status in ended:  # sent now, or the client already has it
         return
     quiet_since = next_poll = clock()
@@ -131,6 +158,8 @@ async def _stream(request: Request, read: Callable[[], dict[str, Any] | None], f
                 if state["revision"] != revision:
                     yield _event(state, "status" if state["status"] != status else "progress")
                     status, revision, quiet_since = state["status"], state["revision"], clock()
+                    if extra is not None and (more := await anyio.to_thread.run_sync(extra)):
+                        yield more
                     if status in ended:
                         return
                     continue
@@ -146,7 +175,8 @@ async def _stream(request: Request, read: Callable[[], dict[str, Any] | None], f
                              "content": {"text/event-stream": {"schema": {
                                  # OpenAPI 3.1: the schema of one event (its fields), not of the whole stream
                                  "type": "object", "required": ["data"],
-                                 "properties": {"event": {"type": "string", "enum": ["status", "progress", "deleted"]},
+                                 "properties": {"event": {"type": "string", "enum": ["status", "progress", "deleted",
+                                                                             "points"]},
                                                 "id": {"type": "string"}, "data": {"type": "string"},
                                                 "retry": {"type": "integer"}}}}}},
                        **NOT_FOUND})
@@ -157,9 +187,25 @@ async def stream_events(experiment: ExperimentDep, request: Request, settings: S
                         last_event_id: Annotated[str | None, Header(
                             alias="Last-Event-ID", description="The id of the last event received (sent by "
                                                                "EventSource on reconnect): the current state "
-                                                               "is sent only if it is newer.")] = None):
-    """Stream the experiment's status and progress changes as Server-Sent Events until it ends."""
+                                                               "is sent only if it is newer.")] = None,
+                        points: Annotated[bool, Query(description=(
+                            "Also send `event: points` after each change: the points recorded since the last "
+                            "ones sent (since_step), as the results document's series, layers and theory."))] = False,
+                        fields: Annotated[str | None, Query(
+                            max_length=2000, description="With points: only these series/theory names "
+                                                         "(comma-separated; step always).")] = None,
+                        since_step: Annotated[int | None, Query(
+                            ge=-1, le=2**62, description="With points: the first points event starts after "
+                                                         "this step (default: from the first point).")] = None):
+    """Stream the experiment's status and progress changes as Server-Sent Events until it ends; with
+    ``points=true`` also the new points, so that a live chart needs one connection."""
+    extra = None
+    if points:
+        selected = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
+        if selected:   # a 422 now rather than a broken stream later
+            result_document(settings.db_url, experiment, selected, max_points=2)
+        extra = _points_reader(settings.db_url, experiment.id, selected, -1 if since_step is None else since_step)
     body = _stream(request, functools.partial(_read, settings.db_url, experiment.id), _of(experiment),
                    _known_revision(last_event_id),
-                   settings.events_poll_seconds, settings.events_keepalive_seconds, timeout)
+                   settings.events_poll_seconds, settings.events_keepalive_seconds, timeout, extra=extra)
     return EventStream(body, headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

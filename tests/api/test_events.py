@@ -273,3 +273,34 @@ def test_real_server_streams_and_stops_when_the_client_leaves(settings, monkeypa
             last = events_of(list(parse(r.iter_lines())))[-1]
         runner.join(timeout=60)
         assert last["event"] == "status" and last["data"]["status"] == "succeeded"
+
+
+def test_points_events_carry_each_new_point_once(client, settings):
+    experiment_id = submit(client, small_spec(steps=3000, record_every=50))
+    runner: threading.Thread | None = None
+    blocks = []
+    with client.stream("GET", f"/v1/experiments/{experiment_id}/events",
+                       params={"points": "true", "fields": "risk,au_equilibrium"}) as r:
+        assert r.status_code == 200
+        for block in parse(r.iter_lines()):
+            blocks.append(block)
+            if "event" in block and runner is None:
+                runner = threading.Thread(target=execute, args=(settings, experiment_id, "sse-worker"))
+                runner.start()
+    assert runner is not None
+    runner.join(timeout=60)
+    points = [b["data"] for b in blocks if b.get("event") == "points"]
+    assert len(points) >= 2   # while running, and the last ones
+    steps = [s for p in points for s in p["series"]["step"]]
+    full = client.get(f"/v1/experiments/{experiment_id}/results", params={"fields": "risk,au_equilibrium"}).json()
+    assert steps == full["series"]["step"]                         # every point, once, in order
+    assert [v for p in points for v in p["series"]["risk"]] == full["series"]["risk"]
+    assert [v for p in points for v in p["theory"]["au_equilibrium"]] == full["theory"]["au_equilibrium"]
+    assert set(points[0]["series"]) == {"step", "risk"}
+    assert [b for b in events_of(blocks) if b["event"] != "points"][-1]["data"]["status"] == "succeeded"
+    # later, from a step on: only what follows it; a bad field is a 422 before any stream
+    later, _ = collect(client, experiment_id, points="true", since_step=2000)
+    (rest,) = [b["data"] for b in later if b.get("event") == "points"]
+    assert rest["series"]["step"] == [s for s in full["series"]["step"] if s > 2000]
+    assert client.get(f"/v1/experiments/{experiment_id}/events",
+                      params={"points": "true", "fields": "nope"}).status_code == 422
