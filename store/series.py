@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal, overload
 
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
@@ -35,11 +35,14 @@ def read_series(session: Session, experiment_id: str) -> dict[str, list[Any]]:
 def read_series_after(session: Session, experiment_id: str, step: int) -> tuple[int, dict[str, list[Any]]]:
     """``(index, points)``: ``points`` is what :func:`read_series` returns from point ``index`` on,
     the stored chunks that hold every point recorded after ``step`` (so it may begin a little before).
-    Only those chunks are decompressed: polling a long run for its new points (``since_step``) costs
-    the new points, not the whole series."""
+    Chunks are read from the last one back, each fetched alone, until one starts at or before
+    ``step``: polling a long run for its new points (``since_step``) reads and decompresses the new
+    points, not the whole series (the chunks before are never fetched)."""
     chunks = []
-    for chunk in reversed(_prefix(session, experiment_id)):
-        index, points = _decode(chunk)
+    for start, skip in reversed(_prefix(session, experiment_id, with_data=False)):
+        data = session.scalars(select(SeriesChunk.data).where(SeriesChunk.experiment_id == experiment_id,
+                                                              SeriesChunk.start_index == start)).one()
+        index, points = _decode((start, skip, data))
         steps = points.get("step")
         if not steps:
             continue  # holds nothing an earlier chunk does not
@@ -50,20 +53,29 @@ def read_series_after(session: Session, experiment_id: str, step: int) -> tuple[
     return (chunks[0][0] if chunks else 0), _join(points for _, points in chunks)
 
 
-def _prefix(session: Session, experiment_id: str) -> list[tuple[int, int, bytes]]:
+@overload
+def _prefix(session: Session, experiment_id: str) -> list[tuple[int, int, bytes]]: ...
+
+
+@overload
+def _prefix(session: Session, experiment_id: str, with_data: Literal[False]) -> list[tuple[int, int]]: ...
+
+
+def _prefix(session: Session, experiment_id: str, with_data: bool = True) -> list[Any]:
     """(start_index, points an earlier chunk already holds, data) of the chunks that make the
     stored series: the contiguous run of points from index 0 (an older chunk's points win where
-    two overlap; a gap ends the series)."""
-    rows = session.execute(select(SeriesChunk.start_index, SeriesChunk.n_points, SeriesChunk.data)
-                           .where(SeriesChunk.experiment_id == experiment_id)
+    two overlap; a gap ends the series); without ``with_data``, (start_index, skip) only."""
+    columns = [SeriesChunk.start_index, SeriesChunk.n_points] + ([SeriesChunk.data] if with_data else [])
+    rows = session.execute(select(*columns).where(SeriesChunk.experiment_id == experiment_id)
                            .order_by(SeriesChunk.start_index)).all()
-    chunks = []
+    chunks: list[Any] = []
     length = 0
-    for start, n, data in rows:
+    for row in rows:
+        start, n = row.start_index, row.n_points
         skip = length - start  # > 0 only if an older chunk overlaps this one
         if skip < 0:
             break  # a gap: keep the contiguous prefix
-        chunks.append((start, skip, data))
+        chunks.append((start, skip, row.data) if with_data else (start, skip))
         length = max(length, start + n)
     return chunks
 

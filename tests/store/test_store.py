@@ -1,7 +1,7 @@
 """Persistence on SQLite and PostgreSQL: the migration, chunked series, job transitions."""
 from __future__ import annotations
 
-from sqlalchemy import inspect
+from sqlalchemy import event, inspect
 
 from store import jobs
 from store.db import get_engine
@@ -57,4 +57,13 @@ def test_series_after_a_step_is_the_tail_of_the_series(database_url):
             assert tail == {k: v[index:] for k, v in whole.items()}
             assert [x for x in whole["step"] if x > step] == [x for x in tail["step"] if x > step]
         assert read_series_after(s, exp, 75)[0] == 7      # only the last chunk is read
+        fetched: list[str] = []
+        listen = lambda *args: fetched.append(args[2])   # noqa: E731  (conn, cursor, statement, ...)
+        event.listen(s.get_bind(), "before_cursor_execute", listen)
+        try:
+            read_series_after(s, exp, 65)
+        finally:
+            event.remove(s.get_bind(), "before_cursor_execute", listen)
+        data_reads = [q for q in fetched if "series_chunks.data" in q]
+        assert len(data_reads) == 2   # the chunks at 7 and 6: the ones before are never fetched
         assert read_series_after(s, make(database_url), 0) == (0, {})
