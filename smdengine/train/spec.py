@@ -66,7 +66,7 @@ else:   # the same union, discriminated by name, naming the field and the choice
     DatasetSpec = tagged_union("name", {"digits": DigitsData, "synthetic": SyntheticData, "cifar10": Cifar10Data})
 
 
-class ScheduleEntry(StrictModel):
+class TrainScheduleEntry(StrictModel):
     """From ``step`` (or the first step of ``epoch``) on, the rates in force are multiplied by the factors."""
 
     step: int | None = Field(None, ge=1, description="First update that uses the new rates.")
@@ -77,7 +77,7 @@ class ScheduleEntry(StrictModel):
                                              "(lr_factor/weight_decay_factor)^(1/4) (seed 003 §5.2).")
 
     @model_validator(mode="after")
-    def _one_time(self) -> ScheduleEntry:
+    def _one_time(self) -> TrainScheduleEntry:
         if (self.step is None) == (self.epoch is None):
             raise ValueError("schedule: expected exactly one of step or epoch in each entry")
         if self.rescale and self.weight_decay_factor == 0:
@@ -105,7 +105,7 @@ class TrainParams(StrictModel):
     steps: int | None = Field(None, ge=1, le=10_000_000, description="Updates (default 1000 when epochs is unset).")
     epochs: int | None = Field(None, ge=1, le=100_000, description="Alternative to steps: passes over the "
                                                                       "training set (incomplete batches dropped).")
-    schedule: list[ScheduleEntry] = Field(default_factory=list, max_length=1000)
+    schedule: list[TrainScheduleEntry] = Field(default_factory=list, max_length=1000)
     trials: int = Field(1, ge=1, le=256, description="Independent initialisations and batch orders, trained together.")
     init_scale: float = Field(1.0, ge=1e-4, le=1e4, description="Multiplies the initial scale-invariant weights "
                                                                "(every weight followed by a normalization; the "
