@@ -54,6 +54,19 @@ def test_submit_wait_read_plot_rerun_and_list(service):
     assert listed[:2] == [rerun.id, experiment.id]
 
 
+def test_train_series_have_a_layer_level(service):
+    alice, *_ = service
+    from tests.api.test_train_experiments import train_spec
+
+    experiment = client_of(alice).submit(train_spec()).wait(timeout=120, progress=False)
+    assert experiment.data["status"] == "succeeded", experiment.data
+    frame, doc = experiment.series(), experiment.results()
+    assert frame.columns.names == ["metric", "layer"]
+    layer = next(iter(doc["layers"]))
+    assert list(frame[("au_rms", layer)]) == doc["layers"][layer]["au_rms"]
+    assert list(frame[("train_loss", "")]) == doc["series"]["train_loss"]
+
+
 def test_a_422_names_the_field(service):
     alice, *_ = service
     client = client_of(alice)
