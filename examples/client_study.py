@@ -40,15 +40,15 @@ table = study.table(group="point")
 print(table[["params.lr", "params.weight_decay", "intrinsic_lr", "au_rms", "au_rms_se", "au_equilibrium"]]
       .to_string(index=False))
 
-# %% measured AU against √(2ηλ)
+# %% measured AU against √(2ηλ), with pandas
 fig, ax = plt.subplots(figsize=(5, 4))
-ax.errorbar(table["intrinsic_lr"], table["au_rms"], yerr=table["au_rms_se"], fmt="o", label="measured (tail RMS)")
 line = table.sort_values("intrinsic_lr")
-ax.plot(line["intrinsic_lr"], line["au_equilibrium"], "k--", label="theory √(2ηλ)")
+line.plot(x="intrinsic_lr", y="au_rms", yerr="au_rms_se", linestyle="none", marker="o", capsize=3, ax=ax,
+          label="measured (tail RMS)")
+line.plot(x="intrinsic_lr", y="au_equilibrium", style="k--", ax=ax, label="theory √(2ηλ)")
 ax.set(xscale="log", yscale="log", xlabel="ηλ", ylabel="angular update per step", title=study.data.get("name"))
 ax.xaxis.set_minor_formatter(NullFormatter())   # ticks at the grid's ηλ values instead
-ax.set_xticks(sorted(table["intrinsic_lr"].unique()), [f"{v:.2g}" for v in sorted(table["intrinsic_lr"].unique())])
-ax.legend()
+ax.set_xticks(sorted(line["intrinsic_lr"].unique()), [f"{v:.2g}" for v in sorted(line["intrinsic_lr"].unique())])
 fig.tight_layout()
 fig.savefig(out, dpi=100)
 print(f"wrote {out}")

@@ -67,6 +67,18 @@ def test_train_series_have_a_layer_level(service):
     assert list(frame[("train_loss", "")]) == doc["series"]["train_loss"]
 
 
+def test_presets_through_the_client(service):
+    alice, *_ = service
+    from tests.api.test_presets import PRESET, TINY
+
+    client = client_of(alice)
+    assert PRESET in {p["id"] for p in client.presets()}
+    study = client.run_preset(PRESET, overrides=TINY, seeds=[0])
+    checks = study.checks()
+    assert checks and {c["verdict"] for c in checks} == {"pending"}   # until every child has ended
+    assert study.cancel().data["cancel_requested"] is True
+
+
 def test_a_422_names_the_field(service):
     alice, *_ = service
     client = client_of(alice)
