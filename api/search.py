@@ -7,17 +7,20 @@
 ``op`` is one of eq (default), ne, lt, le, gt, ge. A path must be one the kind's specs have
 (``smdengine.spec_paths``; list entries by index), a summary name one the kind's runs produce
 (``smdengine.summary_names``); otherwise a 422 names the query parameter and why. Values that read as
-numbers compare as numbers, true/false as booleans, anything else as text (eq, ne only). They become
-:class:`store.jobs.Predicate` (bound parameters)."""
+numbers compare with numbers (and, for eq/ne, with text spelled the same), true/false with booleans,
+anything else with text (eq, ne only); a stored value of another type does not match (``ne`` matches it).
+A path to a list or an object is a 422 (filter on its entries). They become
+:class:`store.search.Predicate` (bound parameters)."""
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 
 from fastapi import HTTPException
 
 import smdengine
-from store.jobs import OPS, Predicate
+from store.search import OPS, Predicate
 
 PREFIXES = ("param.", "summary.")
 _PHASE = re.compile(smdengine.PHASE_SUMMARY)
@@ -36,14 +39,20 @@ def predicates(items: Iterable[tuple[str, str]], kind: str | None) -> list[Predi
             _refuse(key, f"expected a number for {op}, got {raw!r}")
         if column == "param":
             generic = ".".join("*" if p.isdigit() else p for p in parts)
-            if generic not in smdengine.spec_paths(kind):
-                _refuse(key, f"{'.'.join(parts)!r} is not a field of {kind or 'any'} specs"
-                             + _nearest(generic, smdengine.spec_paths(kind)))
-            out.append(Predicate("spec", tuple(int(p) if p.isdigit() else p for p in parts), op, value))
+            paths = smdengine.spec_paths(kind)
+            if generic not in paths:
+                _refuse(key, f"{'.'.join(parts)!r} is not a field of {kind or 'any'} specs" + _nearest(generic, paths))
+            inner = sorted(p for p in paths if p.startswith(generic + "."))
+            if inner:
+                example = inner[0].replace("*", "0")
+                _refuse(key, f"{'.'.join(parts)!r} holds a list or an object, not a value; "
+                             f"filter on its entries, e.g. param.{example}")
+            out.append(Predicate("spec", tuple(int(p) if p.isdigit() else p for p in parts), op, value,
+                                 raw if isinstance(value, float) else None))
         else:
             name = ".".join(parts)
             _check_summary(key, name, kind)
-            out.append(Predicate("summary", (name,), op, value))
+            out.append(Predicate("summary", (name,), op, value, raw if isinstance(value, float) else None))
     return out
 
 
@@ -69,9 +78,10 @@ def _value(raw: str) -> float | str | bool:
     if raw in ("true", "false"):
         return raw == "true"
     try:
-        return float(raw)
+        number = float(raw)
     except ValueError:
         return raw
+    return number if math.isfinite(number) else raw   # "nan", "inf": text
 
 
 def _nearest(name: str, choices: Iterable[str]) -> str:

@@ -36,6 +36,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, CursorResult, Executable, Row, and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session, defer
 
+from store import search
 from store.db import Db, transaction
 from store.models import (
     ACTIVE,
@@ -54,6 +55,7 @@ from store.models import (
     as_utc,
     utcnow,
 )
+from store.search import Position, Predicate
 from store.series import truncate_points, write_points
 
 
@@ -594,43 +596,27 @@ def read_fields(session: Session, experiment_id: str, names: Sequence[str]) -> d
 
 
 @dataclass(frozen=True)
-class Predicate:
-    """``<column>[path] <op> value`` on a JSON column: ``column`` "spec" or "summary", ``path`` its keys
-    (list indices as ints), ``op`` one of :data:`OPS`; a number compares as a number, other values as
-    text (eq and ne only). Always bound parameters, never SQL text."""
+class Page:
+    """A page of a list: its items, how many match over all pages, and where the next page starts
+    (the position of the last item; None on the last page)."""
 
-    column: str
-    path: tuple[str | int, ...]
-    op: str
-    value: float | str | bool
-
-
-OPS = ("eq", "ne", "lt", "le", "gt", "ge")
-
-
-def _predicate(p: Predicate) -> ColumnElement[bool]:
-    element = (Experiment.spec if p.column == "spec" else Experiment.summary)[p.path]
-    if isinstance(p.value, bool):
-        left: Any = element.as_boolean()
-    elif isinstance(p.value, (int, float)):
-        left = element.as_float()
-    else:
-        left = element.as_string()
-    return {"eq": left == p.value, "ne": left != p.value, "lt": left < p.value, "le": left <= p.value,
-            "gt": left > p.value, "ge": left >= p.value}[p.op]
+    items: list[Experiment]
+    total: int
+    next: Position | None
 
 
 @transaction
 def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None = None, kind: str | None = None,
          owner_name: str | None = None, name_contains: str | None = None, tags: Sequence[str] = (),
-         predicates: Sequence[Predicate] = (), order_by: tuple[str, bool] | None = None, offset: int = 0,
-         after: tuple[datetime, str] | None = None, limit: int = 50) -> tuple[list[Experiment], int]:
+         predicates: Sequence[Predicate] = (), order_by: tuple[str, bool] | None = None,
+         after: Position | None = None, limit: int = 50) -> Page:
     """Up to ``limit`` jobs the viewer may see (their own and lab-visible ones; all with
-    ``everyone``), newest first, after the keyset position ``after`` (created_at, id) of the
-    previous page; and how many match the filters over all pages. ``name_contains`` matches a
-    substring of the name, ignoring case (``%`` and ``_`` are literal); ``tags``: every one of them;
-    ``predicates`` on the spec and the summary (:class:`Predicate`). ``order_by`` (summary name,
-    descending) sorts by a summary value instead, missing values last, from ``offset``."""
+    ``everyone``), newest first, after the keyset position ``after`` of the previous page. ``name_contains``
+    matches a substring of the name, ignoring case (``%`` and ``_`` are literal); ``tags``: every one of
+    them; ``predicates`` on the spec and the summary (:class:`store.search.Predicate`). ``order_by``
+    (summary name, descending) sorts by a summary value instead, missing values last, then newest first;
+    its positions carry the value, so a page boundary holds while rows come and go."""
+    dialect = session.get_bind().dialect.name
     query = select(Experiment).options(*_WITHOUT_OUTPUTS)
     if not everyone:
         query = query.where(or_(Experiment.owner_id == viewer_id, Experiment.visibility == "lab"))
@@ -645,21 +631,27 @@ def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None
     for tag in dict.fromkeys(tags):
         query = query.where(Experiment.id.in_(select(ExperimentTag.experiment_id).where(ExperimentTag.tag == tag)))
     for predicate in predicates:
-        query = query.where(_predicate(predicate))
+        query = query.where(search.condition(dialect, predicate))
     total = int(session.scalar(select(func.count()).select_from(query.subquery())) or 0)
-    if order_by is not None:
-        name, descending = order_by
-        value = Experiment.summary[name].as_float()
-        ordered = query.order_by(value.is_(None), value.desc() if descending else value.asc(),
-                                 Experiment.created_at.desc(), Experiment.id.desc())
-        return list(session.scalars(ordered.offset(offset).limit(limit)).unique().all()), total
+    newest = (Experiment.created_at.desc(), Experiment.id.desc())
+    if order_by is None:
+        if after is not None:
+            query = query.where(or_(Experiment.created_at < after.created_at,
+                                    and_(Experiment.created_at == after.created_at, Experiment.id < after.id)))
+        items = list(session.scalars(query.order_by(*newest).limit(limit + 1)).unique().all())
+        last = Position(items[limit - 1].created_at, items[limit - 1].id) if len(items) > limit else None
+        return Page(items[:limit], total, last)
+    name, descending = order_by
+    value = search.sort_value(dialect, name)
     if after is not None:
-        created, last_id = after
-        query = query.where(or_(Experiment.created_at < created,
-                                and_(Experiment.created_at == created, Experiment.id < last_id)))
-    items = session.scalars(query.order_by(Experiment.created_at.desc(), Experiment.id.desc())
-                            .limit(limit)).unique().all()
-    return list(items), total
+        query = query.where(search.after_sorted(value, descending, after))
+    # The sort value is read back from the database (not from the row's summary in Python), so the
+    # next page compares against the very number the database sorted by.
+    rows = session.execute(query.add_columns(value).order_by(
+        value.is_(None), value.desc() if descending else value.asc(), *newest).limit(limit + 1)).unique().all()
+    last = (Position(rows[limit - 1][0].created_at, rows[limit - 1][0].id, rows[limit - 1][1])
+            if len(rows) > limit else None)
+    return Page([row[0] for row in rows[:limit]], total, last)
 
 
 _UNSET: Any = object()

@@ -29,6 +29,7 @@ from api.schemas import (
 )
 from store import jobs, series
 from store.models import PRIORITIES, TERMINAL, Experiment, Status, User
+from store.search import Position
 from store.settings import Settings
 from worker.queue import queue_for, ring
 
@@ -158,11 +159,10 @@ class ListQuery:
         self.predicates = search.predicates(request.query_params.multi_items(), kind)
         self.order = search.order(order_by, kind)
 
-    def page(self, db: str, user: User, *, after: tuple[Any, str] | None = None, offset: int = 0,
-             limit: int) -> tuple[list[Experiment], int]:
+    def page(self, db: str, user: User, *, after: Position | None = None, limit: int) -> jobs.Page:
         return jobs.page(db, viewer_id=user.id, everyone=user.is_admin, status=self.status, kind=self.kind,
                          owner_name=self.owner, name_contains=self.name, tags=self.tags, predicates=self.predicates,
-                         order_by=self.order, offset=offset, after=after, limit=limit)
+                         order_by=self.order, after=after, limit=limit)
 
 
 ListQueryDep = Annotated[ListQuery, Depends()]
@@ -177,18 +177,13 @@ def list_experiments(request: Request, response: Response, db: DbDep, user: Curr
                          description="summary: each item carries its summary.")] = None,
                      limit: Annotated[int, Query(ge=1, le=500)] = 50,
                      cursor: SortedCursorQuery = None):
-    position = cursors.decode_sorted(cursor) if cursor else None
-    if query.order is not None:   # a sorted list pages by offset
-        offset = position if isinstance(position, int) else 0
-        items, total = query.page(db, user, offset=offset, limit=limit + 1)
-        next_cursor = cursors.encode_offset(offset + limit) if len(items) > limit else None
-    else:
-        items, total = query.page(db, user, after=position if isinstance(position, tuple) else None,
-                                  limit=limit + 1)
-        next_cursor = cursors.encode(items[limit - 1].created_at, items[limit - 1].id) if len(items) > limit else None
+    sorted_list = query.order is not None
+    found = query.page(db, user, after=cursors.decode_position(cursor, sorted_list) if cursor else None, limit=limit)
+    items, total = found.items, found.total
+    next_cursor = cursors.encode_position(found.next, sorted_list) if found.next else None
     if next_cursor:
         response.headers["Link"] = f'<{request.url.include_query_params(cursor=next_cursor)}>; rel="next"'
-    out = [ExperimentOut.model_validate(e) for e in items[:limit]]
+    out = [ExperimentOut.model_validate(e) for e in items]
     if include != "summary":
         for item in out:
             item.summary = None
@@ -205,7 +200,7 @@ CSV_LIMIT = 10_000
                         "order): id, name, tags, kind, status, created_at, every spec field flattened (params.lr, "
                         "…) and every summary value (summary.au_rms, …). " + FILTERS_DESCRIPTION)
 def export_experiments_csv(db: DbDep, user: CurrentUserDep, query: ListQueryDep):
-    items, _ = query.page(db, user, limit=CSV_LIMIT)
+    items = query.page(db, user, limit=CSV_LIMIT).items
     return Response(runs_csv(items), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": 'attachment; filename="experiments.csv"'})
 

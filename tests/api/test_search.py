@@ -110,3 +110,65 @@ def test_the_owner_edits_name_tags_and_note(lab):
     bad = client.patch(f"/v1/experiments/{experiment_id}", json={"tags": ["x" * 65]}, headers=alice)
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][:2] == ["body", "tags"]
 
+
+
+def test_values_compare_only_with_values_of_their_type(env):
+    """A number never matches text, a list or an absent value: on SQLite the text "float32" used to read
+    as 0, and on PostgreSQL the cast failed the whole query with a 500."""
+    client, _ = env
+    made = submit(client, 0.1, ["t"], name="123")
+    nothing: list[str] = []
+    assert ids(client, **{"param.params.dtype": 0}) == nothing
+    assert ids(client, **{"param.params.dtype.lt": 1}) == nothing
+    assert ids(client, **{"param.params.dtype.ne": 0}) == [made]      # float64 is not the number 0
+    assert ids(client, **{"param.params.dtype": "float64"}) == [made]
+    assert ids(client, **{"param.name": 123}) == [made]               # the name is the text "123"
+    assert ids(client, **{"param.name.gt": 100}) == nothing           # ... not a number
+    assert ids(client, **{"param.params.lr": "fast"}) == nothing
+    assert ids(client, **{"summary.au_rms.lt": 1}) == nothing         # not run: no summary
+    assert ids(client, **{"param.params.lr_schedule.0.step": 0}) == nothing   # no schedule entries
+    r = client.get("/v1/experiments", params={"param.params.lr_schedule": 1})
+    assert r.status_code == 422
+    (error,) = r.json()["detail"]
+    assert error["loc"] == ["query", "param.params.lr_schedule"] and "list or an object" in error["msg"], error
+    assert "param.params.lr_schedule.0." in error["msg"]
+
+
+def walk(client, **params) -> list[str]:
+    got, params = [], {**params}
+    while True:
+        body = client.get("/v1/experiments", params=params).json()
+        got += [item["id"] for item in body["items"]]
+        if not body["next_cursor"]:
+            return got
+        params["cursor"] = body["next_cursor"]
+
+
+def test_sorted_pages_hold_their_place_while_rows_come_and_go(env):
+    """Cursors of a sorted list carry the sort value: deleting a row already seen does not skip one,
+    ties (same spec and seed: the same au_rms) keep the (created_at, id) order, and rows without the
+    value come last, paged by the same cursors."""
+    client, settings = env
+    made = [submit(client, lr, []) for lr in (0.05, 0.1, 0.1, 0.2)]    # the two 0.1s tie
+    run_all(settings)
+    pending = [submit(client, 0.1, []), submit(client, 0.1, [])]       # never run: no summary
+    au = {item["id"]: item["summary"]["au_rms"]
+          for item in client.get("/v1/experiments", params={"include": "summary"}).json()["items"] if item["summary"]}
+    assert au[made[1]] == au[made[2]]
+    expected = sorted(made, key=lambda i: (-au[i], made.index(i) * -1)) + pending[::-1]
+    for limit in (1, 2, 4):
+        assert walk(client, order_by="-summary.au_rms", limit=limit) == expected, limit
+    ascending = sorted(made, key=lambda i: (au[i], -made.index(i))) + pending[::-1]
+    assert walk(client, order_by="summary.au_rms", limit=1) == ascending
+
+    first = client.get("/v1/experiments", params={"order_by": "-summary.au_rms", "limit": 2}).json()
+    assert [item["id"] for item in first["items"]] == expected[:2]
+    assert client.delete(f"/v1/experiments/{expected[0]}").status_code == 204
+    rest = walk(client, order_by="-summary.au_rms", limit=2, cursor=first["next_cursor"])
+    assert rest == expected[2:]                                        # an offset would have skipped one
+
+    for cursor, reason in ((first["next_cursor"].split("~")[1], "same order"), ("v1e999~1.ab", "finite")):
+        r = client.get("/v1/experiments", params={"order_by": "-summary.au_rms", "cursor": cursor})
+        assert r.status_code == 422 and reason in r.json()["detail"][0]["msg"], r.text
+    r = client.get("/v1/experiments", params={"cursor": first["next_cursor"]})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "cursor"]
