@@ -20,7 +20,7 @@ from store.models import Experiment
 OPS = ("eq", "ne", "lt", "le", "gt", "ge")
 
 # The JSON type names of each dialect's type function, per Python type of the compared value.
-_TYPES = {"sqlite": {"number": ("integer", "real"), "string": ("text",), "boolean": ("true", "false")},
+_TYPES: dict[str, dict[str, tuple[str, ...]]] = {"sqlite": {"number": ("integer", "real"), "string": ("text",), "boolean": ("true", "false")},
           "postgresql": {"number": ("number",), "string": ("string",), "boolean": ("boolean",)}}
 
 
@@ -54,7 +54,7 @@ class Typed:
     def __init__(self, dialect: str, column: str, path: tuple[str | int, ...]):
         self.column = Experiment.spec if column == "spec" else Experiment.summary
         self.element = self.column[path]
-        self.types: dict[str, tuple[str, ...]] = _TYPES["postgresql" if dialect == "postgresql" else "sqlite"]
+        self.types = _TYPES["postgresql" if dialect == "postgresql" else "sqlite"]
         if dialect == "postgresql":
             self.json_type: ColumnElement[Any] = func.json_typeof(self.element)
         else:
