@@ -60,6 +60,8 @@ def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, p
     for field, value in LIVE.items():
         page.fill(f'[name="params.{field}"]', str(value))
     page.evaluate("window.notReloaded = true")
+    requested: list[str] = []
+    page.on("request", lambda request: requested.append(request.url))
     page.click("#submit")
     page.wait_for_url(re.compile(r"#/experiments/[0-9a-f]{32}$"))
     experiment_id = page.url.rsplit("/", 1)[1]
@@ -92,6 +94,12 @@ def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, p
     traces = page.evaluate("""() => document.getElementById('chart-risk').data.map(t => ({
         name: t.name, points: t.x.length, dash: t.line?.dash ?? null}))""")
     assert traces[0] == {"name": "risk", "points": expected, "dash": None}
+    steps = page.evaluate("document.getElementById('chart-risk').data[0].x")
+    assert steps == sorted(set(steps)), "points repeated or out of order"
+    # one connection carried the live points: the event stream with points, no since_step polls
+    mine = [url for url in requested if f"/v1/experiments/{experiment_id}/" in url]
+    assert any("/events?points=true&since_step=" in url for url in mine), mine
+    assert not any("since_step" in url and "/results" in url for url in mine), mine
     theory = [t for t in traces if t["dash"] == "dash"]
     assert [t["name"] for t in theory] == ["risk_stationary (theory)"] and theory[0]["points"] == expected
     assert page.console.errors == []

@@ -130,8 +130,10 @@ export async function readEvents(path, onEvent, { signal, lastEventId } = {}) {
 }
 
 // Follow a resource's event stream until `isDone(data)`; when the stream cannot be read, poll
-// `pollPath` every `everyMs` with If-None-Match instead. Returns a function that stops following.
-export function follow(eventsPath, pollPath, onState, isDone, everyMs = 2000) {
+// `pollPath` every `everyMs` with If-None-Match instead. `onState(state, streamed)` gets each state
+// (streamed: from the stream, not a poll); `onEvent("points", data)` the points events.
+// `eventsPath` may be a function, asked again at each reconnection. Returns a function that stops following.
+export function follow(eventsPath, pollPath, onState, isDone, { everyMs = 2000, onEvent = () => {} } = {}) {
   const controller = new AbortController();
   let stopped = false;
   (async () => {
@@ -139,9 +141,11 @@ export function follow(eventsPath, pollPath, onState, isDone, everyMs = 2000) {
     let done = false;
     try {
       while (!stopped && !done) {
-        lastId = await readEvents(eventsPath, (type, data) => {
+        const path = typeof eventsPath === "function" ? eventsPath() : eventsPath;
+        lastId = await readEvents(path, (type, data) => {
           if (type === "deleted") done = true;
-          else { onState(data); if (isDone(data)) done = true; }
+          else if (type === "points") onEvent(type, data);
+          else { onState(data, true); if (isDone(data)) done = true; }
         }, { signal: controller.signal, lastEventId: lastId });
       }
       return;
@@ -155,7 +159,7 @@ export function follow(eventsPath, pollPath, onState, isDone, everyMs = 2000) {
         const state = await api(pollPath, { etag });
         if (!state.notModified) {
           etag = state.etag;
-          onState(state);
+          onState(state, false);
           if (isDone(state)) return;
         }
       } catch (error) {

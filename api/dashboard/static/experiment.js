@@ -1,5 +1,6 @@
 // One experiment: spec, status, attempts, progress with ETA, interactive charts (theory dashed),
-// live while it runs (event stream, then the new points only: since_step), cancel, downloads.
+// live while it runs (one event stream carrying the state and the new points; without a stream,
+// polling for the state and the points after the last one shown: since_step), cancel, downloads.
 
 import { api, download, follow } from "./api.js";
 import { Chart, MAX_POINTS } from "./charts.js";
@@ -22,6 +23,7 @@ export function render(main, [id]) {
   let stop = () => {};
   let fetching = false;
   let pending = false;
+  let redrawTimer = null;
 
   async function start() {
     let plots;
@@ -39,11 +41,31 @@ export function render(main, [id]) {
     drawSide();
     await refreshResults(true, firstResults);
     if (!TERMINAL.has(experiment.status)) {
-      stop = follow(`${base}/events`, base, onState, (s) => TERMINAL.has(s.status));
+      // Asked again at each reconnection, so a resumed stream starts after the last point shown.
+      const events = () => `${base}/events?points=true&since_step=${doc?.series?.step?.at(-1) ?? -1}`;
+      stop = follow(events, base, onState, (s) => TERMINAL.has(s.status), { onEvent: onPoints });
     }
   }
 
-  function onState(state) {
+  // New points from the stream: appended (and drawn at most once per REDRAW_MS); when the shown
+  // document has grown past twice a screen's worth, the whole document again, downsampled.
+  function onPoints(_type, delta) {
+    if (!doc) return;
+    const last = doc.series?.step?.at(-1) ?? -1;
+    const steps = delta.series.step || [];
+    const from = steps.findIndex((s) => s > last);   // a resumed stream may repeat points
+    if (from < 0) return;
+    doc = merge(doc, from === 0 ? delta : sliceDelta(delta, from));
+    if (doc.series.step.length > 2 * MAX_POINTS) { refreshResults(true); return; }
+    if (!redrawTimer) redrawTimer = setTimeout(redraw, REDRAW_MS);
+  }
+
+  function redraw() {
+    redrawTimer = null;
+    for (const chart of chartList) if (!chart.zoomed) chart.draw(doc);
+  }
+
+  function onState(state, streamed) {
     const statusChanged = state.status !== experiment.status || state.attempts !== experiment.attempts;
     experiment = { ...experiment, ...state };
     drawHead();
@@ -54,7 +76,9 @@ export function render(main, [id]) {
         drawSide();
       }).catch(() => drawSide());
     }
-    refreshResults(TERMINAL.has(state.status));
+    // From the stream the points come as events; only the final document is fetched. Polling
+    // fetches the points after the last one shown.
+    if (!streamed || TERMINAL.has(state.status)) refreshResults(TERMINAL.has(state.status));
   }
 
   // While running, fetch only the points after the last one shown; at the end (or when the document
@@ -159,7 +183,7 @@ export function render(main, [id]) {
   }
 
   start();
-  return () => stop();
+  return () => { stop(); clearTimeout(redrawTimer); };
 }
 
 // Append the delta document (points after the last step shown) to the document shown.
@@ -176,5 +200,14 @@ function merge(doc, delta) {
     layers[layer] = { ...(layers[layer] || {}) };
     for (const [m, v] of Object.entries(metrics)) layers[layer][m] = cat(layers[layer][m] || [], v);
   }
-  return { ...delta, series, theory, layers };
+  return { ...doc, ...delta, series, theory, layers };
+}
+
+// The points of a delta from index `from` on (series, per-layer series and per-step theory).
+function sliceDelta(delta, from) {
+  const n = delta.series.step.length;
+  const cut = (v) => (Array.isArray(v) && v.length === n ? v.slice(from) : v);
+  const map = (o, f) => Object.fromEntries(Object.entries(o || {}).map(([k, v]) => [k, f(v)]));
+  return { ...delta, series: map(delta.series, cut), theory: map(delta.theory, cut),
+    layers: map(delta.layers, (metrics) => map(metrics, cut)) };
 }
