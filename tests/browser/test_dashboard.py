@@ -176,6 +176,37 @@ def test_compare_overlays_the_selected_experiments(service, page):
     assert page.console.errors == []
 
 
+def test_tags_filter_the_list_and_are_edited_with_the_note_in_the_page(service, page):
+    tagged = submit(service, {"kind": "nrq", "name": "tagged run", "tags": ["sweep-a", "keep"], "params": SMALL})
+    other = submit(service, {"kind": "nrq", "name": "other run", "tags": ["sweep-b"], "params": SMALL})
+    rows = "[...document.querySelectorAll('#experiments-table tbody tr[data-id]')].map(r => r.dataset.id)"
+    page.goto(f"{service}/#/experiments?tag=sweep-a")                # a tag link's address
+    page.wait_for_function(f"{rows}.length === 1")
+    assert page.evaluate(rows) == [tagged]
+    assert page.locator(f'tr[data-id="{tagged}"] td.tags .tag').all_inner_texts() == ["keep", "sweep-a"]
+    page.fill('input[name="tag"]', "")
+    page.wait_for_function(f"{rows}.includes('{other}')")
+    page.locator(f'tr[data-id="{other}"] td.tags .tag').click()        # a tag chip filters by it
+    page.wait_for_function(f"JSON.stringify({rows}) === JSON.stringify(['{other}'])")
+
+    page.goto(f"{service}/#/experiments/{tagged}")
+    page.locator("#edit-notes").click()
+    page.fill("#tags-input", "keep  final")
+    page.fill("#note-input", "lr too high; rerun at 0.05")
+    page.locator("#save-notes").click()
+    page.wait_for_function("document.querySelector('#notes .note')?.textContent === 'lr too high; rerun at 0.05'")
+    stored = httpx.get(f"{service}/v1/experiments/{tagged}", timeout=30).json()
+    assert stored["tags"] == ["final", "keep"] and stored["note"] == "lr too high; rerun at 0.05"
+    assert page.locator("#notes .tag").all_inner_texts() == ["final", "keep"]
+    page.locator("#edit-notes").click()
+    page.fill("#tags-input", "no/slashes")                           # the server's 422 is shown in the card
+    page.locator("#save-notes").click()
+    page.locator("#notes .error-box").wait_for()
+    assert "tags" in page.locator("#notes .error-box").inner_text()
+    screenshot(page, "experiment-tags")
+    assert [e for e in page.console.errors if not EXPECTED_4XX.search(e)] == []
+
+
 def test_every_page_renders_without_console_errors(service, page, grid_study):
     experiment_id = submit(service, {"kind": "nrq", "name": "shown", "params": SMALL})
     wait_ended(service, f"/v1/experiments/{experiment_id}")

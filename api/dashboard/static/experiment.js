@@ -147,6 +147,37 @@ export function render(main, [id]) {
       h("td", fmtNumber(v))))) : h("p.muted", "No summary yet."));
   }
 
+  // Tags and note, shown and edited in place (PATCH; the owner or an admin: a 403 is shown here).
+  function notesCard() {
+    const e = experiment;
+    const card = h("section.card#notes", h("h3", "Tags & note"));
+    const show = () => card.replaceChildren(h("h3", "Tags & note"),
+      h("div.tags", (e.tags || []).length ? e.tags.map((t) => h("a.tag", { href: `#/experiments?tag=${encodeURIComponent(t)}` }, t))
+        : h("span.muted", "No tags.")),
+      e.note ? h("p.note", e.note) : "",
+      h("button.small#edit-notes", { type: "button", onclick: edit }, "Edit"));
+    function edit() {
+      const tags = h("input#tags-input", { type: "text", value: (e.tags || []).join(" "), placeholder: "tags, space separated" });
+      const note = h("textarea#note-input", { rows: 3, placeholder: "note" });
+      note.value = e.note || "";
+      const errors = h("div");
+      const save = async () => {
+        try {
+          experiment = await api(base, { method: "PATCH",
+            body: { tags: tags.value.split(/\s+/).filter(Boolean), note: note.value.trim() || null } });
+          drawSide();
+        } catch (error) {
+          errors.replaceChildren(errorBox(error));
+        }
+      };
+      card.replaceChildren(h("h3", "Tags & note"), tags, note, errors,
+        h("div.toolbar", h("button.small#save-notes", { type: "button", onclick: save }, "Save"),
+          h("button.small", { type: "button", onclick: show }, "Cancel")));
+    }
+    show();
+    return card;
+  }
+
   async function drawSide() {
     const e = experiment;
     const name = e.name || e.id;
@@ -161,6 +192,7 @@ export function render(main, [id]) {
             `${name}-${c.plot.name}.png`) }, `${c.plot.name}.png`),
           h("button.small", { type: "button", onclick: () => download(`${base}/plots/${c.plot.name}.svg`,
             `${name}-${c.plot.name}.svg`) }, `${c.plot.name}.svg`)]))),
+      notesCard(),
       h("section.card", h("h3", "Details"), h("table.kv",
         [["owner", e.owner], ["visibility", e.visibility], ["priority", e.priority], ["queue", e.queue],
           ["worker", e.worker], ["created", fmtTime(e.created_at)], ["started", fmtTime(e.started_at)],

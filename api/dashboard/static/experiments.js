@@ -2,14 +2,14 @@
 // and "compare" (a study grouping the selected experiments: POST /v1/studies {"experiments": [...]}).
 
 import { api } from "./api.js";
-import { errorBox, fmtTime, h, progressBar, statusBadge, TERMINAL } from "./util.js";
+import { errorBox, fmtTime, h, progressBar, routeQuery, statusBadge, TERMINAL } from "./util.js";
 
 const STATUSES = ["", "queued", "running", "succeeded", "failed", "cancelled"];
 const KINDS = ["", "nrq", "sde", "train"];
 const REFRESH_MS = 2000;
 
 export function render(main) {
-  const filters = { status: "", kind: "", name: "" };
+  const filters = { status: "", kind: "", name: "", tag: routeQuery().tag || "" };
   const cursors = [null]; // cursor of each page visited, for "previous"
   const selected = new Set();
   const shown = new Map(); // id → name of the experiments listed so far (to name a comparison)
@@ -27,12 +27,15 @@ export function render(main) {
   const nameInput = h("input", { type: "search", name: "name", placeholder: "name contains…",
     oninput: debounce((e) => { filters.name = e.target.value; restart(); }, 300) });
 
+  const tagInput = h("input", { type: "search", name: "tag", placeholder: "tag", value: filters.tag,
+    oninput: debounce((e) => { filters.tag = e.target.value.trim(); restart(); }, 300) });
+
   main.append(h("h1", "Experiments"),
-    h("div.toolbar", select("status", STATUSES), select("kind", KINDS), nameInput,
+    h("div.toolbar", select("status", STATUSES), select("kind", KINDS), nameInput, tagInput,
       h("a.button", { href: "#/new" }, "New experiment"), compare),
     message,
     h("table.list#experiments-table", h("thead", h("tr", h("th", ""), h("th", "name"), h("th", "kind"),
-      h("th", "status"), h("th", "progress"), h("th", "owner"), h("th", "created"))), body),
+      h("th", "status"), h("th", "progress"), h("th", "tags"), h("th", "owner"), h("th", "created"))), body),
     h("div.pager", prev, info, next));
 
   function restart() { cursors.length = 1; load(); }
@@ -53,7 +56,7 @@ export function render(main) {
     }
     if (stopped) return;
     body.replaceChildren(...page.items.map(row));
-    if (!page.items.length) body.append(h("tr", h("td.muted", { colSpan: 7 }, "No experiments match.")));
+    if (!page.items.length) body.append(h("tr", h("td.muted", { colSpan: 8 }, "No experiments match.")));
     info.textContent = `${page.total} experiment${page.total === 1 ? "" : "s"}`;
     prev.disabled = cursors.length <= 1;
     next.disabled = !page.next_cursor;
@@ -72,6 +75,8 @@ export function render(main) {
       h("td", e.kind + (e.spec?.params?.model && e.kind !== "nrq" ? `/${e.spec.params.model}` : "")),
       h("td", statusBadge(e.status)),
       h("td", progressBar(e.progress)),
+      h("td.tags", (e.tags || []).map((t) => h("button.tag", { type: "button", title: `only "${t}"`,
+        onclick: () => { filters.tag = t; tagInput.value = t; restart(); } }, t))),
       h("td", e.owner || ""),
       h("td", fmtTime(e.created_at)));
   }
