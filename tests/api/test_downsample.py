@@ -19,6 +19,52 @@ def test_minmax_downsampling_keeps_a_transient_that_even_spacing_steps_over():
     assert minmax_indices([risk], 50, 100) == list(range(50))
 
 
+def reference_extremes(columns, n, buckets):
+    """Each column's first minimum and maximum in each of ``buckets`` equal buckets, NaN skipped: plain Python."""
+    keep = {0, n - 1}
+    for b in range(buckets):
+        lo, hi = b * n // buckets, (b + 1) * n // buckets
+        for column in columns:
+            window = [(v, i) for i, v in enumerate(column[lo:hi], lo) if v == v]
+            if window:
+                keep.add(min(window, key=lambda p: (p[0], p[1]))[1])
+                keep.add(max(window, key=lambda p: (p[0], -p[1]))[1])
+    return sorted(keep)
+
+
+def test_minmax_matches_a_plain_bucket_scan_and_uses_the_room_it_has():
+    import random
+
+    from api.results import _bucket_extremes, minmax_indices
+
+    rng = random.Random(7)
+    n = 5_003
+    walks = []
+    for _ in range(3):
+        x, walk = 0.0, []
+        for _ in range(n):
+            x += rng.gauss(0, 1)
+            walk.append(x if rng.random() > 0.01 else float("nan"))
+        walks.append(walk)
+    import numpy as np
+
+    for buckets in (1, 7, 64, 999):
+        assert _bucket_extremes(np.array(walks), buckets) == reference_extremes(walks, n, buckets), buckets
+    keep = minmax_indices(walks, n, 200)
+    assert len(keep) <= 200 and keep == sorted(set(keep))
+    # buckets tried: (200 − 2) // 2 = 99, halved to 49, then the floor (200 − 2) // (2 × 3) = 33, which fits
+    tried = [reference_extremes(walks, n, b) for b in (99, 49, 33)]
+    first_fit = next(t for t in tried if len(t) <= 200)
+    assert keep == first_fit
+    # Related series (one a scaled copy of another) share their extremes, so they cost no room: with
+    # twice the columns the buckets are those of the three alone (99, 49, 24, then the floor 16).
+    scaled = [[2 * v for v in walk] for walk in walks]
+    tried = [reference_extremes(walks, n, b) for b in (99, 49, 24, 16)]
+    assert minmax_indices(walks + scaled, n, 200) == next(t for t in tried if len(t) <= 200)
+    same = [walks[0]] * 10
+    assert minmax_indices(same, n, 200) == reference_extremes(same[:1], n, 99)   # (200 − 2) // 2 buckets
+
+
 def test_results_downsample_minmax_is_aligned_and_validated(env):
     client, settings = env
     r = client.post("/v1/experiments", json=small_spec(trials=8, steps=2000, record_every=10,
