@@ -195,6 +195,8 @@ def test_tags_filter_the_list_and_are_edited_with_the_note_in_the_page(service, 
     page.fill("#note-input", "lr too high; rerun at 0.05")
     page.locator("#save-notes").click()
     page.wait_for_function("document.querySelector('#notes .note')?.textContent === 'lr too high; rerun at 0.05'")
+    wait_ended(service, f"/v1/experiments/{tagged}")                  # the page ends with the final summary
+    page.wait_for_function("document.querySelector('.side .card').innerText.includes('au_rms')")
     stored = httpx.get(f"{service}/v1/experiments/{tagged}", timeout=30).json()
     assert stored["tags"] == ["final", "keep"] and stored["note"] == "lr too high; rerun at 0.05"
     assert page.locator("#notes .tag").all_inner_texts() == ["final", "keep"]

@@ -40,6 +40,8 @@ export function render(main, [id]) {
     drawHead();
     drawSide();
     await refreshResults(true, firstResults);
+    // The results were asked for beside the row: a job that ended in between needs its final document.
+    if (TERMINAL.has(experiment.status) && !TERMINAL.has(doc?.status)) await refreshResults(true);
     if (!TERMINAL.has(experiment.status)) {
       // Asked again at each reconnection, so a resumed stream starts after the last point shown.
       const events = () => `${base}/events?points=true&since_step=${doc?.series?.step?.at(-1) ?? -1}`;
@@ -148,40 +150,47 @@ export function render(main, [id]) {
   }
 
   // Tags and note, shown and edited in place (PATCH; the owner or an admin: a 403 is shown here).
-  function notesCard() {
+  // One card for the page's life: a redraw of the side (e.g. on a status change) keeps an edit open.
+  const notes = h("section.card#notes");
+  let editingNotes = false;
+
+  function showNotes() {
     const e = experiment;
-    const card = h("section.card#notes", h("h3", "Tags & note"));
-    const show = () => card.replaceChildren(h("h3", "Tags & note"),
+    editingNotes = false;
+    notes.replaceChildren(h("h3", "Tags & note"),
       h("div.tags", (e.tags || []).length ? e.tags.map((t) => h("a.tag", { href: `#/experiments?tag=${encodeURIComponent(t)}` }, t))
         : h("span.muted", "No tags.")),
       e.note ? h("p.note", e.note) : "",
-      h("button.small#edit-notes", { type: "button", onclick: edit }, "Edit"));
-    function edit() {
-      const tags = h("input#tags-input", { type: "text", value: (e.tags || []).join(" "), placeholder: "tags, space separated" });
-      const note = h("textarea#note-input", { rows: 3, placeholder: "note" });
-      note.value = e.note || "";
-      const errors = h("div");
-      const save = async () => {
-        try {
-          experiment = await api(base, { method: "PATCH",
-            body: { tags: tags.value.split(/\s+/).filter(Boolean), note: note.value.trim() || null } });
-          drawSide();
-        } catch (error) {
-          errors.replaceChildren(errorBox(error));
-        }
-      };
-      card.replaceChildren(h("h3", "Tags & note"), tags, note, errors,
-        h("div.toolbar", h("button.small#save-notes", { type: "button", onclick: save }, "Save"),
-          h("button.small", { type: "button", onclick: show }, "Cancel")));
-    }
-    show();
-    return card;
+      h("button.small#edit-notes", { type: "button", onclick: editNotes }, "Edit"));
+  }
+
+  function editNotes() {
+    const e = experiment;
+    editingNotes = true;
+    const tags = h("input#tags-input", { type: "text", value: (e.tags || []).join(" "), placeholder: "tags, space separated" });
+    const note = h("textarea#note-input", { rows: 3, placeholder: "note" });
+    note.value = e.note || "";
+    const errors = h("div");
+    const save = async () => {
+      try {
+        experiment = await api(base, { method: "PATCH",
+          body: { tags: tags.value.split(/\s+/).filter(Boolean), note: note.value.trim() || null } });
+        showNotes();
+        drawHead();
+      } catch (error) {
+        errors.replaceChildren(errorBox(error));
+      }
+    };
+    notes.replaceChildren(h("h3", "Tags & note"), tags, note, errors,
+      h("div.toolbar", h("button.small#save-notes", { type: "button", onclick: save }, "Save"),
+        h("button.small", { type: "button", onclick: showNotes }, "Cancel")));
   }
 
   async function drawSide() {
     const e = experiment;
     const name = e.name || e.id;
     const files = [["JSON", "results", "json"], ["CSV", "results.csv", "csv"], ["Parquet", "results.parquet", "parquet"]];
+    if (!editingNotes) showNotes();
     side.replaceChildren(
       h("section.card", h("h3", "Summary"), summaryBox),
       h("section.card", h("h3", "Downloads"), h("div.downloads",
@@ -192,7 +201,7 @@ export function render(main, [id]) {
             `${name}-${c.plot.name}.png`) }, `${c.plot.name}.png`),
           h("button.small", { type: "button", onclick: () => download(`${base}/plots/${c.plot.name}.svg`,
             `${name}-${c.plot.name}.svg`) }, `${c.plot.name}.svg`)]))),
-      notesCard(),
+      notes,
       h("section.card", h("h3", "Details"), h("table.kv",
         [["owner", e.owner], ["visibility", e.visibility], ["priority", e.priority], ["queue", e.queue],
           ["worker", e.worker], ["created", fmtTime(e.created_at)], ["started", fmtTime(e.started_at)],
