@@ -647,8 +647,9 @@ def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None
         query = query.where(search.after_sorted(value, descending, after))
     # The sort value is read back from the database (not from the row's summary in Python), so the
     # next page compares against the very number the database sorted by.
-    rows = session.execute(query.add_columns(value).order_by(
-        value.is_(None), value.desc() if descending else value.asc(), *newest).limit(limit + 1)).unique().all()
+    sort = value.label("sort_value")   # ordered by its label: the value is computed once per row
+    rows = session.execute(query.add_columns(sort).order_by(
+        (sort.desc() if descending else sort.asc()).nulls_last(), *newest).limit(limit + 1)).unique().all()
     last = (Position(rows[limit - 1][0].created_at, rows[limit - 1][0].id, rows[limit - 1][1])
             if len(rows) > limit else None)
     return Page([row[0] for row in rows[:limit]], total, last)

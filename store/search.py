@@ -55,14 +55,21 @@ class Typed:
         self.column = Experiment.spec if column == "spec" else Experiment.summary
         self.element = self.column[path]
         self.types = _TYPES["postgresql" if dialect == "postgresql" else "sqlite"]
-        if dialect == "postgresql":
-            self.json_type: ColumnElement[Any] = func.json_typeof(self.element)
+        self.sqlite = dialect != "postgresql"
+        self.path = "$" + "".join(f"[{p}]" if isinstance(p, int) else f'."{p}"' for p in path)
+        if self.sqlite:
+            self.json_type: ColumnElement[Any] = func.json_type(self.column, self.path)
         else:
-            self.json_type = func.json_type(self.column, "$" + "".join(
-                f"[{p}]" if isinstance(p, int) else f'."{p}"' for p in path))
+            self.json_type = func.json_typeof(self.element)
 
     def of(self, kind: str) -> ColumnElement[Any]:
         """The value where it is a ``kind`` ("number", "string", "boolean"), else NULL."""
+        if self.sqlite and kind != "boolean":
+            # One JSON read: json_extract gives an SQL integer/real for a JSON number and text for a
+            # string (and 1/0 for true/false, so booleans still go through json_type).
+            value = func.json_extract(self.column, self.path)
+            return case((func.typeof(value).in_(("integer", "real") if kind == "number" else ("text",)), value),
+                        else_=None)
         value = {"number": self.element.as_float, "string": self.element.as_string,
                  "boolean": self.element.as_boolean}[kind]()
         return case((self.json_type.in_(self.types[kind]), value), else_=None)
