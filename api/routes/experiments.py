@@ -138,7 +138,9 @@ FILTERS_DESCRIPTION = (
     "Besides the named parameters: `param.<dotted spec path>[.<op>]=value` (e.g. `param.params.lr=0.1`, "
     "`param.params.steps.ge=1000`, `param.kind=nrq`) and `summary.<name>[.<op>]=value` (e.g. "
     "`summary.au_rms.lt=0.02`), op one of eq (default), ne, lt, le, gt, ge; paths and names are checked against "
-    "the kind's (422 naming the parameter).")
+    "the kind's (422 naming the parameter). A number matches numbers (eq/ne also text spelled the same), true/false "
+    "booleans, other text text; a stored value of another type does not match (ne: it does). A path to a list or "
+    "an object is a 422: filter on its entries (`param.params.lr_schedule.0.step`).")
 
 
 class ListQuery:
