@@ -7,8 +7,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Annotated
 
-from fastapi import HTTPException, Query
+from fastapi import Query
 
+from api.responses import query_error
 from store.models import EPOCH, as_utc
 from store.search import Position
 
@@ -40,14 +41,11 @@ def decode_position(cursor: str, sorted_list: bool) -> Position:
     the other order is a 422."""
     prefix, tilde, keyset = cursor.rpartition("~")
     if bool(tilde) != sorted_list:
-        raise HTTPException(status_code=422, detail=[{
-            "loc": ["query", "cursor"], "type": "value_error",
-            "msg": "expected a cursor of a list in the same order (order_by) as this one"}])
+        raise query_error("cursor", "expected a cursor of a list in the same order (order_by) as this one")
     created_at, item_id = decode(keyset)
     value = None if not tilde or prefix == "n" else float(prefix[1:])
     if value is not None and abs(value) == float("inf"):
-        raise HTTPException(status_code=422, detail=[{"loc": ["query", "cursor"], "type": "value_error",
-                                                      "msg": "expected a finite sort value in the cursor"}])
+        raise query_error("cursor", "expected a finite sort value in the cursor")
     return Position(created_at, item_id, value)
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi import HTTPException
+
 from api.schemas import ErrorOut
 
 Responses = dict[int | str, dict[str, Any]]
@@ -16,3 +18,8 @@ FORBIDDEN: Responses = {403: {"model": ErrorOut,
 NOT_MODIFIED: Responses = {304: {"description": "Not modified: the If-None-Match tag is still current (no body)."}}
 STUDY_NOT_FOUND: Responses = {**UNAUTHORIZED,
                               404: {"model": ErrorOut, "description": "No study with that id that you may see."}}
+
+
+def query_error(key: str, reason: str) -> HTTPException:
+    """A 422 naming the query parameter ``key`` and why, shaped like FastAPI's own validation errors."""
+    return HTTPException(status_code=422, detail=[{"loc": ["query", key], "msg": reason, "type": "value_error"}])

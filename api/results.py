@@ -6,8 +6,7 @@ import bisect
 import logging
 from typing import Any
 
-from fastapi import HTTPException
-
+from api.responses import query_error
 from smdengine import LAYER_SEPARATOR, json_safe, output_names, split_layers
 from store import jobs
 from store.models import Experiment
@@ -95,10 +94,8 @@ def _check_fields(experiment: Experiment, fields: list[str], series: dict, layer
 
     unknown = [f for f in fields if not is_known(f)]
     if unknown:
-        raise HTTPException(status_code=422, detail=[{
-            "loc": ["query", "fields"], "type": "value_error",
-            "msg": f"unknown field(s) {', '.join(unknown)}; available: {', '.join(sorted(known))}"
-                   + (f" and '<layer>{LAYER_SEPARATOR}<metric>' keys" if layers else "")}])
+        raise query_error("fields", f"unknown field(s) {', '.join(unknown)}; available: {', '.join(sorted(known))}"
+                          + (f" and '<layer>{LAYER_SEPARATOR}<metric>' keys" if layers else ""))
 
 
 def downsample_indices(n: int, max_points: int) -> list[int]:

@@ -17,9 +17,8 @@ import math
 import re
 from collections.abc import Iterable
 
-from fastapi import HTTPException
-
 import smdengine
+from api.responses import query_error
 from store.search import OPS, Predicate
 
 PREFIXES = ("param.", "summary.")
@@ -92,4 +91,4 @@ def _nearest(name: str, choices: Iterable[str]) -> str:
 
 
 def _refuse(key: str, reason: str) -> None:
-    raise HTTPException(status_code=422, detail=[{"loc": ["query", key], "msg": reason, "type": "value_error"}])
+    raise query_error(key, reason)

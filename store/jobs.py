@@ -636,8 +636,7 @@ def page(session: Session, *, viewer_id: str, everyone: bool, status: str | None
     newest = (Experiment.created_at.desc(), Experiment.id.desc())
     if order_by is None:
         if after is not None:
-            query = query.where(or_(Experiment.created_at < after.created_at,
-                                    and_(Experiment.created_at == after.created_at, Experiment.id < after.id)))
+            query = query.where(search.after_newest(after))
         items = list(session.scalars(query.order_by(*newest).limit(limit + 1)).unique().all())
         last = Position(items[limit - 1].created_at, items[limit - 1].id) if len(items) > limit else None
         return Page(items[:limit], total, last)

@@ -64,12 +64,13 @@ class Typed:
 
     def of(self, kind: str) -> ColumnElement[Any]:
         """The value where it is a ``kind`` ("number", "string", "boolean"), else NULL."""
-        if self.sqlite and kind != "boolean":
-            # One JSON read: json_extract gives an SQL integer/real for a JSON number and text for a
-            # string (and 1/0 for true/false, so booleans still go through json_type).
+        if self.sqlite and kind == "number":
+            # One JSON read for the common case: json_extract gives an SQL real for a JSON real; an SQL
+            # integer is a JSON integer or true/false (1/0), so only then does json_type tell them apart.
             value = func.json_extract(self.column, self.path)
-            return case((func.typeof(value).in_(("integer", "real") if kind == "number" else ("text",)), value),
-                        else_=None)
+            kind_of = func.typeof(value)
+            return case((kind_of == "real", value),
+                        (and_(kind_of == "integer", self.json_type == "integer"), value), else_=None)
         value = {"number": self.element.as_float, "string": self.element.as_string,
                  "boolean": self.element.as_boolean}[kind]()
         return case((self.json_type.in_(self.types[kind]), value), else_=None)
@@ -97,10 +98,15 @@ def sort_value(dialect: str, name: str) -> ColumnElement[Any]:
     return Typed(dialect, "summary", (name,)).of("number")
 
 
+def after_newest(position: Position) -> ColumnElement[bool]:
+    """The rows after ``position`` in the order (created_at desc, id desc)."""
+    return or_(Experiment.created_at < position.created_at,
+               and_(Experiment.created_at == position.created_at, Experiment.id < position.id))
+
+
 def after_sorted(value: ColumnElement[Any], descending: bool, position: Position) -> ColumnElement[bool]:
     """The rows after ``position`` in the order (value missing last, value, created_at desc, id desc)."""
-    tie = or_(Experiment.created_at < position.created_at,
-              and_(Experiment.created_at == position.created_at, Experiment.id < position.id))
+    tie = after_newest(position)
     if position.sort_value is None:
         return and_(value.is_(None), tie)
     v = position.sort_value

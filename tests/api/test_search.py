@@ -127,6 +127,12 @@ def test_values_compare_only_with_values_of_their_type(env):
     assert ids(client, **{"param.params.lr": "fast"}) == nothing
     assert ids(client, **{"summary.au_rms.lt": 1}) == nothing         # not run: no summary
     assert ids(client, **{"param.params.lr_schedule.0.step": 0}) == nothing   # no schedule entries
+    # a JSON true is a boolean, not the number 1 (SQLite's json_extract gives it as 1)
+    from tests.api.test_train_experiments import train_spec
+    trained = client.post("/v1/experiments", json=train_spec(scale_invariant=True)).json()["id"]
+    assert ids(client, **{"param.params.scale_invariant": "true"}) == [trained]
+    assert ids(client, **{"param.params.scale_invariant": 1}) == nothing
+    assert ids(client, **{"param.params.scale_invariant.ge": 0}) == nothing
     r = client.get("/v1/experiments", params={"param.params.lr_schedule": 1})
     assert r.status_code == 422
     (error,) = r.json()["detail"]
