@@ -53,6 +53,9 @@ export function render(main, [id]) {
   // document has grown past twice a screen's worth, the whole document again, downsampled.
   function onPoints(_type, delta) {
     if (!doc) return;
+    // A whole document is on its way: merged into the old one, these points would be lost when it
+    // lands; ask for the points after it instead, once it has.
+    if (fetching) { pending = true; return; }
     const last = doc.series?.step?.at(-1) ?? -1;
     const steps = delta.series.step || [];
     const from = steps.findIndex((s) => s > last);   // a resumed stream may repeat points
@@ -63,6 +66,7 @@ export function render(main, [id]) {
   }
 
   function redraw() {
+    clearTimeout(redrawTimer);
     redrawTimer = null;
     for (const chart of chartList) if (!chart.zoomed) chart.draw(doc);
   }
@@ -96,7 +100,7 @@ export function render(main, [id]) {
         const delta = await api(`${base}/results?since_step=${last}&max_points=${MAX_POINTS}`);
         doc = merge(doc, delta);
       }
-      for (const chart of chartList) if (!chart.zoomed) chart.draw(doc);
+      redraw();
       drawSummary();
     } catch (error) {
       message.replaceChildren(errorBox(error));
