@@ -15,6 +15,15 @@ from store.settings import Settings  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """Under pytest-xdist (make test: two processes), the tests that start servers and worker processes
+    share one group, so they run one after another in one process: two of them at once on two cores
+    would starve each other's workers of CPU and stretch their lease and outage timings."""
+    for item in items:
+        if item.get_closest_marker("integration"):
+            item.add_marker(pytest.mark.xdist_group("servers"))
+
+
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> Iterator[str]:
     """One private PostgreSQL server for the whole session (make test installs the binaries)."""
