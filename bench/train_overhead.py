@@ -1,4 +1,4 @@
-"""Training step time of the ``train`` kind with and without the SMD tracking, on the CPU.
+"""Training step time of the ``train`` kind with and without the SMD tracking, on the CPU (or --device cuda).
 
 For three configurations on the bundled digits (label noise 0.3, batch norm, scale-invariant,
 batch 128, λ = 2e-3, record_every = 50, one trial):
@@ -41,6 +41,7 @@ momentum row is judged against the same bound. The exit status is 0 whatever the
 report, tests don't assert speed).
 
     .venv/bin/python bench/train_overhead.py [--quick] [--threads 2] [--pairs P] [--rows mlp,cnn] [--control]
+                                             [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -78,8 +79,11 @@ CONFIGS = (
 TARGET_ROWS = ("mlp", "cnn")
 
 
+DEVICE = "cpu"          # --device
+
+
 def make_spec(overrides: dict, steps: int):
-    return smdengine.parse_spec({"kind": "train", "seed": 0, "device": "cpu",
+    return smdengine.parse_spec({"kind": "train", "seed": 0, "device": DEVICE,
                                  "params": {**BASE, **overrides, "steps": steps}})
 
 
@@ -143,6 +147,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke run (~2–3 minutes): 6 pairs per row")
     ap.add_argument("--threads", type=int, default=2, help="torch intra-op threads (default 2)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where the runs go (default cpu)")
     ap.add_argument("--pairs", type=int, default=None,
                     help="tracked/untracked pairs (A B B A) per row, ≥ 1 (default mlp 24, cnn 20, mlp+mom 24; --quick 6)")
     ap.add_argument("--control", action="store_true",
@@ -157,6 +162,8 @@ def main(argv=None) -> int:
     if not rows or any(r not in known for r in rows):
         ap.error(f"--rows: expected a comma-separated subset of {', '.join(known)}, got {args.rows!r}")
     torch.set_num_threads(args.threads)
+    global DEVICE
+    DEVICE = args.device
 
     try:
         load1 = os.getloadavg()[0]

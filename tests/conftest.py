@@ -15,11 +15,23 @@ from store.settings import Settings  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 
 
-def pytest_collection_modifyitems(items) -> None:
-    """Under pytest-xdist (make test: two processes), the tests that start servers and worker processes
+def pytest_addoption(parser) -> None:
+    parser.addoption("--device", choices=("cpu", "cuda"), default="cpu",
+                     help="the device every engine run of tests/engine uses (whatever its spec says); "
+                          "tests marked cpu_stream are skipped on another device")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Tests marked cpu_stream are skipped when ``--device`` is not cpu: their oracle replays the CPU
+    generator's draws (a CUDA generator draws other numbers from the same seed).
+
+    Under pytest-xdist (make test: two processes), the tests that start servers and worker processes
     share one group, so they run one after another in one process: two of them at once on two cores
     would starve each other's workers of CPU and stretch their lease and outage timings."""
+    device = config.getoption("--device")
     for item in items:
+        if device != "cpu" and item.get_closest_marker("cpu_stream"):
+            item.add_marker(pytest.mark.skip(reason=f"its oracle replays the CPU generator's draws, not {device}'s"))
         if item.get_closest_marker("integration"):
             item.add_marker(pytest.mark.xdist_group("servers"))
 

@@ -166,6 +166,7 @@ def test_series_keys_aligned_on_record_steps():
         assert all(type(v) in (int, float) for v in result.series[key]), key
 
 
+@pytest.mark.cpu_stream
 def test_theory_keys_sgd_two_level():
     result = smdengine.run(spec())
     assert set(result.theory) == SGD_THEORY_KEYS
@@ -209,6 +210,7 @@ def test_theory_explicit_spectrum():
     assert two_level.theory["kappa"][0] == pytest.approx(theory.kappa(0.5, 2.0, 4, 1.0, 0.1, 0.01))
 
 
+@pytest.mark.cpu_stream
 def test_theory_follows_the_schedule():
     sched = [{"step": 150, "lr_factor": 0.1}, {"step": 300, "lr_factor": 2.0, "weight_decay_factor": 0.5}]
     th = smdengine.run(spec(lr_schedule=sched)).theory
@@ -301,6 +303,7 @@ def reference_run(seed, trials, dim, eig, sigma, lr, wd, momentum, init_std, ste
     dict(lr_schedule=[{"step": 120, "lr_factor": 0.1, "rescale": True},
                       {"step": 250, "lr_factor": 3.0, "weight_decay_factor": 0.5}]),
 ], ids=["sgd", "sgdm", "spectrum", "schedule"])
+@pytest.mark.cpu_stream
 def test_update_matches_textbook_implementation(case):
     s = spec(seed=21, trials=40, steps=400, record_every=5, **case)
     p = smdengine.parse_spec(s).params

@@ -89,6 +89,7 @@ def literal_maps(p: dict, seed: int) -> np.ndarray:
 
 @pytest.mark.parametrize("momentum, columns", [(0.0, False), (0.5, False), (0.9, False), (0.5, True), (0.9, True)],
                          ids=["sgd", "sgdm0.5-matmul", "sgdm0.9-matmul", "sgdm0.5-columns", "sgdm0.9-columns"])
+@pytest.mark.cpu_stream
 def test_map_matches_a_literal_implementation_with_the_same_noise(momentum, columns, monkeypatch):
     if columns:
         monkeypatch.setattr(norm_map, "MM_MAX_TRIALS", 0)  # force the elementwise SGDM path
@@ -237,6 +238,7 @@ def test_same_seed_same_series_and_noise_depends_on_the_seed(momentum):
     assert d.series == e.series
 
 
+@pytest.mark.cpu_stream
 @pytest.mark.parametrize("momentum", [0.0, ALPHA])
 def test_results_do_not_depend_on_the_chunk_size(momentum, monkeypatch):
     ug = patterns(FAST_PERIOD)["b_noise"]

@@ -68,6 +68,7 @@ def test_flow_closed_form_by_hand():
     assert far[0][0] == 0.0 and far[1][0] == 0.0
 
 
+@pytest.mark.cpu_stream
 def test_gd_update_matches_a_literal_implementation():
     """w ← w − η(∇L + λw), ∇L = (2xy², −2x²y)/(x² + y²)², written out in numpy for each start."""
     result = smdengine.run(spec(seed=4, trials=5, cloud_radius=0.3, center=(0.3, -0.4), steps=12, lr=0.2,

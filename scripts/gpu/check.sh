@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Issue 19 on the lent GPU machine, in one call of the device tool (it runs in the repository root
+# there, with .whl carried: scripts/gpu/wheels.sh makes it here). Phases, each under its own limit so
+# that the whole stays inside one 10-minute call:
+#     bash scripts/gpu/check.sh [env] [tests] [serve] [bench]     # default: all four, in that order
+#   env    the GPU, torch, the copy bandwidth and the wheels installed into /tmp/site
+#   tests  tests/engine with --device cuda (every engine run on the GPU), 8 processes      (≤ 330 s)
+#   serve  `smd serve` (embedded SQLite and broker) runs a device: cuda and a device: auto job end to
+#          end; their provenance names the GPU                                                (≤ 60 s)
+#   bench  bench/nrq_gpu.py, bench/fused_sweep.py --device cuda, bench/train_overhead.py --device cuda
+#                                                                                            (≤ 200 s)
+# Logs go to $OUT (the device tool brings them back); the last lines printed are a short summary.
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu-check}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+PHASES=("$@")
+[ ${#PHASES[@]} -eq 0 ] && PHASES=(env tests serve bench)
+SUMMARY=()
+note() { SUMMARY+=("$1"); echo "== $1"; }
+
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+      || { echo "wheels: install from .whl failed (run scripts/gpu/wheels.sh here and carry .whl)"; exit 1; }
+else
+  echo "no .whl here: using the packages python3 has"
+fi
+export PYTHONPATH=/tmp/site:$PWD
+# the serve phase's jobs: their spec's device field (CHECK_DEVICES="cpu auto" tries the phase on a CPU)
+export CHECK_DEVICES=${CHECK_DEVICES:-cuda auto}
+
+for phase in "${PHASES[@]}"; do
+  case $phase in
+  env)
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/env.txt"
+    python3 - <<'PY' 2>&1 | tee -a "$OUT/env.txt"
+import time, torch, smdengine
+d = torch.device("cuda")
+p = torch.cuda.get_device_properties(d)
+print(f"torch {torch.__version__}, {p.name}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB; "
+      f"auto resolves to {smdengine.resolve_device('auto')}")
+src = torch.rand(2**28, device=d); dst = torch.empty_like(src); dst.copy_(src); torch.cuda.synchronize()
+ts = []
+for _ in range(10):
+    t0 = time.perf_counter(); dst.copy_(src); torch.cuda.synchronize(); ts.append(time.perf_counter() - t0)
+print(f"copy bandwidth {2 * src.numel() * 4 / sorted(ts)[5] / 1e9:.0f} GB/s (read + write)")
+PY
+    note "env: $(tail -1 "$OUT/env.txt")"
+    ;;
+  tests)
+    timeout 330 python3 -m pytest -q -p no:cacheprovider -n 8 tests/engine --device cuda \
+        --junitxml="$OUT/engine-cuda.xml" -rfE > "$OUT/tests.log" 2>&1
+    rc=$?
+    tail -40 "$OUT/tests.log"
+    note "tests (rc $rc): $(tail -1 "$OUT/tests.log")"
+    ;;
+  serve)
+    export SMD_STATE_DIR=/tmp/smd-gpu SMD_PORT=8765 SMD_AUTH=off
+    rm -rf "$SMD_STATE_DIR"
+    python3 -m smdcli.main serve > "$OUT/serve.log" 2>&1 &
+    server=$!
+    timeout 60 python3 - <<'PY' 2>&1 | tee "$OUT/serve.txt"
+import os, time, httpx
+c = httpx.Client(base_url="http://127.0.0.1:8765", timeout=10)
+for _ in range(200):
+    try:
+        if c.get("/healthz").status_code == 200:
+            break
+    except httpx.TransportError:
+        pass
+    time.sleep(0.2)
+params = {"dim": 100, "trials": int(os.environ.get("CHECK_TRIALS", 10000)), "steps": 2000, "record_every": 50, "lr": 0.1, "weight_decay": 0.01,
+          "noise_std": 1.0, "dtype": "float32"}
+ids = {dev: c.post("/v1/experiments", json={"kind": "nrq", "seed": 0, "device": dev, "params": params}).json()["id"]
+       for dev in os.environ["CHECK_DEVICES"].split()}
+deadline = time.monotonic() + 45
+for dev, i in ids.items():
+    while (status := c.get(f"/v1/experiments/{i}").json()["status"]) not in ("succeeded", "failed", "cancelled"):
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    doc = c.get(f"/v1/experiments/{i}/results").json()
+    prov = ((doc.get("provenance") or {}).get("attempts") or [{}])[-1]
+    s = doc.get("summary") or {}
+    print(f"device {dev}: {status}; ran on {prov.get('device')} ({prov.get('device_name')}); "
+          f"au_rms {s.get('au_rms')} vs au_equilibrium {s.get('au_equilibrium')}", flush=True)
+PY
+    kill "$server" 2>/dev/null; wait "$server" 2>/dev/null
+    note "serve: $(tr '\n' ' ' < "$OUT/serve.txt" | cut -c1-400)"
+    ;;
+  bench)
+    timeout 120 python3 bench/nrq_gpu.py --seconds 0.1 > "$OUT/nrq_gpu.txt" 2>&1; rc1=$?
+    timeout 40 python3 bench/fused_sweep.py --device cuda > "$OUT/fused_sweep.txt" 2>&1; rc2=$?
+    timeout 40 python3 bench/train_overhead.py --device cuda --quick --rows mlp,cnn > "$OUT/train_overhead.txt" 2>&1; rc3=$?
+    cat "$OUT/nrq_gpu.txt"; tail -8 "$OUT/fused_sweep.txt"; tail -6 "$OUT/train_overhead.txt"
+    note "bench: nrq_gpu rc $rc1, fused_sweep rc $rc2, train_overhead rc $rc3 (124: ran out of its time)"
+    ;;
+  *) echo "unknown phase $phase (env, tests, serve, bench)"; exit 2 ;;
+  esac
+done
+printf '%s\n' "${SUMMARY[@]}"
