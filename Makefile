@@ -16,9 +16,6 @@ TORCH_VERSION ?= 2.13.0
 #   make test TORCH_PIP_ARGS='--index-url https://download.pytorch.org/whl/cpu'
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS   ?=
-# pytest processes (pytest-xdist); tests that start servers and workers run one at a time in one of
-# them (tests/conftest.py), the rest spread over both.  PYTEST_WORKERS=0 runs everything in one process.
-PYTEST_WORKERS ?= 2
 BENCHES       ?= $(wildcard bench/*.py)
 
 VPY   := $(VENV)/bin/python
@@ -71,7 +68,7 @@ lint: venv
 	$(VENV)/bin/mypy
 
 test: venv redis postgres chromium lint
-	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(VPY) -m pytest -q $(PYTEST_ARGS)
 
 bench: venv
 	@if [ -z "$(strip $(BENCHES))" ]; then echo "no benchmarks in bench/"; exit 0; fi; \

@@ -23,17 +23,11 @@ def pytest_addoption(parser) -> None:
 
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests marked cpu_stream are skipped when ``--device`` is not cpu: their oracle replays the CPU
-    generator's draws (a CUDA generator draws other numbers from the same seed).
-
-    Under pytest-xdist (make test: two processes), the tests that start servers and worker processes
-    share one group, so they run one after another in one process: two of them at once on two cores
-    would starve each other's workers of CPU and stretch their lease and outage timings."""
+    generator's draws (a CUDA generator draws other numbers from the same seed)."""
     device = config.getoption("--device")
     for item in items:
         if device != "cpu" and item.get_closest_marker("cpu_stream"):
             item.add_marker(pytest.mark.skip(reason=f"its oracle replays the CPU generator's draws, not {device}'s"))
-        if item.get_closest_marker("integration"):
-            item.add_marker(pytest.mark.xdist_group("servers"))
 
 
 @pytest.fixture(scope="session")
