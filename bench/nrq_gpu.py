@@ -17,8 +17,8 @@ process on one device:
 ``limit`` says what bounds the engine's update: ``launch`` where an update of this size costs no more
 than 1.5× one of a single trial (fixed per-kernel cost), ``rng`` where drawing the noise takes half
 the update or more, else ``memory`` (its ~10 kernels are ~10 passes over X). ``of roof`` is the best
-of step and graph over the roofline. Cells whose state would not fit in a quarter of the free device
-memory are skipped. On the CPU (no --device cuda) the same table is made without the graph column,
+of step and graph over the roofline. Cells whose run would not fit in 80% of the free device memory
+are skipped. On the CPU (no --device cuda) the same table is made without the graph column,
 which is how the script is checked here; --quick keeps p ≤ 100 and trials ≤ 10⁴.
 
     python bench/nrq_gpu.py [--device cuda|cpu] [--quick] [--chunk 32] [--seconds 0.2]
@@ -26,6 +26,7 @@ which is how the script is checked here; --quick keeps p ≤ 100 and trials ≤ 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import sys
@@ -84,6 +85,12 @@ def simulator(p: int, trials: int, dtype: str, device: torch.device) -> NRQRun:
     return sim
 
 
+def steps(sim: NRQRun, n: int) -> None:
+    """n updates of the engine's stepper (outputs dropped at once)."""
+    for _ in range(n):
+        sim.stepper.step()
+
+
 def per_update(run_n: Callable[[int], object], device: torch.device, budget: float, repeats: int) -> float:
     """Seconds per update of ``run_n(n)`` (n updates), n calibrated to ~``budget`` s, best of ``repeats``."""
     run_n(2)
@@ -95,15 +102,16 @@ def per_update(run_n: Callable[[int], object], device: torch.device, budget: flo
     return min(seconds_of(lambda: run_n(n), device) for _ in range(repeats)) / n
 
 
-def engine_update(p: int, trials: int, dtype: str, device: torch.device, budget: float) -> float:
-    """Marginal seconds per update of ``smdengine.run``: (T(3n) − T(n)) / 2n, each the best of three."""
+def engine_update(p: int, trials: int, dtype: str, device: torch.device, budget: float, step: float) -> float:
+    """Marginal seconds per update of ``smdengine.run``: (T(3n) − T(n)) / 2n, each the best of three,
+    n sized from the plain loop's ``step`` seconds per update (so that T(3n) − T(n) spans ~``budget``);
+    NaN when the difference is lost in the noise of the runs' fixed costs."""
     def run(n: int) -> float:
         return seconds_of(lambda: smdengine.run(spec(p, trials, dtype, n, device.type)), device)
     run(4)
-    n = 8
-    while run(n) < budget / 2 and n < 10**6:
-        n *= 4
-    return max((min(run(3 * n) for _ in range(3)) - min(run(n) for _ in range(3))) / (2 * n), 1e-12)
+    n = max(8, math.ceil(budget / 2 / step))
+    diff = min(run(3 * n) for _ in range(3)) - min(run(n) for _ in range(3))
+    return diff / (2 * n) if diff > 0 else math.nan
 
 
 def graph_update(sim: NRQRun, device: torch.device, chunk: int, budget: float) -> float | str:
@@ -144,10 +152,11 @@ def rng_update(p: int, trials: int, dtype: str, device: torch.device, budget: fl
 
 
 def fits(p: int, trials: int, dtype: str, device: torch.device) -> bool:
-    """X, ε, the buffer and the reductions' temporaries: ~6 states, within a quarter of free memory."""
-    need = 6 * p * trials * torch.finfo(getattr(torch, dtype)).bits // 8
+    """The peak of an engine run, ~10 (trials, p) states (X, ε, the buffer, the reductions' and the record's
+    temporaries), within 80% of free memory."""
+    need = 10 * p * trials * torch.finfo(getattr(torch, dtype)).bits // 8
     if device.type == "cuda":
-        return need < torch.cuda.mem_get_info(device)[0] / 4
+        return need < 0.8 * torch.cuda.mem_get_info(device)[0]
     return need < 2 * 2**30
 
 
@@ -177,16 +186,19 @@ def main(argv: list[str] | None = None) -> int:
         itemsize = torch.finfo(getattr(torch, dtype)).bits // 8
         for p in dims:
             one = simulator(p, 1, dtype, device)   # one trial: the update's fixed (per-kernel) cost
-            single = per_update(lambda n, one=one: [one.stepper.step() for _ in range(n)], device, budget, 3)
+            single = per_update(lambda n, one=one: steps(one, n), device, budget, 3)
             for trials in trials_grid:
                 if not fits(p, trials, dtype, device):
-                    print(f"{p:>5} {trials:>8} {dtype:>7} | skipped: does not fit in a quarter of free memory")
+                    print(f"{p:>5} {trials:>8} {dtype:>7} | skipped: does not fit in 80% of free memory")
                     continue
                 sim = simulator(p, trials, dtype, device)
-                step = per_update(lambda n, sim=sim: [sim.stepper.step() for _ in range(n)], device, budget, 3)
+                step = per_update(lambda n, sim=sim: steps(sim, n), device, budget, 3)
                 graph = graph_update(sim, device, args.chunk, budget)
+                del sim   # before the engine's own run of the same size
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
                 rng = rng_update(p, trials, dtype, device, budget)
-                engine = engine_update(p, trials, dtype, device, budget)
+                engine = engine_update(p, trials, dtype, device, budget, step)
                 roof = bw / (2 * p * itemsize)
                 best = min(step, graph) if isinstance(graph, float) else step
                 limit = "launch" if step <= 1.5 * single else "rng" if rng >= step / 2 else "memory"
@@ -195,9 +207,6 @@ def main(argv: list[str] | None = None) -> int:
                       f"{trials / rng:9.3g} | {roof:9.3g} {trials / best / roof:7.1%} {limit:>7}", flush=True)
                 if isinstance(graph, str) and graph != "n/a":
                     print(f"      graph capture failed: {graph}")
-                del sim
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
     print(f"load average {load_average()}")
     return 0
 

@@ -4,11 +4,11 @@
 # that the whole stays inside one 10-minute call:
 #     bash scripts/gpu/check.sh [env] [tests] [serve] [bench]     # default: all four, in that order
 #   env    the GPU, torch, the copy bandwidth and the wheels installed into /tmp/site
-#   tests  tests/engine with --device cuda (every engine run on the GPU), 8 processes      (≤ 330 s)
+#   tests  tests/engine with --device cuda (every engine run on the GPU), 8 processes      (≤ 290 s)
 #   serve  `smd serve` (embedded SQLite and broker) runs a device: cuda and a device: auto job end to
 #          end; their provenance names the GPU                                                (≤ 60 s)
 #   bench  bench/nrq_gpu.py, bench/fused_sweep.py --device cuda, bench/train_overhead.py --device cuda
-#                                                                                            (≤ 200 s)
+#                                                                                            (≤ 170 s)
 # Logs go to $OUT (the device tool brings them back); the last lines printed are a short summary.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
@@ -48,18 +48,20 @@ PY
     note "env: $(tail -1 "$OUT/env.txt")"
     ;;
   tests)
-    timeout 330 python3 -m pytest -q -p no:cacheprovider -n 8 tests/engine --device cuda \
+    OMP_NUM_THREADS=2 timeout 290 python3 -m pytest -q -p no:cacheprovider -n 8 --dist loadfile --durations=30 \
+        tests/engine --device cuda \
         --junitxml="$OUT/engine-cuda.xml" -rfE > "$OUT/tests.log" 2>&1
     rc=$?
     tail -40 "$OUT/tests.log"
     note "tests (rc $rc): $(tail -1 "$OUT/tests.log")"
     ;;
   serve)
-    export SMD_STATE_DIR=/tmp/smd-gpu SMD_PORT=8765 SMD_AUTH=off
+    # device: cuda jobs go to the gpu queue (worker/queue.py); the embedded worker listens to cpu alone by default
+    export SMD_STATE_DIR=/tmp/smd-gpu SMD_PORT=8765 SMD_AUTH=off SMD_WORKER_QUEUES=cpu,gpu
     rm -rf "$SMD_STATE_DIR"
-    python3 -m smdcli.main serve > "$OUT/serve.log" 2>&1 &
+    setsid python3 -m smdcli.main serve > "$OUT/serve.log" 2>&1 &   # its own process group: the server and its worker
     server=$!
-    timeout 60 python3 - <<'PY' 2>&1 | tee "$OUT/serve.txt"
+    timeout 50 python3 - <<'PY' 2>&1 | tee "$OUT/serve.txt"
 import os, time, httpx
 c = httpx.Client(base_url="http://127.0.0.1:8765", timeout=10)
 for _ in range(200):
@@ -73,7 +75,7 @@ params = {"dim": 100, "trials": int(os.environ.get("CHECK_TRIALS", 10000)), "ste
           "noise_std": 1.0, "dtype": "float32"}
 ids = {dev: c.post("/v1/experiments", json={"kind": "nrq", "seed": 0, "device": dev, "params": params}).json()["id"]
        for dev in os.environ["CHECK_DEVICES"].split()}
-deadline = time.monotonic() + 45
+deadline = time.monotonic() + 38
 for dev, i in ids.items():
     while (status := c.get(f"/v1/experiments/{i}").json()["status"]) not in ("succeeded", "failed", "cancelled"):
         if time.monotonic() > deadline:
@@ -85,13 +87,15 @@ for dev, i in ids.items():
     print(f"device {dev}: {status}; ran on {prov.get('device')} ({prov.get('device_name')}); "
           f"au_rms {s.get('au_rms')} vs au_equilibrium {s.get('au_equilibrium')}", flush=True)
 PY
-    kill "$server" 2>/dev/null; wait "$server" 2>/dev/null
+    kill -- -"$server" 2>/dev/null
+    for _ in $(seq 20); do kill -0 "$server" 2>/dev/null || break; sleep 0.5; done
+    kill -9 -- -"$server" 2>/dev/null
     note "serve: $(tr '\n' ' ' < "$OUT/serve.txt" | cut -c1-400)"
     ;;
   bench)
-    timeout 120 python3 bench/nrq_gpu.py --seconds 0.1 > "$OUT/nrq_gpu.txt" 2>&1; rc1=$?
-    timeout 40 python3 bench/fused_sweep.py --device cuda > "$OUT/fused_sweep.txt" 2>&1; rc2=$?
-    timeout 40 python3 bench/train_overhead.py --device cuda --quick --rows mlp,cnn > "$OUT/train_overhead.txt" 2>&1; rc3=$?
+    timeout 100 python3 bench/nrq_gpu.py --seconds 0.1 > "$OUT/nrq_gpu.txt" 2>&1; rc1=$?
+    timeout 30 python3 bench/fused_sweep.py --device cuda --repeat 1 > "$OUT/fused_sweep.txt" 2>&1; rc2=$?
+    timeout 40 python3 bench/train_overhead.py --device cuda --pairs 3 --rows mlp,cnn > "$OUT/train_overhead.txt" 2>&1; rc3=$?
     cat "$OUT/nrq_gpu.txt"; tail -8 "$OUT/fused_sweep.txt"; tail -6 "$OUT/train_overhead.txt"
     note "bench: nrq_gpu rc $rc1, fused_sweep rc $rc2, train_overhead rc $rc3 (124: ran out of its time)"
     ;;
