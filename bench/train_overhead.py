@@ -79,11 +79,8 @@ CONFIGS = (
 TARGET_ROWS = ("mlp", "cnn")
 
 
-DEVICE = "cpu"          # --device
-
-
-def make_spec(overrides: dict, steps: int):
-    return smdengine.parse_spec({"kind": "train", "seed": 0, "device": DEVICE,
+def make_spec(overrides: dict, steps: int, device: str = "cpu"):
+    return smdengine.parse_spec({"kind": "train", "seed": 0, "device": device,
                                  "params": {**BASE, **overrides, "steps": steps}})
 
 
@@ -110,10 +107,10 @@ def median_interval(values: list[float], level: float = 0.95) -> tuple[float, fl
     return xs[k - 1], xs[n - k], 1 - 2 * below
 
 
-def measure(overrides: dict, pairs: int, control: bool = False) -> dict:
+def measure(overrides: dict, pairs: int, control: bool = False, device: str = "cpu") -> dict:
     """Pairs of A B B A runs; control: arm True runs untracked as well (an A/A comparison, the noise floor)."""
     tracks = {True: not control, False: False}
-    specs = {"short": make_spec(overrides, SHORT), "long": make_spec(overrides, SHORT + N)}
+    specs = {"short": make_spec(overrides, SHORT, device), "long": make_spec(overrides, SHORT + N, device)}
     for track in (True, False):        # warm-up: data, oneDNN primitives, allocator
         for spec in specs.values():
             timed(spec, tracks[track])
@@ -162,8 +159,6 @@ def main(argv=None) -> int:
     if not rows or any(r not in known for r in rows):
         ap.error(f"--rows: expected a comma-separated subset of {', '.join(known)}, got {args.rows!r}")
     torch.set_num_threads(args.threads)
-    global DEVICE
-    DEVICE = args.device
 
     try:
         load1 = os.getloadavg()[0]
@@ -189,7 +184,7 @@ def main(argv=None) -> int:
         if name not in rows:
             continue
         pairs = args.pairs or (6 if args.quick else default_pairs)
-        r = measure(overrides, pairs, args.control)
+        r = measure(overrides, pairs, args.control, args.device)
         low, high = r["interval"]
         verdict[name] = judge(r["interval"], r["coverage"])
         print(f"{name:>8} {pairs:>5} | {r['untracked'] * 1e3:>9.3f} {r['tracked'] * 1e3:>9.3f} | {r['median']:>6.3f} "
