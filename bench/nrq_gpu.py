@@ -5,8 +5,10 @@ process on one device:
 
   engine    ``smdengine.run`` end to end, marginal cost of an update: (T(3n) − T(n)) / 2n with
             record_every = steps, so setup, the theory and the single record drop out.
-  step      the engine's own update (``Stepper.step``: noise, two reductions, the update) in a plain
-            Python loop: what the engine spends per update without the driver.
+  step      the engine's own update (``Stepper.step``: the noise, then on CUDA with Triton one kernel for
+            the reductions and the update) in a plain Python loop: the engine's cost without the driver.
+  torch     the same update written as torch operations (``Stepper.KERNEL = False``, ~10 kernels): the
+            unfused step, the engine's update on CUDA without Triton.
   graph     the same update, ``--chunk`` of them captured once as a CUDA graph and replayed (CUDA
             only): the kernel launches of a chunk cost one launch.
   rng       ``torch.randn`` of the (trials, p) noise into a buffer, once per update: the noise alone.
@@ -16,7 +18,7 @@ process on one device:
 
 ``limit`` says what bounds the engine's update: ``launch`` where an update of this size costs no more
 than 1.5× one of a single trial (fixed per-kernel cost), ``rng`` where drawing the noise takes half
-the update or more, else ``memory`` (its ~10 kernels are ~10 passes over X). ``of roof`` is the best
+the update or more, else ``memory`` (each of its kernels is a pass over X). ``of roof`` is the best
 of step and graph over the roofline. Cells whose run would not fit in 80% of the free device memory
 are skipped. On the CPU (no --device cuda) the same table is made without the graph column,
 which is how the script is checked here; --quick keeps p ≤ 100 and trials ≤ 10⁴.
@@ -42,6 +44,7 @@ from _machine import load_average
 import smdengine  # noqa: E402
 from smdengine._simulator import Context  # noqa: E402
 from smdengine.nrq.simulate import NRQRun  # noqa: E402
+from smdengine.nrq.stepper import Stepper  # noqa: E402
 
 DIMS = (10, 100, 1000)
 TRIALS = (10**3, 10**4, 10**5, 10**6)
@@ -77,7 +80,16 @@ def copy_bandwidth(device: torch.device, nbytes: int) -> float:
     return 2 * nbytes / times[len(times) // 2]
 
 
-def simulator(p: int, trials: int, dtype: str, device: torch.device) -> NRQRun:
+def simulator(p: int, trials: int, dtype: str, device: torch.device, kernel: bool | None = None) -> NRQRun:
+    """A run's simulator, its first phase entered; ``kernel``: :attr:`Stepper.KERNEL` while it is built."""
+    saved, Stepper.KERNEL = Stepper.KERNEL, kernel
+    try:
+        return _simulator(p, trials, dtype, device)
+    finally:
+        Stepper.KERNEL = saved
+
+
+def _simulator(p: int, trials: int, dtype: str, device: torch.device) -> NRQRun:
     parsed = smdengine.parse_spec(spec(p, trials, dtype, 10, device.type))
     gen = torch.Generator(device=device).manual_seed(0)
     sim = NRQRun(parsed, Context(device, getattr(torch, dtype), gen))
@@ -178,9 +190,9 @@ def main(argv: list[str] | None = None) -> int:
           f"copy bandwidth {bw / 1e9:.0f} GB/s (read + write){', quick' if args.quick else ''}; "
           f"load average {load_average()}")
     print("trial-steps/s; engine = smdengine.run (marginal); step = Stepper.step loop; "
-          f"graph = {args.chunk} steps per CUDA graph replay; rng = torch.randn per step; "
+          f"torch = the update as torch ops; graph = {args.chunk} steps per CUDA graph replay; rng = torch.randn per step; "
           "roofline = bandwidth / (2·p·itemsize)")
-    print(f"{'p':>5} {'trials':>8} {'dtype':>7} | {'engine':>9} {'step':>9} {'graph':>9} {'rng':>9} | "
+    print(f"{'p':>5} {'trials':>8} {'dtype':>7} | {'engine':>9} {'step':>9} {'torch':>9} {'graph':>9} {'rng':>9} | "
           f"{'roofline':>9} {'of roof':>7} {'limit':>7}")
     for dtype in DTYPES:
         itemsize = torch.finfo(getattr(torch, dtype)).bits // 8
@@ -194,7 +206,10 @@ def main(argv: list[str] | None = None) -> int:
                 sim = simulator(p, trials, dtype, device)
                 step = per_update(lambda n, sim=sim: steps(sim, n), device, budget, 3)
                 graph = graph_update(sim, device, args.chunk, budget)
-                del sim   # before the engine's own run of the same size
+                del sim   # before the next simulator and the engine's own run of the same size
+                plain = simulator(p, trials, dtype, device, kernel=False)
+                unfused = per_update(lambda n, sim=plain: steps(sim, n), device, budget, 3)
+                del plain
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
                 rng = rng_update(p, trials, dtype, device, budget)
@@ -203,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 best = min(step, graph) if isinstance(graph, float) else step
                 limit = "launch" if step <= 1.5 * single else "rng" if rng >= step / 2 else "memory"
                 graph_col = f"{trials / graph:9.3g}" if isinstance(graph, float) else f"{graph[:9]:>9}"
-                print(f"{p:>5} {trials:>8} {dtype:>7} | {trials / engine:9.3g} {trials / step:9.3g} {graph_col} "
+                print(f"{p:>5} {trials:>8} {dtype:>7} | {trials / engine:9.3g} {trials / step:9.3g} {trials / unfused:9.3g} {graph_col} "
                       f"{trials / rng:9.3g} | {roof:9.3g} {trials / best / roof:7.1%} {limit:>7}", flush=True)
                 if isinstance(graph, str) and graph != "n/a":
                     print(f"      graph capture failed: {graph}")

@@ -19,6 +19,11 @@ draws its noise from its own generator into its own rows, and every operation is
 reductions are per row). So a member's rows evolve bit for bit as they would in a run of that member
 alone — a single run is the case of one member, computed by the same code. Momentum (SGDM) members
 and SGD members take different code paths and are never fused together.
+
+On CUDA, when Triton is installed, everything after the noise is one kernel
+(:mod:`smdengine.nrq._fused_step`): one pass over X instead of ~10, and each row summed in an order that
+does not depend on the number of rows, which torch's matmul and reductions do not promise on a GPU —
+without it a fused member can differ from its run alone in the last bits there.
 """
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ class Stepper:
     Buffers are reused so a step allocates only small (trials, 1) columns."""
 
     NUMPY_FLOAT64 = True   # float64 CPU noise from NumPy's ziggurat (module docstring); False: torch's (benches)
+    KERNEL: bool | None = None   # the Triton update: None on CUDA where Triton imports; True always; False never
 
     def __init__(self, x: torch.Tensor, a: torch.Tensor, noise_std: Sequence[float], momentum: Sequence[float],
                  gens: Sequence[torch.Generator], sizes: Sequence[int]):
@@ -55,6 +61,7 @@ class Stepper:
         self.reduce = torch.stack([torch.ones_like(a), a], dim=1)  # (p, 2): |X|², XᵀAX in one matmul
         self.rates: list[tuple[float, float]] = [(0.0, 0.0)] * len(self.sizes)  # (lr, wd) per member
         self.lr = self.wd = self.sig = self.keep = self.sigma  # set by enter()
+        self.kernel = _fused_update(x, self.KERNEL)
 
     def column(self, values: Sequence[float]) -> torch.Tensor:
         """One value per member → a (trials, 1) column of the state's dtype and device."""
@@ -122,6 +129,10 @@ class Stepper:
         (trials, 2)."""
         x, eps, buf = self.x, self.eps, self.buf
         self.draw_noise()
+        if self.kernel is not None:
+            columns = ((self.lr, self.keep, self.sig) if self.alpha is None
+                       else (self.lr, self.wd, self.sigma, self.alpha))
+            return self.kernel(x, eps, self.v, self.a, x.new_empty(x.shape[0], 2), columns)
         sq = torch.mul(x, x, out=buf) @ self.reduce
         s, q = sq[:, 0:1], sq[:, 1:2]
         e = torch.linalg.vecdot(x, eps).unsqueeze(1)
@@ -141,6 +152,18 @@ class Stepper:
             self.v.mul_(self.alpha).addcmul_(x, coef).addcmul_(eps, noise)
             x.addcmul_(self.v, self.lr, value=-1.0)
         return sq
+
+
+def _fused_update(x: torch.Tensor, mode: bool | None) -> Any:
+    """:func:`smdengine.nrq._fused_step.update` where :attr:`Stepper.KERNEL` asks for it (on CUDA by
+    default) and Triton imports; else None (the torch path)."""
+    if mode is False or (mode is None and x.device.type != "cuda"):
+        return None
+    try:
+        from smdengine.nrq._fused_step import update
+    except ImportError:   # no Triton: the torch path
+        return None
+    return update
 
 
 def _starts(sizes: Sequence[int]) -> list[int]:

@@ -24,7 +24,7 @@ def pytest_run(*args: str) -> subprocess.CompletedProcess:
 def test_device_cuda_skips_cpu_stream_tests_and_refuses_to_run_without_cuda():
     skipped = pytest_run(f"{TOY}::test_gd_update_matches_a_literal_implementation", "--device", "cuda")
     assert skipped.returncode == 0, skipped.stdout + skipped.stderr
-    assert "1 skipped" in skipped.stdout and "replays the CPU generator's draws, not cuda's" in skipped.stdout
+    assert "1 skipped" in skipped.stdout and "depends on the CPU generator's draws, not cuda's" in skipped.stdout
     refused = pytest_run(f"{TOY}::test_flow_closed_form_by_hand", "--device", "cuda")
     assert refused.returncode != 0
     assert "--device cuda: no CUDA device on this machine" in refused.stdout

@@ -150,6 +150,7 @@ def test_nrq_time_to_equilibrium_after_lr_decay(k):
     assert rescaled["equilibrium_steps_phase1"] is not None and rescaled["equilibrium_steps_phase1"] <= 2 * EVERY
 
 
+@pytest.mark.cpu_stream   # 50 trials: whether 200 updates (0.8 τ) already reach the band depends on the draws
 def test_nrq_summary_keys():
     """Defaults (η 0.1, λ 0.01: τ = 250) with η ÷ 2 at 2000 (τ = 500): both phases settle; a phase
     shorter than its relaxation (the first 200 updates) does not, and says so with None (JSON null)."""
