@@ -153,7 +153,8 @@ class ExperimentOut(BaseModel):
 
 
 PROVENANCE_DESCRIPTION = ("What ran it: engine_version, git_commit (null when unknown; +dirty for local changes), "
-                          "torch, numpy, python, device (cpu|cuda), device_name (e.g. the GPU model), dtype. Null "
+                          "torch, numpy, python, device (cpu|cuda), device_name (e.g. the GPU model), dtype, triton (its "
+                          "version on CUDA where the nrq update can run as a Triton kernel, else null). Null "
                           "for attempts stored before provenance was recorded.")
 
 

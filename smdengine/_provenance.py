@@ -31,8 +31,10 @@ def _cpu_name() -> str:
 
 
 def provenance(spec: Any) -> dict[str, Any]:
-    """{engine_version, torch, numpy, python, device, device_name, dtype} of running ``spec`` here
-    (``device: auto`` resolved as :func:`smdengine.run` resolves it)."""
+    """{engine_version, torch, numpy, python, device, device_name, dtype, triton} of running ``spec``
+    here (``device: auto`` resolved as :func:`smdengine.run` resolves it). ``triton``: its version where
+    a CUDA run's nrq update can be the Triton kernel (:mod:`smdengine.nrq._fused_step`), whose results
+    differ from the torch ops' in the last bits; else None."""
     import numpy
     import torch
 
@@ -44,4 +46,12 @@ def provenance(spec: Any) -> dict[str, Any]:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
     return {"engine_version": engine_version(), "torch": torch.__version__, "numpy": numpy.__version__,
             "python": platform.python_version(), "device": device.type, "device_name": name,
-            "dtype": spec.params.dtype}
+            "dtype": spec.params.dtype, "triton": _triton_version() if device.type == "cuda" else None}
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return str(triton.__version__)

@@ -6,7 +6,8 @@
 #   env    the GPU, torch, the copy bandwidth and the wheels installed into /tmp/site
 #   invariance  bench/batch_invariance.py: which reductions depend on the batch's row count   (≤ 30 s)
 #   tests  tests/engine with --device cuda (every engine run on the GPU), CHECK_WORKERS processes
-#          (8), distributed by CHECK_DIST (loadfile), interrupted after CHECK_TEST_SECONDS (290)
+#          (8), distributed by CHECK_DIST (loadfile), interrupted after CHECK_TEST_SECONDS (290; killed
+#          15 s later if it does not stop)
 #   serve  `smd serve` (embedded SQLite and broker) runs a device: cuda and a device: auto job end to
 #          end; their provenance names the GPU                                                (≤ 60 s)
 #   bench  bench/nrq_gpu.py (--seconds CHECK_BENCH_SECONDS, 0.1), bench/fused_sweep.py --device cuda,
@@ -40,7 +41,8 @@ import time, torch, smdengine
 d = torch.device("cuda")
 p = torch.cuda.get_device_properties(d)
 print(f"torch {torch.__version__}, {p.name}, {p.multi_processor_count} SMs, {p.total_memory / 2**30:.0f} GiB; "
-      f"auto resolves to {smdengine.resolve_device('auto')}")
+      f"auto resolves to {smdengine.resolve_device('auto')}; "
+      f"triton {smdengine.provenance({'kind': 'nrq', 'device': 'cuda'}).get('triton')}")
 src = torch.rand(2**28, device=d); dst = torch.empty_like(src); dst.copy_(src); torch.cuda.synchronize()
 ts = []
 for _ in range(10):
@@ -51,7 +53,7 @@ PY
     ;;
   invariance)
     timeout 30 python3 bench/batch_invariance.py 2>&1 | tee "$OUT/batch_invariance.txt"
-    note "invariance: $(grep -c same "$OUT/batch_invariance.txt") of $(grep -c p= "$OUT/batch_invariance.txt") rows hold a 'same'"
+    note "invariance: the Triton update is the same in $(grep -c 'triton update (sq): same' "$OUT/batch_invariance.txt") of $(grep -c p= "$OUT/batch_invariance.txt") rows"
     ;;
   tests)
     # SIGINT first: pytest then still prints its failures and summary
@@ -112,7 +114,7 @@ PY
     fi
     note "bench: nrq_gpu rc $rc1, fused_sweep rc $rc2, train_overhead rc $rc3 (124: ran out of its time)"
     ;;
-  *) echo "unknown phase $phase (env, tests, serve, bench)"; exit 2 ;;
+  *) echo "unknown phase $phase (env, invariance, tests, serve, bench)"; exit 2 ;;
   esac
 done
 printf '%s\n' "${SUMMARY[@]}"

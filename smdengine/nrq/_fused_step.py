@@ -1,6 +1,8 @@
 """The NRQ update of :class:`smdengine.nrq.stepper.Stepper` after the noise is drawn, as one Triton
-kernel (CUDA): the three reductions |X|², XᵀAX, X·ε and the update of X (and v) in one pass per row,
-instead of ~10 torch kernels, each a pass over memory and a launch.
+kernel (CUDA): the three reductions |X|², XᵀAX, X·ε and the update of X (and v) in one launch that
+sweeps each row twice (reduce, then update; the second sweep mostly hits the cache while a program's
+tile is ≤ 2048 values, i.e. p ≤ 2048), instead of ~10 torch kernels, each a pass over memory and a
+launch.
 
 Why a kernel and not only speed: torch's matmul and reductions may sum a row in a different order for
 another number of rows (cuBLAS and the reduction kernels pick their tiling from the whole shape), so

@@ -21,12 +21,14 @@ alone — a single run is the case of one member, computed by the same code. Mom
 and SGD members take different code paths and are never fused together.
 
 On CUDA, when Triton is installed, everything after the noise is one kernel
-(:mod:`smdengine.nrq._fused_step`): one pass over X instead of ~10, and each row summed in an order that
+(:mod:`smdengine.nrq._fused_step`): one launch and two sweeps of each row (reduce, then update) instead
+of ~10 kernels over X, and each row summed in an order that
 does not depend on the number of rows, which torch's matmul and reductions do not promise on a GPU —
 without it a fused member can differ from its run alone in the last bits there.
 """
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,7 +45,9 @@ class Stepper:
     Buffers are reused so a step allocates only small (trials, 1) columns."""
 
     NUMPY_FLOAT64 = True   # float64 CPU noise from NumPy's ziggurat (module docstring); False: torch's (benches)
-    KERNEL: bool | None = None   # the Triton update: None on CUDA where Triton imports; True always; False never
+    # the Triton update: None: on CUDA where Triton imports; True: wherever it imports (on the CPU only under
+    # TRITON_INTERPRET=1); False: never. A kernel that fails to build at the first step falls back, with a warning.
+    KERNEL: bool | None = None
 
     def __init__(self, x: torch.Tensor, a: torch.Tensor, noise_std: Sequence[float], momentum: Sequence[float],
                  gens: Sequence[torch.Generator], sizes: Sequence[int]):
@@ -54,7 +58,6 @@ class Stepper:
         self.sigma = self.column(noise_std)
         self.alpha = self.column(momentum) if momentum[0] else None
         self.eps = torch.empty_like(x)
-        self.buf = torch.empty_like(x)
         self.numpy_gens = ([np.random.Generator(np.random.PCG64(gen.initial_seed())) for gen in self.gens]
                            if self.NUMPY_FLOAT64 and x.device.type == "cpu" and x.dtype == torch.float64 else None)
         self.v = torch.zeros_like(x) if self.alpha is not None else None
@@ -62,6 +65,8 @@ class Stepper:
         self.rates: list[tuple[float, float]] = [(0.0, 0.0)] * len(self.sizes)  # (lr, wd) per member
         self.lr = self.wd = self.sig = self.keep = self.sigma  # set by enter()
         self.kernel = _fused_update(x, self.KERNEL)
+        self.kernel_built = False
+        self.buf = torch.empty_like(x) if self.kernel is None else None   # the torch path's scratch
 
     def column(self, values: Sequence[float]) -> torch.Tensor:
         """One value per member → a (trials, 1) column of the state's dtype and device."""
@@ -127,12 +132,24 @@ class Stepper:
         """One update X ← X − lr(∇L + λX) − noise_lr·σPε/|X| with the columns of :meth:`set_rates`
         (SGDM: v ← αv + g + λX, X ← X − lr·v). Returns (s, q) = (|X|², XᵀAX) before it, shape
         (trials, 2)."""
-        x, eps, buf = self.x, self.eps, self.buf
+        x, eps = self.x, self.eps
         self.draw_noise()
         if self.kernel is not None:
             columns = ((self.lr, self.keep, self.sig) if self.alpha is None
                        else (self.lr, self.wd, self.sigma, self.alpha))
-            return self.kernel(x, eps, self.v, self.a, x.new_empty(x.shape[0], 2), columns)
+            if self.kernel_built:
+                return self.kernel(x, eps, self.v, self.a, x.new_empty(x.shape[0], 2), columns)
+            try:   # the first call compiles (a C compiler and a supported GPU needed); X is untouched if it fails
+                sq = self.kernel(x, eps, self.v, self.a, x.new_empty(x.shape[0], 2), columns)
+            except Exception as exc:   # noqa: BLE001 — any build failure: the torch ops compute the same update
+                warnings.warn(f"the Triton nrq update failed to build ({type(exc).__name__}: {exc}); "
+                              "using the torch operations", RuntimeWarning, stacklevel=2)
+                self.kernel, self.buf = None, torch.empty_like(x)
+            else:
+                self.kernel_built = True
+                return sq
+        buf = self.buf
+        assert buf is not None
         sq = torch.mul(x, x, out=buf) @ self.reduce
         s, q = sq[:, 0:1], sq[:, 1:2]
         e = torch.linalg.vecdot(x, eps).unsqueeze(1)

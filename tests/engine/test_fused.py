@@ -4,12 +4,22 @@ series, theory, summary, the progress events it receives and the checkpoints it 
 resumed alone from a fused checkpoint finishes exactly like its uninterrupted run)."""
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 import smdengine
 from smdengine import Checkpoint, CheckpointHooks
 from tests.conftest import small_spec
 from tests.engine.checkpointing import assert_same_result, merged, same
+
+
+@pytest.fixture(autouse=True)
+def _bit_identity_needs_the_kernel_on_a_gpu(engine_device):
+    if engine_device != "cpu" and importlib.util.find_spec("triton") is None:
+        pytest.skip("on a GPU a fused member equals its run alone only with the Triton update "
+                    "(torch's matmul there sums a row differently for another number of rows)")
+
 
 SCHEDULE = [{"step": 100, "lr_factor": 0.1, "weight_decay_factor": 1.0}]
 

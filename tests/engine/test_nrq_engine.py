@@ -358,3 +358,28 @@ def test_run_accepts_a_parsed_spec_and_rejects_bad_dicts():
     import pydantic
     with pytest.raises(pydantic.ValidationError):
         smdengine.run(spec(lr=-1.0))
+
+
+def test_a_kernel_that_fails_to_build_falls_back_to_the_torch_update(monkeypatch):
+    """The Triton update compiles at the first step (a C compiler and a supported GPU needed): a failure
+    there warns and the torch operations compute that step and the rest, from the untouched state."""
+    from smdengine.nrq import stepper as stepper_module
+
+    def build_fails(*_args):
+        raise RuntimeError("Failed to find C compiler")
+
+    def make(kernel) -> stepper_module.Stepper:
+        monkeypatch.setattr(stepper_module, "_fused_update", lambda _x, _mode: kernel)
+        x = torch.randn(5, 7, generator=torch.Generator().manual_seed(0), dtype=torch.float32)
+        st = stepper_module.Stepper(x, torch.linspace(1.0, 2.0, 7), [1.0], [0.0],
+                                    [torch.Generator().manual_seed(1)], [5])
+        st.rates = [(0.1, 0.01)]
+        st.set_rates()
+        return st
+
+    plain, failing = make(None), make(build_fails)
+    want = [plain.step() for _ in range(3)]
+    with pytest.warns(RuntimeWarning, match="Triton nrq update failed to build .*C compiler.*torch operations"):
+        got = [failing.step() for _ in range(3)]
+    assert failing.kernel is None
+    assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True)) and torch.equal(failing.x, plain.x)
