@@ -52,15 +52,6 @@ DTYPES = ("float32", "float64")
 LR, WD, SIGMA = 0.1, 0.01, 1.0
 
 
-def _kernel_version(device: torch.device) -> str | None:
-    """The Triton version when the engine's update on ``device`` is the Triton kernel, else None."""
-    sim = simulator(10, 1, "float32", device)
-    if sim.stepper.kernel is None:
-        return None
-    import triton
-    return str(triton.__version__)
-
-
 def spec(p: int, trials: int, dtype: str, steps: int, device: str) -> dict:
     return {"kind": "nrq", "seed": 0, "device": device,
             "params": {"dim": p, "trials": trials, "steps": steps, "record_every": steps, "dtype": dtype,
@@ -197,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     bw = copy_bandwidth(device, 2**30 if device.type == "cuda" else 2**28)
     print(f"nrq on {device.type} ({name}) — torch {torch.__version__}, {os.cpu_count()} CPUs, "
           f"copy bandwidth {bw / 1e9:.0f} GB/s (read + write){', quick' if args.quick else ''}; "
-          f"update: {'Triton ' + kernel if (kernel := _kernel_version(device)) else 'torch ops'}; "
+          f"update: {'Triton ' + kernel if (kernel := smdengine.provenance(spec(10, 1, 'float32', 1, device.type))['triton']) else 'torch ops'}; "
           f"load average {load_average()}")
     print("trial-steps/s; engine = smdengine.run (marginal); step = Stepper.step loop; "
           f"torch = the update as torch ops; graph = {args.chunk} steps per CUDA graph replay; rng = torch.randn per step; "

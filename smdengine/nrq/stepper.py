@@ -22,9 +22,9 @@ and SGD members take different code paths and are never fused together.
 
 On CUDA, when Triton is installed, everything after the noise is one kernel
 (:mod:`smdengine.nrq._fused_step`): one launch and two sweeps of each row (reduce, then update) instead
-of ~10 kernels over X, and each row summed in an order that
-does not depend on the number of rows, which torch's matmul and reductions do not promise on a GPU —
-without it a fused member can differ from its run alone in the last bits there.
+of ~10 kernels over X, and each row summed in an order that does not depend on the number of rows,
+which torch's matmul does not promise on a GPU — without it a fused member can differ from its run
+alone in the last bits there.
 """
 from __future__ import annotations
 
@@ -137,11 +137,11 @@ class Stepper:
         if self.kernel is not None:
             columns = ((self.lr, self.keep, self.sig) if self.alpha is None
                        else (self.lr, self.wd, self.sigma, self.alpha))
-            if self.kernel_built:
-                return self.kernel(x, eps, self.v, self.a, x.new_empty(x.shape[0], 2), columns)
             try:   # the first call compiles (a C compiler and a supported GPU needed); X is untouched if it fails
                 sq = self.kernel(x, eps, self.v, self.a, x.new_empty(x.shape[0], 2), columns)
-            except Exception as exc:   # noqa: BLE001 — any build failure: the torch ops compute the same update
+            except Exception as exc:   # noqa: BLE001 — a build failure: the torch ops compute the same update
+                if self.kernel_built:
+                    raise
                 warnings.warn(f"the Triton nrq update failed to build ({type(exc).__name__}: {exc}); "
                               "using the torch operations", RuntimeWarning, stacklevel=2)
                 self.kernel, self.buf = None, torch.empty_like(x)

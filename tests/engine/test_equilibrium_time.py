@@ -150,17 +150,19 @@ def test_nrq_time_to_equilibrium_after_lr_decay(k):
     assert rescaled["equilibrium_steps_phase1"] is not None and rescaled["equilibrium_steps_phase1"] <= 2 * EVERY
 
 
-@pytest.mark.cpu_stream   # 50 trials: whether 200 updates (0.8 τ) already reach the band depends on the draws
 def test_nrq_summary_keys():
     """Defaults (η 0.1, λ 0.01: τ = 250) with η ÷ 2 at 2000 (τ = 500): both phases settle; a phase
-    shorter than its relaxation (the first 200 updates) does not, and says so with None (JSON null)."""
-    def summary(decay: int, steps: int) -> dict:
+    shorter than its relaxation (the first 200 updates) that starts far from the equilibrium (init_std 10:
+    |X|² 100× the default) does not, and says so with None (JSON null). From the default start it may:
+    the AU of 50 trials entered the band within 200 updates for 4 of 30 seeds (CPU), and for seed 0 on
+    CUDA; from init_std 10, for none of 30."""
+    def summary(decay: int, steps: int, **params) -> dict:
         return smdengine.run({"kind": "nrq", "seed": 0, "device": "cpu", "params": {
-            "trials": 50, "steps": steps, "record_every": 10,
+            "trials": 50, "steps": steps, "record_every": 10, **params,
             "lr_schedule": [{"step": decay, "lr_factor": 0.5}]}}).to_document()["summary"]
 
     doc = summary(2000, 4000)
     assert isinstance(doc["equilibrium_steps_phase0"], int) and isinstance(doc["equilibrium_steps_phase1"], int)
     assert doc["equilibrium_steps_predicted_phase1"] == math.ceil(math.log(2) / (4 * 0.01 * 0.05))
     assert "equilibrium_steps_predicted_phase0" not in doc
-    assert summary(200, 400)["equilibrium_steps_phase0"] is None
+    assert summary(200, 400, init_std=10.0)["equilibrium_steps_phase0"] is None
