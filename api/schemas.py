@@ -442,6 +442,8 @@ class StudyTable(BaseModel):
 
     columns: list[str]
     rows: list[dict[str, Any]]
+    derived: list[str] = Field(default_factory=list, description="The columns derived from each child's spec "
+                                                                 "(ηλ, η/λ, …): inputs, not measurements.")
     checks: list[CheckOut] | None = Field(None, description="A preset study's checks, as GET /v1/studies/{id} "
                                                             "shows them (null for other studies).")
 

@@ -436,7 +436,9 @@ def get_study_table(study: StudyDep, db: DbDep, request: Request, response: Resp
         return etag.not_modified(current)
     rows = _rows(db, study, group)
     response.headers["ETag"] = current
-    return StudyTable(columns=table_columns(rows), rows=rows, checks=study_checks(db, study))
+    columns = table_columns(rows)
+    return StudyTable(columns=columns, rows=rows, derived=[c for c in DERIVED_AXES if c in columns],
+                      checks=study_checks(db, study))
 
 
 class CsvResponse(Response):

@@ -119,6 +119,21 @@ def test_the_servers_422_is_shown_next_to_the_fields_it_names(service, page):
     assert "valid integer" in page.locator('.field-error[data-error-for="params.steps"]').inner_text()
     assert page.locator('.field-error[data-error-for="params.dim"]').inner_text() == ""
     screenshot(page, "new-experiment-errors")
+    # a check over two fields is reported at params; its message names the field it is shown beside
+    page.fill('[name="params.lr"]', "")
+    page.fill('[name="params.steps"]', "")
+    page.fill('[name="params.eig_low"]', "3")
+    page.click("#submit")
+    page.wait_for_function("document.querySelector('.field-error[data-error-for=\"params.eig_low\"]')"
+                           "?.textContent.includes('expected both or neither')")
+    screenshot(page, "new-experiment-two-field-error")
+    # an entry inside a JSON field: the message says which entry and key
+    page.fill('[name="params.eig_low"]', "")
+    page.fill('[name="params.lr_schedule"]', '[{"step": -5, "lr_factor": 0.1}]')
+    page.click("#submit")
+    page.wait_for_function("document.querySelector('.field-error[data-error-for=\"params.lr_schedule\"]')"
+                           "?.textContent.startsWith('0.step: ')")
+    page.fill('[name="params.lr_schedule"]', "")
     # a model of a kind: the 422 names ["body", "sde", "params", "normalized_linear", "lr"], shown at params.lr
     page.select_option('[name="kind"]', "sde")
     page.select_option('[name="params.model"]', "normalized_linear")
@@ -137,6 +152,8 @@ def test_a_study_page_shows_its_heatmap_and_sorts_its_table(service, page, grid_
     heatmap = page.evaluate("(() => { const t = document.getElementById('study-plot').data[0]; "
                             "return {x: t.x, y: t.y, z: t.z}; })()")
     metric = page.locator('select[name="chart-metric"]').input_value()
+    # the chart starts on a measured metric, not on an input derived from the spec (ηλ, η/λ)
+    assert "intrinsic_lr" in table["derived"] and metric not in table["derived"] and metric in ("risk", "au_rms")
     assert heatmap["x"] == ["0.05", "0.1", "0.2"] and heatmap["y"] == ["0.005", "0.01"]
     for row in table["rows"]:   # one seed: each cell is that child's summary value
         cell = heatmap["z"][[0.005, 0.01].index(row["params.weight_decay"])][[0.05, 0.1, 0.2].index(row["params.lr"])]
@@ -188,6 +205,11 @@ def test_tags_filter_the_list_and_are_edited_with_the_note_in_the_page(service, 
     page.wait_for_function(f"{rows}.includes('{other}')")
     page.locator(f'tr[data-id="{other}"] td.tags .tag').click()        # a tag chip filters by it
     page.wait_for_function(f"JSON.stringify({rows}) === JSON.stringify(['{other}'])")
+    assert page.url.endswith("#/?tag=sweep-b")                       # the filter is in the address,
+    page.goto(f"{service}/#/experiments/{other}")
+    page.go_back()                                                    # so Back finds it again
+    page.wait_for_function(f"JSON.stringify({rows}) === JSON.stringify(['{other}'])")
+    assert page.locator('input[name="tag"]').input_value() == "sweep-b"
 
     page.goto(f"{service}/#/experiments/{tagged}")
     page.locator("#edit-notes").click()

@@ -58,9 +58,10 @@ function layerTraces(plot, doc) {
         type: "scatter", mode: "lines", line: { color, width: 1.4 } });
     }
     for (const name of plot.layer_theory) {
-      if (metrics[name]) traces.push({ x: steps, y: metrics[name], name: `${layer} ${name}`, legendgroup: layer,
-        showlegend: false, type: "scatter", mode: "lines", line: { color, dash: "dash", width: 1.2 },
-        meta: "theory" });
+      // one legend entry says what the dashed lines are; each stays in its layer's group
+      if (metrics[name]) traces.push({ x: steps, y: metrics[name], name: `${name} (theory, dashed)`,
+        legendgroup: layer, showlegend: i === 0, type: "scatter", mode: "lines",
+        line: { color, dash: "dash", width: 1.2 }, meta: "theory" });
     }
   });
   for (const name of plot.theory) {
@@ -128,7 +129,13 @@ export class Chart {
     await plotlyLoaded;
     if (this.doc !== doc) return;   // a newer document arrived meanwhile
     const { traces, shapes, xtitle } = STYLES[this.plot.style](this.plot, doc);
-    window.Plotly.react(this.div, traces, this.layout(shapes, xtitle), CONFIG);
+    const layout = this.layout(shapes, xtitle);
+    if (!traces.some((t) => t.meta !== "theory" && t.x?.length)) {   // nothing measured yet: no empty axes
+      Object.assign(layout, { xaxis: { visible: false }, yaxis: { visible: false }, annotations: [{
+        text: doc.status === "queued" ? "queued: no data yet" : "no data yet", showarrow: false,
+        xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { color: "#888", size: 14 } }] });
+    }
+    window.Plotly.react(this.div, traces, layout, CONFIG);
     if (!this.listening) {
       this.listening = true;
       this.div.on("plotly_relayout", (event) => this.relayout(event));
@@ -164,8 +171,10 @@ export async function overlay(div, docs, metric, { log = false, labels = [] } = 
   await plotlyLoaded;
   const traces = docs.map((doc, i) => {
     const layers = Object.entries(doc.layers || {});
-    const y = doc.series[metric] ?? (layers.length ? layers[layers.length - 1][1][metric] : undefined);
-    return { x: doc.series.step, y: y || [], name: labels[i] || doc.spec?.name || doc.id.slice(0, 8),
+    const last = !doc.series[metric] && layers.length ? layers[layers.length - 1] : null;   // a train run's last layer
+    const y = doc.series[metric] ?? last?.[1][metric];
+    const label = labels[i] || doc.spec?.name || doc.id.slice(0, 8);
+    return { x: doc.series.step, y: y || [], name: last ? `${label} (${last[0]})` : label,
       type: "scatter", mode: "lines", line: { color: COLORS[i % COLORS.length], width: 1.4 } };
   });
   window.Plotly.react(div, traces, { margin: { l: 60, r: 10, t: 10, b: 45 }, height: 380,

@@ -9,12 +9,15 @@ const KINDS = ["", "nrq", "sde", "train"];
 const REFRESH_MS = 2000;
 
 export function render(main) {
-  const filters = { status: "", kind: "", name: "", tag: routeQuery().tag || "" };
+  // the filters live in the address (#/?kind=sde&tag=…): Back from an experiment finds them again
+  const query = routeQuery();
+  const filters = { status: query.status || "", kind: query.kind || "", name: query.name || "", tag: query.tag || "" };
   const cursors = [null]; // cursor of each page visited, for "previous"
   const selected = new Set();
   const shown = new Map(); // id → name of the experiments listed so far (to name a comparison)
   let timer = null;
   let stopped = false;
+  let latest = 0;   // the newest load's number: an older answer arriving late is dropped
 
   const body = h("tbody");
   const info = h("span.muted");
@@ -23,8 +26,8 @@ export function render(main) {
   const next = h("button", { type: "button" }, "Older →");
   const message = h("div");
   const select = (name, values) => h("select", { name, onchange: (e) => { filters[name] = e.target.value; restart(); } },
-    values.map((v) => h("option", { value: v }, v || `any ${name}`)));
-  const nameInput = h("input", { type: "search", name: "name", placeholder: "name contains…",
+    values.map((v) => h("option", { value: v, selected: v === filters[name] }, v || `any ${name}`)));
+  const nameInput = h("input", { type: "search", name: "name", placeholder: "name contains…", value: filters.name,
     oninput: debounce((e) => { filters.name = e.target.value; restart(); }, 300) });
 
   const tagInput = h("input", { type: "search", name: "tag", placeholder: "tag", value: filters.tag,
@@ -38,7 +41,12 @@ export function render(main) {
       h("th", "status"), h("th", "progress"), h("th", "tags"), h("th", "owner"), h("th", "created"))), body),
     h("div.pager", prev, info, next));
 
-  function restart() { cursors.length = 1; load(); }
+  function restart() {
+    cursors.length = 1;
+    const kept = new URLSearchParams(Object.entries(filters).filter(([, v]) => v));
+    history.replaceState(null, "", `#/${kept.size ? `?${kept}` : ""}`);
+    load();
+  }
 
   async function load() {
     clearTimeout(timer);
@@ -47,11 +55,13 @@ export function render(main) {
     const cursor = cursors[cursors.length - 1];
     if (cursor) query.set("cursor", cursor);
     let page;
+    const number = ++latest;
     try {
       page = await api(`/v1/experiments?${query}`);
+      if (number !== latest) return;
       message.replaceChildren();
     } catch (error) {
-      message.replaceChildren(errorBox(error));
+      if (number === latest) message.replaceChildren(errorBox(error));
       return;
     }
     if (stopped) return;

@@ -192,13 +192,18 @@ class FormBuilder {
       if (this.tags.get(path.join("."))?.has(part)) continue;
       path.push(part);
     }
+    // a check over several fields is reported at their object; its message starts with the field it is about
+    const named = /^(?:Value error, )?([A-Za-z_]\w*)[/:]/.exec(msg)?.[1];
+    if (named && this.fields.has([...path, named].join("."))) path.push(named);
     for (let n = path.length; n >= 0; n--) {
       const key = path.slice(0, n).join(".");
       const field = this.fields.get(key);
       if (!field || (n === 0 && path.length)) continue;
       let slot = field.querySelector(":scope > .field-error");
       if (!slot) slot = field.appendChild(h("span.field-error", { dataset: { errorFor: key } }));
-      slot.textContent = slot.textContent ? `${slot.textContent}; ${msg}` : msg;
+      // inside a JSON field (a schedule entry): say where, as "0.step: …"
+      const text = n < path.length ? `${path.slice(n).join(".")}: ${msg}` : msg;
+      slot.textContent = slot.textContent ? `${slot.textContent}; ${text}` : text;
       field.classList.add("has-error");
       return true;
     }
@@ -210,11 +215,16 @@ function describe(schema, base) {
   const bits = [];
   if (schema.description) bits.push(schema.description);
   const bounds = [];
-  if (base.minimum !== undefined) bounds.push(`≥ ${base.minimum}`);
-  if (base.exclusiveMinimum !== undefined) bounds.push(`> ${base.exclusiveMinimum}`);
-  if (base.maximum !== undefined) bounds.push(`≤ ${base.maximum}`);
-  if (base.exclusiveMaximum !== undefined) bounds.push(`< ${base.exclusiveMaximum}`);
+  if (base.minimum !== undefined) bounds.push(`≥ ${bound(base.minimum)}`);
+  if (base.exclusiveMinimum !== undefined) bounds.push(`> ${bound(base.exclusiveMinimum)}`);
+  if (base.maximum !== undefined) bounds.push(`≤ ${bound(base.maximum)}`);
+  if (base.exclusiveMaximum !== undefined) bounds.push(`< ${bound(base.exclusiveMaximum)}`);
   if (bounds.length) bits.push(bounds.join(", "));
   if (schema.default !== undefined && schema.default !== null) bits.push(`default ${JSON.stringify(schema.default)}`);
   return bits.join(" · ");
+}
+
+// A bound as the schema means it: an integer past 2⁵³ (a seed's 2⁶³ − 1) is not exact as a JS number.
+function bound(value) {
+  return Number.isInteger(value) && !Number.isSafeInteger(value) ? value.toExponential(3) : String(value);
 }

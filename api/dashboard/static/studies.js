@@ -64,6 +64,7 @@ export function renderStudy(main, [id]) {
   let table = null;
   let sortBy = { column: "index", descending: false };
   const choice = { type: "heatmap", x: null, y: null, metric: null };
+  const chosen = new Set();   // what the user picked; the rest follows the table as results arrive
   let stop = () => {};
 
   async function load() {
@@ -107,11 +108,13 @@ export function renderStudy(main, [id]) {
     const axes = compared ? [] : study.axes.filter((a) => table.columns.includes(a));
     const metrics = numericColumns().filter((c) => !axes.includes(c));
     if (compared && choice.type === "heatmap") choice.type = "overlay";
-    choice.x ??= axes[0] ?? metrics[0];
-    choice.y ??= axes[1] ?? axes[0];
-    choice.metric ??= metrics.find((m) => /^(risk|au_rms|train_loss|norm|spread)$/.test(m)) ?? metrics[0];
+    if (!chosen.has("x") || !choice.x) choice.x = axes[0] ?? metrics[0];
+    if (!chosen.has("y") || !choice.y) choice.y = axes[1] ?? axes[0];
+    if (!chosen.has("metric") || !metrics.includes(choice.metric)) {
+      choice.metric = defaultMetric(metrics, new Set(table.derived ?? []));
+    }
     const pick = (name, values) => h("label", `${name} `, h("select", { name: `chart-${name}`,
-      onchange: (e) => { choice[name] = e.target.value; drawChart(); } },
+      onchange: (e) => { choice[name] = e.target.value; chosen.add(name); drawChart(); } },
     values.map((v) => h("option", { value: v, selected: v === choice[name] }, v))));
     const types = compared ? ["overlay", "scatter"] : axes.length >= 2 ? ["heatmap", "scatter", "overlay"]
       : ["scatter", "overlay"];
@@ -128,7 +131,8 @@ export function renderStudy(main, [id]) {
     const type = choice.type;
     if (div.dataset.type !== type) { div.dataset.type = type; return drawChartControls(); }
     if (type === "overlay") {
-      const ids = table.rows.filter((r) => r.status !== "queued")
+      // a child that has ended without the metric (another kind's, in a comparison) has no such series
+      const ids = table.rows.filter((r) => r.status === "running" || typeof r[choice.metric] === "number")
         .slice(0, OVERLAY_MAX);
       const docs = await Promise.all(ids.map((r) => api(`/v1/experiments/${r.experiment_id}/results?` +
         `max_points=500&fields=${encodeURIComponent(choice.metric)}`).catch(() => null)));
@@ -163,7 +167,8 @@ export function renderStudy(main, [id]) {
     } }, c, sortBy.column === c ? (sortBy.descending ? " ▼" : " ▲") : ""));
     const cell = (r, c) => {
       if (c === "index") return h("a", { href: `#/experiments/${r.experiment_id}` }, r[c]);
-      return c === "status" ? statusBadge(r[c]) : fmtNumber(r[c]);
+      if (c === "status") return statusBadge(r[c]);
+      return r[c] !== null && typeof r[c] === "object" ? h("code.small", JSON.stringify(r[c])) : fmtNumber(r[c]);
     };
     const body = rows.map((r) => h("tr", columns.map((c) => h("td", cell(r, c)))));
     tableCard.replaceChildren(h("h3", `Children (${rows.length})`),
@@ -178,6 +183,15 @@ export function renderStudy(main, [id]) {
     }
   });
   return () => stop();
+}
+
+// The metric a chart starts on: a measured one the seed figures are about, else the first measured one;
+// a derived input (ηλ, η/λ: the table's `derived`) only while nothing is measured yet.
+const MEASURED_FIRST = /^(risk|au_rms|train_loss|norm_sq|norm|spread)$/;
+
+function defaultMetric(metrics, derived) {
+  const measured = metrics.filter((m) => !derived.has(m));
+  return measured.find((m) => MEASURED_FIRST.test(m)) ?? measured[0] ?? metrics[0];
 }
 
 function compare(a, b) {
