@@ -1,7 +1,7 @@
 """OpenAPI response fragments shared by the routes (``responses=`` of a route decorator)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import HTTPException
 
@@ -23,3 +23,23 @@ STUDY_NOT_FOUND: Responses = {**UNAUTHORIZED,
 def query_error(key: str, reason: str) -> HTTPException:
     """A 422 naming the query parameter ``key`` and why, shaped like FastAPI's own validation errors."""
     return HTTPException(status_code=422, detail=[{"loc": ["query", key], "msg": reason, "type": "value_error"}])
+
+
+# Which quota a 429 is about. ``work``: the request itself is too big, so waiting never helps (a client
+# should not retry); ``active_jobs``: room comes as jobs end, and Retry-After estimates when.
+QUOTA_HEADER = "SMD-Quota"
+
+
+def over_quota(detail: str, *, quota: Literal["work", "active_jobs"], retry_after: int) -> HTTPException:
+    """A 429 naming the quota in its detail and in the SMD-Quota header, with Retry-After."""
+    return HTTPException(status_code=429, detail=detail,
+                         headers={"Retry-After": str(retry_after), QUOTA_HEADER: quota})
+
+
+def quota_response(description: str) -> Responses:
+    """The documented 429 of a route that checks quotas."""
+    return {429: {"model": ErrorOut, "description": description, "headers": {
+        "Retry-After": {"description": "Seconds until a retry may succeed (an estimate).", "schema": {"type": "integer"}},
+        QUOTA_HEADER: {"description": "The quota: 'work' (this request is too big; waiting does not help) or "
+                                      "'active_jobs' (wait for jobs to end).",
+                       "schema": {"type": "string", "enum": ["work", "active_jobs"]}}}}}

@@ -499,6 +499,8 @@ class PresetRun(SubmitOptions):
     """Run a preset: its study at a size, with other seeds or overrides if given, submitted as POST
     /v1/studies submits one (same validation, quotas and queueing)."""
 
+    model_config = ConfigDict(extra="forbid")   # a misspelt option is refused, not ignored
+
     size: str = Field("quick", max_length=32, description="A size of the preset (GET /v1/presets/{id}).")
     seeds: list[int] | None = Field(None, min_length=1, max_length=1000,
                                     description="Replace the preset's seeds (each run once per seed).")

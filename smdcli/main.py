@@ -21,11 +21,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:   # `smd presets list | head`: the reader left; end quietly, as other tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error when Python flushes
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="smd", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="API + an embedded worker process (SMD_* settings)")
@@ -49,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = get_settings()
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)   # not a line per request on a command's stderr
     if args.command == "run":
         from smdcli.local import run_local
 

@@ -85,11 +85,15 @@ def main(args: argparse.Namespace) -> int:
 def _run(client: Any, args: argparse.Namespace) -> int:
     command = args.command
     if command == "submit":
-        text = sys.stdin.read() if str(args.spec) == "-" else args.spec.read_text()
+        try:
+            spec = json.loads(sys.stdin.read() if str(args.spec) == "-" else args.spec.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:   # refused before any request
+            print(f"smd submit: cannot read the spec {str(args.spec)!r}: {exc}", file=sys.stderr)
+            return 2
         options = {k: v for k, v in (("name", args.name), ("visibility", args.visibility)) if v is not None}
         if args.keep_checkpoint:
             options["keep_checkpoint"] = True
-        experiment = client.submit(json.loads(text), **options)
+        experiment = client.submit(spec, **options)
         print(experiment.id)
         return follow(experiment, args.quiet) if args.follow else 0
     if command == "rerun":
@@ -148,7 +152,8 @@ def follow(experiment: Any, quiet: bool = False) -> int:
 def _assignment(item: str) -> tuple[str, Any]:
     path, sep, text = item.partition("=")
     if not sep or not path:
-        raise SystemExit(f"smd rerun: --set: expected PATH=VALUE, got {item!r}")
+        print(f"smd rerun: --set: expected PATH=VALUE, got {item!r}", file=sys.stderr)
+        raise SystemExit(2)   # a usage error, as argparse's own
     try:
         return path, json.loads(text)
     except ValueError:

@@ -43,6 +43,8 @@ class Outputs:
     metrics: the recorded series (per layer for a kind with ``layers``: flat keys "<layer>/<metric>");
     theory: theory predictions; distributions: histograms with their theory (not aligned on step);
     global_metrics: for a kind with layers, the series that are not per layer;
+    summary: the top-level summary values of its own, beside the metrics' tail means and the scalar theory
+    (e.g. toy2d's ``spread_final``): what a search may filter and sort on;
     full_document_plots: the plots are drawn from the whole result document and thin each line
     themselves (sparse evaluation points are not lost to an even downsampling of the steps)."""
 
@@ -50,6 +52,7 @@ class Outputs:
     theory: tuple[str, ...] = ()
     distributions: tuple[str, ...] = ()
     plots: Mapping[str, PlotDef] = field(default_factory=dict)
+    summary: tuple[str, ...] = ()
     full_document_plots: bool = False
 
     def names(self) -> tuple[str, ...]:

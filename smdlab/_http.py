@@ -46,11 +46,13 @@ class Transport:
             if status == 429:
                 retry_after = _seconds(response.headers.get("Retry-After"))
                 wait = retry_after if retry_after is not None else 5.0
-                if self.retry_429 and waited + wait <= self.max_quota_wait:
+                quota = response.headers.get("SMD-Quota")
+                # a request over the work quota is too big: waiting never makes room for it
+                if self.retry_429 and quota != "work" and waited + wait <= self.max_quota_wait:
                     time.sleep(wait)
                     waited += wait
                     continue
-                raise QuotaExceeded(message_of(status, detail), status, detail, retry_after)
+                raise QuotaExceeded(message_of(status, detail), status, detail, retry_after, quota)
             if status >= 500 and method in IDEMPOTENT and attempt < self.retries:
                 attempt += 1
                 time.sleep(self.backoff * 2 ** (attempt - 1))

@@ -32,7 +32,8 @@ STUDY_ENDED = ("succeeded", "failed", "cancelled", "partial")
 
 class Client:
     """``Client(url=None, key=None, timeout=30)``; ``retry_429=False`` raises QuotaExceeded at once instead
-    of waiting (at most ``max_quota_wait`` seconds in all) for the time the server's Retry-After gives."""
+    of waiting (at most ``max_quota_wait`` seconds in all) for the time the server's Retry-After gives; a
+    request over the work quota (too big to ever fit) raises at once either way."""
 
     def __init__(self, url: str | None = None, key: str | None = None, timeout: float = 30.0, *,
                  retry_429: bool = True, max_quota_wait: float = 600.0):

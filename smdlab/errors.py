@@ -25,11 +25,12 @@ class SMDValidationError(SMDError):
 
 
 class QuotaExceeded(SMDError):
-    """429: over a quota; ``retry_after`` seconds is when the server expects room."""
+    """429: over a quota; ``retry_after`` seconds is when the server expects room; ``quota`` which one
+    (``"work"``: the request is too big, never waited out; ``"active_jobs"``: room comes as jobs end)."""
 
-    def __init__(self, message: str, status: int, detail: Any, retry_after: float | None):
+    def __init__(self, message: str, status: int, detail: Any, retry_after: float | None, quota: str | None = None):
         super().__init__(message, status, detail)
-        self.retry_after = retry_after
+        self.retry_after, self.quota = retry_after, quota
 
 
 class NotFound(SMDError):

@@ -13,7 +13,7 @@ from api.cursors import SortedCursorQuery
 from api.deps import CurrentUserDep, DbDep, ExperimentDep, ManagedExperimentDep, SettingsDep
 from api.exports import runs_csv
 from api.provenance import provenance_of
-from api.responses import FORBIDDEN, NOT_FOUND, NOT_MODIFIED, UNAUTHORIZED
+from api.responses import FORBIDDEN, NOT_FOUND, NOT_MODIFIED, UNAUTHORIZED, over_quota, query_error, quota_response
 from api.results import result_document
 from api.schemas import (
     SERVICE_FIELDS,
@@ -48,17 +48,13 @@ def _links(status: str, *operations: str) -> dict:
         for operation in operations}}}}
 
 
-def _too_many(detail: str, retry_after: int) -> HTTPException:
-    return HTTPException(status_code=429, detail=detail, headers={"Retry-After": str(retry_after)})
-
-
 @router.post("", status_code=202, response_model=ExperimentOut, operation_id="submitExperiment",
              responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
                         **UNAUTHORIZED,
                         403: {"model": ErrorOut, "description": "priority high is for admins only."},
                         422: {"description": "Invalid spec: each error names the field and the reason."},
-                        429: {"model": ErrorOut, "description": "Over a quota (the detail says which); "
-                                                                "Retry-After says when to try again."}},
+                        **quota_response("Over a quota (the detail says which); "
+                                         "Retry-After says when to try again.")},
              openapi_extra=_links("202", "getExperiment", "getResults", "listAttempts", "cancelExperiment"))
 def submit_experiment(submission: Submission, db: DbDep, settings: SettingsDep, user: CurrentUserDep,
                       response: Response):
@@ -78,10 +74,10 @@ def _queue(db: str, settings: Settings, user: User, response: Response, parsed: 
         raise HTTPException(status_code=403, detail="priority: 'high' is for admins only; use 'low' or 'normal'")
     max_work = user.max_work or settings.max_work
     if parsed.work > max_work:
-        raise _too_many(f"quota: work per job is limited to {max_work} for {user.name} "
-                        f"(trials·steps·dim; × 1/dt and × samples where they apply), this job needs "
-                        f"{parsed.work}: make it smaller, or ask an admin to raise the limit (smd users quota)",
-                        settings.quota_retry_seconds)
+        raise over_quota(f"quota: work per job is limited to {max_work} for {user.name} "
+                         f"(trials·steps·dim; × 1/dt and × samples where they apply), this job needs "
+                         f"{parsed.work}: make it smaller, or ask an admin to raise the limit (smd users quota)",
+                         quota="work", retry_after=settings.quota_retry_seconds)
     max_active = user.max_active_jobs or settings.max_active_jobs
     try:  # committed when this returns: the row exists before any worker can see the message
         experiment = jobs.submit(db, owner_id=user.id, max_active_jobs=max_active,
@@ -92,8 +88,9 @@ def _queue(db: str, settings: Settings, user: User, response: Response, parsed: 
                                  warnings=smdengine.spec_warnings(spec), keep_checkpoint=keep_checkpoint,
                                  tags=tags, note=note)
     except jobs.QuotaExceeded as exc:
-        raise _too_many(f"quota: at most {exc.limit} queued + running jobs for {user.name}, "
-                        f"you have {exc.active}: wait for one to end, or cancel one", exc.retry_after) from None
+        raise over_quota(f"quota: at most {exc.limit} queued + running jobs for {user.name}, "
+                         f"you have {exc.active}: wait for one to end, or cancel one", quota="active_jobs",
+                         retry_after=exc.retry_after) from None
     try:
         ring(settings, experiment.queue)
     except Exception as exc:  # the job is safe in the database: the sweeper rings once the broker is back
@@ -108,7 +105,7 @@ def _queue(db: str, settings: Settings, user: User, response: Response, parsed: 
                         403: {"model": ErrorOut, "description": "priority high is for admins only."},
                         422: {"description": "An override names no field of the spec (the nearest valid paths are "
                                              "listed), or makes it invalid: each error names the field."},
-                        429: {"model": ErrorOut, "description": "Over a quota (the detail says which)."}},
+                        **quota_response("Over a quota (the detail says which).")},
              openapi_extra=_links("202", "getExperiment", "getResults", "cancelExperiment"))
 def rerun_experiment(experiment: ExperimentDep, body: RerunIn, db: DbDep, settings: SettingsDep,
                      user: CurrentUserDep, response: Response):
@@ -157,6 +154,8 @@ class ListQuery:
                  order_by: Annotated[str | None, Query(max_length=200, description=(
                      "summary.<name> (ascending) or -summary.<name> (descending), missing values last; "
                      "otherwise newest first."))] = None):
+        if kind is not None and kind not in smdengine.KINDS:   # as a bad status: a 422, not an empty list
+            raise query_error("kind", f"expected one of {', '.join(map(repr, smdengine.KINDS))}, got {kind!r}")
         self.status, self.kind, self.owner, self.name, self.tags = status, kind, owner, name, tag or []
         self.predicates = search.predicates(request.query_params.multi_items(), kind)
         self.order = search.order(order_by, kind)
@@ -303,7 +302,7 @@ def cancel_experiment(experiment: ManagedExperimentDep, db: DbDep):
                         409: {"model": ErrorOut, "description": "Not continuable: it did not succeed, has no kept "
                                                                 "checkpoint, or its kind's runs depend on their length."},
                         422: {"description": "steps missing or out of range, or the longer spec is invalid."},
-                        429: {"model": ErrorOut, "description": "Over a quota (the detail says which)."}})
+                        **quota_response("Over a quota (the detail says which).")})
 def continue_experiment(experiment: ManagedExperimentDep, body: ContinueIn, db: DbDep, settings: SettingsDep,
                         user: CurrentUserDep):
     """Extend a succeeded experiment submitted with ``keep_checkpoint: true`` by ``steps`` updates: it is
@@ -322,8 +321,8 @@ def continue_experiment(experiment: ManagedExperimentDep, body: ContinueIn, db: 
     owner = experiment.owner
     max_work = (owner.max_work if owner is not None else None) or settings.max_work
     if parsed.work > max_work:
-        raise _too_many(f"quota: work per job is limited to {max_work}, the continued run needs {parsed.work}",
-                        settings.quota_retry_seconds)
+        raise over_quota(f"quota: work per job is limited to {max_work}, the continued run needs {parsed.work}",
+                         quota="work", retry_after=settings.quota_retry_seconds)
     max_active = (owner.max_active_jobs if owner is not None else None) or settings.max_active_jobs
     try:
         continued = jobs.continue_run(db, experiment.id, owner_id=experiment.owner_id or user.id, spec=longer,
@@ -332,8 +331,8 @@ def continue_experiment(experiment: ManagedExperimentDep, body: ContinueIn, db: 
     except jobs.NotContinuable as exc:
         raise HTTPException(status_code=409, detail=f"continue: {exc}") from None
     except jobs.QuotaExceeded as exc:
-        raise _too_many(f"quota: at most {exc.limit} queued + running jobs, you have {exc.active}: wait for one "
-                        "to end, or cancel one", exc.retry_after) from None
+        raise over_quota(f"quota: at most {exc.limit} queued + running jobs, you have {exc.active}: wait for one "
+                         "to end, or cancel one", quota="active_jobs", retry_after=exc.retry_after) from None
     try:
         ring(settings, continued.queue)
     except Exception as exc:  # safe in the database: the sweeper rings once the broker is back

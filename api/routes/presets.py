@@ -13,7 +13,7 @@ from pydantic import ValidationError
 import smdengine
 from api import presets
 from api.deps import CurrentUserDep, DbDep, SettingsDep
-from api.responses import UNAUTHORIZED
+from api.responses import UNAUTHORIZED, quota_response
 from api.routes.studies import _body_errors, submit
 from api.schemas import ErrorOut, PresetDetailOut, PresetOut, PresetRun, StudyOut, StudySubmission
 from smdengine import StudyError
@@ -73,8 +73,8 @@ def _unprocessable(loc: list[Any], msg: str, kind: str = "value_error") -> HTTPE
                         422: {"description": "An unknown size, or overrides that make an invalid study: each "
                                              "error names where (body.size, body.overrides.<path>, or a point "
                                              "with its index and axis values, the field and the reason)."},
-                        429: {"model": ErrorOut, "description": "Over a quota, for the study as a whole (as POST "
-                                                                "/v1/studies); Retry-After says when to retry."}},
+                        **quota_response("Over a quota, for the study as a whole (as POST "
+                                         "/v1/studies); Retry-After says when to retry.")},
              openapi_extra={"responses": {"202": {"links": {"GetStudy": {
                  "operationId": "getStudy", "parameters": {"study_id": "$response.body#/id"}}}}}})
 def run_preset(run: PresetRun, db: DbDep, settings: SettingsDep, user: CurrentUserDep, response: Response,

@@ -21,7 +21,16 @@ from pydantic import ValidationError
 from api import cursors, etag, exports, presets
 from api.cursors import CursorQuery
 from api.deps import CurrentUserDep, DbDep, ManagedStudyDep, SettingsDep, StudyDep
-from api.responses import FORBIDDEN, NOT_MODIFIED, STUDY_NOT_FOUND, UNAUTHORIZED, Responses
+from api.responses import (
+    FORBIDDEN,
+    NOT_MODIFIED,
+    STUDY_NOT_FOUND,
+    UNAUTHORIZED,
+    Responses,
+    over_quota,
+    query_error,
+    quota_response,
+)
 from api.results import downsample_indices, result_document
 from api.routes.events import EventStream, _known_revision, _stream
 from api.schemas import (
@@ -102,9 +111,9 @@ STUDY_EXAMPLES = {
                                              "no experiment you may see (unknown_experiment, at "
                                              "[\"body\", \"experiments\", i]), or a private member of a "
                                              "lab-visible study (private_experiment)."},
-                        429: {"model": ErrorOut, "description": "Over a quota, applied to the study as a whole "
-                                                                "(the detail says which); Retry-After says when "
-                                                                "to try again. Nothing is stored."}},
+                        **quota_response("Over a quota, applied to the study as a whole "
+                                         "(the detail says which); Retry-After says when "
+                                         "to try again. Nothing is stored.")},
              openapi_extra=_links("202", "getStudy", "cancelStudy"))
 def submit_study(submission: Annotated[StudyRequest, Body(openapi_examples=STUDY_EXAMPLES)], db: DbDep,
                  settings: SettingsDep, user: CurrentUserDep, response: Response):
@@ -177,14 +186,16 @@ def submit(submission: StudySubmission, db: str, settings: Settings, user: User,
                                default_retry_seconds=settings.quota_retry_seconds, preset=preset,
                                preset_size=preset_size)
     except studies.WorkQuotaExceeded as exc:
-        raise HTTPException(status_code=429, headers={"Retry-After": str(settings.quota_retry_seconds)}, detail=(
+        raise over_quota(
             f"quota: work is limited to {exc.limit} for {user.name} (trials·steps·dim; × 1/dt and × samples where "
             f"they apply), and this study's {len(children)} children need {exc.work} together: make it smaller, "
-            f"or ask an admin to raise the limit (smd users quota)")) from None
+            f"or ask an admin to raise the limit (smd users quota)", quota="work",
+            retry_after=settings.quota_retry_seconds) from None
     except studies.StudyQuotaExceeded as exc:
-        raise HTTPException(status_code=429, headers={"Retry-After": str(exc.retry_after)}, detail=(
+        raise over_quota(
             f"quota: at most {exc.limit} queued + running jobs for {user.name}; you have {exc.active} and this "
-            f"study adds {exc.adding}: wait for some to end, cancel some, or submit a smaller study")) from None
+            f"study adds {exc.adding}: wait for some to end, cancel some, or submit a smaller study",
+            quota="active_jobs", retry_after=exc.retry_after) from None
     queues: dict[str, int] = {}
     for child in children:
         queues[child.queue] = queues.get(child.queue, 0) + 1
@@ -618,6 +629,8 @@ def get_heatmap(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
                 y: Annotated[str, Query(max_length=200, description="Another axis or derived value.")]):
     """The tail metric over two axes (means over seeds), the theory beside it on the same colour
     scale, iso-ηλ diagonals drawn."""
+    if x == y:   # one axis twice: each cell would average over the other axes, a misleading diagonal
+        raise query_error("y", f"expected another axis than x, got {y!r} for both")
     children, rows = _point_rows(db, study)
     theory = _checked(study, children, rows, metric, x=x, y=y)
     return _image(_renderers().heatmap(json_safe(rows), x, y, metric, theory, fmt.value), fmt)

@@ -144,6 +144,7 @@ class NormMapParams(Recording):
 OUTPUTS = Outputs(
     metrics=("norm_sq", "unit_grad_sq_mean"),
     theory=("norm_sq_equilibrium",),
+    summary=("rel_error_max_tail",),
     plots={"norm": PlotDef("Squared weight norm (seed 004 App. G map)", "|w|²", ("norm_sq",), ("norm_sq_equilibrium",))},
 )
 

@@ -87,6 +87,7 @@ class NormalizedLinearParams(Recording):
 OUTPUTS = Outputs(
     metrics=("theta", "circular_variance", "norm", "loss"),
     theory=("tau", "norm_scale", "lr_time"),
+    summary=("circular_variance_final",),
     plots={
         "angles": PlotDef("Angle θ on the solution circle Γ₁", "θ (rad)", ("theta",), style="angles"),
         "norm": PlotDef("Weight norm", "|x|", ("norm",), ("norm_scale",)),

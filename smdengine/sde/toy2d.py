@@ -112,6 +112,7 @@ class Toy2DParams(Recording):
 OUTPUTS = Outputs(
     metrics=("spread", "loss", "norm_sq"),
     theory=("loss_flow", "norm_sq_flow", "stable_until"),
+    summary=("spread_final", "spread_max"),
     plots={
         "spread": PlotDef("Spread of the cloud of directions", "RMS distance", ("spread",), log_y=True,
                           times=("stable_until",)),

@@ -202,6 +202,7 @@ LAYER_METRICS = ("au_rms", "au_mean", "norm", "unit_grad_sq", "eff_lr", "norm_th
 OUTPUTS = Outputs(
     metrics=GLOBAL_METRICS + LAYER_METRICS,
     theory=("au_equilibrium",),
+    summary=("test_loss_final", "test_acc_final", "scale_invariance_max_cos", "train_samples", "noisy_labels"),
     plots={
         "au": PlotDef("Angular update per step (RMS over the window), per layer", "radians", ("au_rms",),
                       ("au_equilibrium",), log_y=True, style="layers"),

@@ -93,7 +93,7 @@ def test_active_jobs_quota_is_429_and_creates_nothing(tmp_path, database_url):
         first = [submit(client, keys.alice)["id"] for _ in range(2)]
         r = client.post("/v1/experiments", json=small_spec(), headers=auth(keys.alice))
         assert r.status_code == 429, r.text
-        assert int(r.headers["Retry-After"]) >= 1
+        assert int(r.headers["Retry-After"]) >= 1 and r.headers["SMD-Quota"] == "active_jobs"
         assert "at most 2 queued + running jobs for alice" in r.json()["detail"]
         assert client.get("/v1/experiments", headers=auth(keys.alice)).json()["total"] == 2
         for _ in range(3):

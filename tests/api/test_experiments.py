@@ -56,7 +56,7 @@ def test_work_quota_is_429_and_creates_nothing(tmp_path, database_url):
     settings = Settings(state_dir=tmp_path / "s", database_url=database_url, max_work=1000, auth="off")
     with TestClient(create_app(settings)) as c:
         r = c.post("/v1/experiments", json=small_spec(trials=10, steps=100, dim=2))  # work 2000
-        assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+        assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1 and r.headers["SMD-Quota"] == "work"
         assert "work per job is limited to 1000" in r.json()["detail"] and "needs 2000" in r.json()["detail"]
         assert c.get("/v1/experiments").json()["total"] == 0
         assert c.post("/v1/experiments", json=small_spec(trials=5, steps=100, dim=2)).status_code == 202
@@ -105,6 +105,8 @@ def test_list_newest_first_filters_and_pages(client, settings):
     assert client.get("/v1/experiments", params={"kind": "nrq"}).json()["total"] == 5
     assert client.get("/v1/experiments", params={"kind": "sde"}).json()["total"] == 0
     assert client.get("/v1/experiments", params={"status": "bogus"}).status_code == 422
+    bad_kind = client.get("/v1/experiments", params={"kind": "bogus"})   # not an empty list
+    assert bad_kind.status_code == 422 and bad_kind.json()["detail"][0]["loc"] == ["query", "kind"], bad_kind.text
     client.post("/v1/experiments", json={**small_spec(), "name": "Wide_lr 100%"})
     assert [e["name"] for e in client.get("/v1/experiments", params={"name": "wide_LR"}).json()["items"]] == [
         "Wide_lr 100%"]   # a substring, ignoring case

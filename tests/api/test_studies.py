@@ -188,6 +188,7 @@ def test_quotas_apply_to_the_whole_study(tmp_path, quota, words):
             assert client.post("/v1/experiments", json=small_spec(trials=1, steps=20, dim=2)).status_code == 202
         r = client.post("/v1/studies", json=study_spec())   # 8 children of 16·200·10 = 32 000
         assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1, r.text
+        assert r.headers["SMD-Quota"] == ("work" if "max_work" in quota else "active_jobs")
         assert all(w in r.json()["detail"] for w in words), r.json()
         assert counts(settings.db_url) == (0, 3)
         assert client.post("/v1/studies", json=study_spec(seeds=[1], grid={"params.lr": [0.1]})).status_code == 202
@@ -282,6 +283,8 @@ def test_plot_arguments_that_do_not_apply_are_422(sqlite_env):
     assert loc == ["query", "x"] and "step, lr_time, tau, intrinsic_time" in msg
     loc, msg = refused("heatmap.png", metric="risk", x="params.lr", y="params.momentum")
     assert loc == ["query", "y"] and "available: params.lr, intrinsic_lr, lr_over_wd" in msg
+    loc, msg = refused("heatmap.png", metric="risk", x="params.lr", y="params.lr")   # one axis twice
+    assert loc == ["query", "y"] and "another axis than x" in msg
     loc, msg = refused("scatter.png", metric="risk_stationary", x="intrinsic_lr")   # a theory, not a metric
     assert loc == ["query", "metric"] and "risk_stationary" in msg
     assert client.get(f"{base}/scatter.gif", params={"metric": "risk", "x": "params.lr"}).status_code == 422

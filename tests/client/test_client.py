@@ -105,6 +105,13 @@ def test_a_429_waits_for_room_or_raises_with_the_message(service):
     with pytest.raises(QuotaExceeded) as caught:
         client_of(carol, retry_429=False).submit(slow)
     assert "at most 1 queued + running jobs" in str(caught.value.detail) and caught.value.retry_after >= 1
+    assert caught.value.quota == "active_jobs"
+    started = time.monotonic()   # a job over the work quota can never fit: raised at once, not waited on
+    with pytest.raises(QuotaExceeded) as caught:
+        client_of(carol, max_quota_wait=120).submit(small_spec(trials=10**6, steps=10**6))
+    assert caught.value.quota == "work" and "work per job" in str(caught.value.detail)
+    # waiting it out would take max_quota_wait (120 s, in Retry-After steps of 2 s) before raising
+    assert time.monotonic() - started < 60, "the client waited on a work quota"
     started = time.monotonic()
     second = client_of(carol, max_quota_wait=120).submit(slow)   # waits out Retry-After, then goes in
     assert first.status() in ("succeeded", "running") and time.monotonic() - started > 0.5
@@ -130,6 +137,13 @@ def test_cli_commands_and_follow_exit_codes(service, tmp_path):
     assert client_of(alice).experiment(rerun.stdout.strip()).data["spec"]["params"]["lr"] == 0.3
     bad = smd(alice, "rerun", experiment_id, "--set", "params.lr=-2")
     assert bad.returncode == 2 and "params.lr" in bad.stderr
+    unusable = smd(alice, "rerun", experiment_id, "--set", "noequals")
+    assert unusable.returncode == 2 and "expected PATH=VALUE" in unusable.stderr
+    (tmp_path / "broken.json").write_text('{"kind": "nrq",')            # refused before any request, no traceback
+    for path, words in ((tmp_path / "broken.json", "Expecting"), (tmp_path / "missing.json", "No such file")):
+        unread = smd(alice, "submit", str(path))
+        assert unread.returncode == 2 and "cannot read the spec" in unread.stderr and words in unread.stderr
+        assert "Traceback" not in unread.stderr
 
     failing = tmp_path / "failing.json"   # valid, but its dataset is not on this machine: fails when run
     failing.write_text(json.dumps({"kind": "train", "params": {"dataset": {"name": "cifar10"}, "steps": 10,

@@ -69,6 +69,8 @@ def test_errors_name_the_axis_the_point_the_field_and_the_reason():
     assert many["type"] == "too_many_points" and "got 6" in many["msg"]
     with pytest.raises(ValueError, match="equal lengths"):
         expand_study({"base": BASE, "zip": {"params.lr": [0.1, 0.2], "params.weight_decay": [0.01]}})
+    with pytest.raises(ValueError, match="seeds: expected distinct seeds, got 1 more than once"):
+        expand_study({"base": BASE, "grid": {"params.lr": [0.1, 0.2]}, "seeds": [1, 2, 1]})
     with pytest.raises(ValueError, match="either points or grid"):
         expand_study({"base": BASE, "grid": {"params.lr": [0.1]}, "points": [{"params.lr": 0.2}]})
     [base] = _errors({"base": {"kind": "nrq", "params": {"dim": 1}}})
