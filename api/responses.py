@@ -39,7 +39,8 @@ def over_quota(detail: str, *, quota: Literal["work", "active_jobs"], retry_afte
 def quota_response(description: str) -> Responses:
     """The documented 429 of a route that checks quotas."""
     return {429: {"model": ErrorOut, "description": description, "headers": {
-        "Retry-After": {"description": "Seconds until a retry may succeed (an estimate).", "schema": {"type": "integer"}},
+        "Retry-After": {"description": "Seconds until room is expected (an estimate; with SMD-Quota: work no "
+                                       "wait helps).", "schema": {"type": "integer"}},
         QUOTA_HEADER: {"description": "The quota: 'work' (this request is too big; waiting does not help) or "
                                       "'active_jobs' (wait for jobs to end).",
                        "schema": {"type": "string", "enum": ["work", "active_jobs"]}}}}}

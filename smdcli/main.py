@@ -29,9 +29,13 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
-    except BrokenPipeError:   # `smd presets list | head`: the reader left; end quietly, as other tools do
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error when Python flushes
-        return 0
+    except BrokenPipeError:
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:   # `smd presets list | head`: our reader left; end quietly (Python's advice)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
+            return 1
+        raise   # another pipe (a socket, a child's): a real error
 
 
 def _main(argv: list[str] | None) -> int:

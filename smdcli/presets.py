@@ -83,6 +83,8 @@ def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
     except (ValueError, KeyError) as exc:   # a reply that is not the service's JSON
         print(f"smd presets: unexpected reply from {client.url}: {exc!r}", file=sys.stderr)
         return 1
+    except BrokenPipeError:   # our reader left (`| head`), not the service: smd.main ends quietly
+        raise
     except OSError as exc:
         print(f"smd presets: cannot reach {client.url}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
         return 1

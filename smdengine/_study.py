@@ -20,6 +20,7 @@ import itertools
 import math
 import types
 import typing
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from copy import deepcopy
 from dataclasses import dataclass, field
@@ -103,8 +104,7 @@ class StudySpec(StrictModel):
                              + ", ".join(f"{p}: {n}" for p, n in lengths.items()))
         if self.seeds is not None and any(s < 0 or s > 2**63 - 1 for s in self.seeds):
             raise ValueError("seeds: expected integers in [0, 2^63 − 1]")
-        seeds = self.seeds or []
-        repeated = sorted({s for s in seeds if seeds.count(s) > 1})
+        repeated = sorted(s for s, n in Counter(self.seeds or ()).items() if n > 1)
         if repeated:   # a repeat is the same run again: a point's standard error would be a false 0
             raise ValueError(f"seeds: expected distinct seeds, got {', '.join(map(str, repeated))} more than once")
         return self

@@ -140,12 +140,16 @@ FILTERS_DESCRIPTION = (
     "an object is a 422: filter on its entries (`param.params.lr_schedule.0.step`).")
 
 
+LIST_422 = "An unknown status or kind, or a filter that names no field or summary value of the kind."
+
+
 class ListQuery:
     """The list filters shared by GET /v1/experiments and its CSV."""
 
     def __init__(self, request: Request,
                  status: Annotated[Status | None, Query(description="Only jobs in this state.")] = None,
-                 kind: Annotated[str | None, Query(max_length=32, description="Only this kind.")] = None,
+                 kind: Annotated[str | None, Query(max_length=32, description=(
+                     "Only this kind: nrq, sde or train."))] = None,
                  owner: Annotated[str | None, Query(max_length=64, description="Only this user's.")] = None,
                  name: Annotated[str | None, Query(max_length=200, description=(
                      "Only those whose name contains this text (ignoring case)."))] = None,
@@ -170,7 +174,7 @@ ListQueryDep = Annotated[ListQuery, Depends()]
 
 
 @router.get("", response_model=ExperimentPage, operation_id="listExperiments",
-            responses={**UNAUTHORIZED, 422: {"description": "A filter names no field or summary value of the kind."}},
+            responses={**UNAUTHORIZED, 422: {"description": LIST_422}},
             description="List the experiments you may see (yours and lab-visible ones; all for admins), newest "
                         "first (or by a summary value). " + FILTERS_DESCRIPTION)
 def list_experiments(request: Request, response: Response, db: DbDep, user: CurrentUserDep, query: ListQueryDep,
@@ -196,7 +200,7 @@ CSV_LIMIT = 10_000
 
 @csv_router.get("/v1/experiments.csv", response_class=Response, operation_id="exportExperimentsCsv",
             responses={200: {"content": {"text/csv": {}}, "description": "One row per experiment."}, **UNAUTHORIZED,
-                       422: {"description": "A filter names no field or summary value of the kind."}},
+                       422: {"description": LIST_422}},
             description="The runs table of the experiments the same filters select (at most 10 000, in the same "
                         "order): id, name, tags, kind, status, created_at, every spec field flattened (params.lr, "
                         "…) and every summary value (summary.au_rms, …). " + FILTERS_DESCRIPTION)

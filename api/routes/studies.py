@@ -629,10 +629,10 @@ def get_heatmap(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
                 y: Annotated[str, Query(max_length=200, description="Another axis or derived value.")]):
     """The tail metric over two axes (means over seeds), the theory beside it on the same colour
     scale, iso-ηλ diagonals drawn."""
-    if x == y:   # one axis twice: each cell would average over the other axes, a misleading diagonal
-        raise query_error("y", f"expected another axis than x, got {y!r} for both")
     children, rows = _point_rows(db, study)
     theory = _checked(study, children, rows, metric, x=x, y=y)
+    if x == y:   # one axis twice: each cell would average over the other axes, a misleading diagonal
+        raise query_error("y", f"expected another axis than x, got {y!r} for both")
     return _image(_renderers().heatmap(json_safe(rows), x, y, metric, theory, fmt.value), fmt)
 
 

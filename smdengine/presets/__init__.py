@@ -105,7 +105,7 @@ def preset_study(preset_id: str, size: str = "quick", seeds: list[int] | None = 
     axes = [*study.get("grid", {}), *study.get("zip", {}),
             *dict.fromkeys(p for point in study.get("points") or () for p in point)]
     for path, value in (overrides or {}).items():
-        if path == "seed" and "seeds" in study:   # each child's seed comes from the study's seeds
+        if path == "seed" and (seeds is not None or "seeds" in study):   # each child's seed comes from the study's seeds
             raise ValueError("seed: expected a path the preset does not vary, got the seed, which each run takes "
                              "from the study's seeds (give \"seeds\": [...] instead)")
         varied = next((a for a in axes if _overlaps(path, a)), None)

@@ -207,7 +207,8 @@ def test_tags_filter_the_list_and_are_edited_with_the_note_in_the_page(service, 
     page.wait_for_function(f"JSON.stringify({rows}) === JSON.stringify(['{other}'])")
     assert page.url.endswith("#/?tag=sweep-b")                       # the filter is in the address,
     page.goto(f"{service}/#/experiments/{other}")
-    page.go_back()                                                    # so Back finds it again
+    page.locator("#edit-notes").wait_for()                            # the experiment's page is shown,
+    page.go_back()                                                    # and Back finds the filter again
     page.wait_for_function(f"JSON.stringify({rows}) === JSON.stringify(['{other}'])")
     assert page.locator('input[name="tag"]').input_value() == "sweep-b"
 

@@ -92,23 +92,33 @@ def test_output_names_of_a_kind_cover_its_models():
         smdengine.output_names("bogus")
 
 
-@pytest.mark.parametrize("spec", [
-    {"kind": "nrq", "params": {"trials": 8, "steps": 100, "record_every": 10}},
-    *({"kind": "sde", "params": {"model": model, **params}} for model, params in (
-        ("nrq", {"trials": 8, "steps": 100, "record_every": 10, "dt": 0.5, "f_bins": 10}),
-        ("normalized_linear", {"trials": 6, "steps": 60, "record_every": 10, "record_trials": 3}),
-        ("norm_map", {"steps": 200, "record_every": 20, "momentum": 0.9}),
-        ("toy2d", {"trials": 4, "steps": 20, "record_every": 5}))),
-    {"kind": "train", "params": {"dataset": {"name": "digits"}, "depth": 2, "width": 8, "batch_size": 16,
-                                 "steps": 20, "record_every": 10, "eval_every": 10}},
-], ids=["nrq", "sde-nrq", "sde-normalized_linear", "sde-norm_map", "sde-toy2d", "train"])
-def test_every_summary_value_of_a_run_is_declared(spec):
-    """A search filters and sorts on exactly the declared summary names: a value a run has but its model does
-    not declare (in its metrics, scalar theory or Outputs.summary) could not be searched."""
+
+# a run of every registered model, as small as its spec allows
+TINY_PARAMS = {
+    ("nrq", "nrq"): {"trials": 8, "steps": 100, "record_every": 10},
+    ("sde", "nrq"): {"trials": 8, "steps": 100, "record_every": 10, "dt": 0.5, "f_bins": 10},
+    ("sde", "normalized_linear"): {"trials": 6, "steps": 60, "record_every": 10, "record_trials": 3},
+    ("sde", "norm_map"): {"steps": 200, "record_every": 20, "momentum": 0.9},
+    ("sde", "toy2d"): {"trials": 4, "steps": 20, "record_every": 5},
+    ("train", "train"): {"dataset": {"name": "digits"}, "depth": 2, "width": 8, "batch_size": 16, "steps": 20,
+                         "record_every": 10, "eval_every": 10},
+}
+
+
+def test_the_tiny_runs_cover_every_model():
+    assert set(TINY_PARAMS) == {(kind, model.name) for kind, model in MODELS}
+
+
+@pytest.mark.parametrize(("kind", "model"), MODELS, ids=[m.simulator for _, m in MODELS])
+def test_every_summary_value_of_a_run_is_declared(kind, model):
+    """A search filters and sorts on the declared summary names: a value a run has but its model does not
+    declare (in its metrics, scalar theory or Outputs.summary) could not be searched."""
     import re
 
+    params = TINY_PARAMS[(kind, model.name)]
+    spec = {"kind": kind, "params": {**params, "model": model.name} if REGISTRY[kind].tag else params}
     summary = smdengine.run(smdengine.parse_spec(spec)).to_document()["summary"]
-    declared = set(smdengine.summary_names(spec["kind"]))
-    undeclared = [k for k in summary if k != "layers" and k not in declared
-                  and not re.fullmatch(smdengine.PHASE_SUMMARY, k)]
+    own = {*model.outputs.metrics, *model.outputs.theory, *model.outputs.summary}
+    undeclared = [k for k in summary if k != "layers" and k not in own and not re.fullmatch(smdengine.PHASE_SUMMARY, k)]
     assert undeclared == []
+    assert own <= set(smdengine.summary_names(kind))

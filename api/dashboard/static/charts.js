@@ -51,6 +51,7 @@ function lineTraces(plot, doc) {
 function layerTraces(plot, doc) {
   const steps = doc.series.step || [];
   const traces = [];
+  const legended = new Set();   // the theory names given their one legend entry
   Object.entries(doc.layers || {}).forEach(([layer, metrics], i) => {
     const color = COLORS[i % COLORS.length];
     for (const name of plot.series) {
@@ -59,9 +60,11 @@ function layerTraces(plot, doc) {
     }
     for (const name of plot.layer_theory) {
       // one legend entry says what the dashed lines are; each stays in its layer's group
-      if (metrics[name]) traces.push({ x: steps, y: metrics[name], name: `${name} (theory, dashed)`,
-        legendgroup: layer, showlegend: i === 0, type: "scatter", mode: "lines",
-        line: { color, dash: "dash", width: 1.2 }, meta: "theory" });
+      if (!metrics[name]) continue;
+      traces.push({ x: steps, y: metrics[name], name: `${name} (theory, dashed)`, legendgroup: layer,
+        showlegend: !legended.has(name), hovertemplate: `${layer} ${name}: %{y}<extra></extra>`, type: "scatter",
+        mode: "lines", line: { color, dash: "dash", width: 1.2 }, meta: "theory" });
+      legended.add(name);
     }
   });
   for (const name of plot.theory) {
@@ -130,9 +133,10 @@ export class Chart {
     if (this.doc !== doc) return;   // a newer document arrived meanwhile
     const { traces, shapes, xtitle } = STYLES[this.plot.style](this.plot, doc);
     const layout = this.layout(shapes, xtitle);
-    if (!traces.some((t) => t.meta !== "theory" && t.x?.length)) {   // nothing measured yet: no empty axes
+    if (!this.zoomed && !traces.some((t) => t.meta !== "theory" && t.x?.length)) {   // nothing measured: no empty axes
+      const ended = ["succeeded", "failed", "cancelled"].includes(doc.status);
       Object.assign(layout, { xaxis: { visible: false }, yaxis: { visible: false }, annotations: [{
-        text: doc.status === "queued" ? "queued: no data yet" : "no data yet", showarrow: false,
+        text: ended ? "no data" : doc.status === "queued" ? "queued: no data yet" : "no data yet", showarrow: false,
         xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { color: "#888", size: 14 } }] });
     }
     window.Plotly.react(this.div, traces, layout, CONFIG);

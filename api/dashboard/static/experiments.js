@@ -44,7 +44,8 @@ export function render(main) {
   function restart() {
     cursors.length = 1;
     const kept = new URLSearchParams(Object.entries(filters).filter(([, v]) => v));
-    history.replaceState(null, "", `#/${kept.size ? `?${kept}` : ""}`);
+    const text = String(kept);
+    history.replaceState(null, "", `#/${text ? `?${text}` : ""}`);
     load();
   }
 

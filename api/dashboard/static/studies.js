@@ -110,18 +110,19 @@ export function renderStudy(main, [id]) {
     if (compared && choice.type === "heatmap") choice.type = "overlay";
     if (!chosen.has("x") || !choice.x) choice.x = axes[0] ?? metrics[0];
     if (!chosen.has("y") || !choice.y) choice.y = axes[1] ?? axes[0];
+    if (choice.y === choice.x) choice.y = axes.find((a) => a !== choice.x) ?? choice.y;   // a heatmap needs two
     if (!chosen.has("metric") || !metrics.includes(choice.metric)) {
       choice.metric = defaultMetric(metrics, new Set(table.derived ?? []));
     }
     const pick = (name, values) => h("label", `${name} `, h("select", { name: `chart-${name}`,
-      onchange: (e) => { choice[name] = e.target.value; chosen.add(name); drawChart(); } },
+      onchange: (e) => { choice[name] = e.target.value; chosen.add(name); drawChartControls(); } },
     values.map((v) => h("option", { value: v, selected: v === choice[name] }, v))));
     const types = compared ? ["overlay", "scatter"] : axes.length >= 2 ? ["heatmap", "scatter", "overlay"]
       : ["scatter", "overlay"];
     if (!types.includes(choice.type)) choice.type = types[0];
     chartCard.replaceChildren(h("h3", "Chart"),
       h("div.toolbar", pick("type", types), choice.type !== "overlay" ? pick("x", [...axes, ...metrics]) : "",
-        choice.type === "heatmap" ? pick("y", axes) : "", pick("metric", metrics)),
+        choice.type === "heatmap" ? pick("y", axes.filter((a) => a !== choice.x)) : "", pick("metric", metrics)),
       h("div.chart#study-plot", { dataset: { type: choice.type } }));
     drawChart();
   }
@@ -131,8 +132,8 @@ export function renderStudy(main, [id]) {
     const type = choice.type;
     if (div.dataset.type !== type) { div.dataset.type = type; return drawChartControls(); }
     if (type === "overlay") {
-      // a child that has ended without the metric (another kind's, in a comparison) has no such series
-      const ids = table.rows.filter((r) => r.status === "running" || typeof r[choice.metric] === "number")
+      // a succeeded child without the column is another kind's (in a comparison): it has no such series
+      const ids = table.rows.filter((r) => r.status !== "queued" && (r.status !== "succeeded" || choice.metric in r))
         .slice(0, OVERLAY_MAX);
       const docs = await Promise.all(ids.map((r) => api(`/v1/experiments/${r.experiment_id}/results?` +
         `max_points=500&fields=${encodeURIComponent(choice.metric)}`).catch(() => null)));
