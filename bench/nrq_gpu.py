@@ -186,9 +186,10 @@ def main(argv: list[str] | None = None) -> int:
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     bw = copy_bandwidth(device, 2**30 if device.type == "cuda" else 2**28)
+    triton = smdengine.provenance(spec(10, 1, "float32", 1, device.type))["triton"]   # None: the kernel cannot run
     print(f"nrq on {device.type} ({name}) — torch {torch.__version__}, {os.cpu_count()} CPUs, "
           f"copy bandwidth {bw / 1e9:.0f} GB/s (read + write){', quick' if args.quick else ''}; "
-          f"update: {'Triton ' + kernel if (kernel := smdengine.provenance(spec(10, 1, 'float32', 1, device.type))['triton']) else 'torch ops'}; "
+          f"update: {'Triton ' + triton if triton else 'torch ops'}; "
           f"load average {load_average()}")
     print("trial-steps/s; engine = smdengine.run (marginal); step = Stepper.step loop; "
           f"torch = the update as torch ops; graph = {args.chunk} steps per CUDA graph replay; rng = torch.randn per step; "

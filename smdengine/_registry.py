@@ -121,8 +121,8 @@ def spec_paths(kind: str | None = None) -> set[str]:
 
 def summary_names(kind: str | None = None) -> tuple[str, ...]:
     """The top-level summary values a run of ``kind`` (any: None) can have: its metrics' tail means, scalar
-    theory and the values its model declares in ``Outputs.summary`` (their names); the per-phase ``equilibrium_steps[_predicted]_phase<i>`` are matched
-    by :data:`PHASE_SUMMARY`."""
+    theory and the values its model declares in ``Outputs.summary`` (their names); the per-phase
+    ``equilibrium_steps[_predicted]_phase<i>`` are matched by :data:`PHASE_SUMMARY`."""
     names: dict[str, None] = {}
     for name, entry in REGISTRY.items():
         if kind is None or name == kind:

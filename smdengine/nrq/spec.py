@@ -39,10 +39,10 @@ class NRQPhysics(StrictModel):
     """The NRQ problem and plain-SGD rates shared by the ``nrq`` kind and the ``sde`` kind's nrq model."""
 
     dim: int = Field(10, ge=2, le=100_000, description="p, the dimension of X.")
-    eig_low: float | None = Field(None, ge=0, le=1e6, description="a_1 of a two-level spectrum, given with eig_high (both "
-                                   "unset and no eigenvalues: 1 and 2).")
-    eig_high: float | None = Field(None, ge=0, le=1e6, description="a_2 = … = a_p of a two-level spectrum, given with "
-                                    "eig_low (both unset and no eigenvalues: 1 and 2).")
+    eig_low: float | None = Field(None, ge=0, le=1e6, description=(
+        "a_1 of a two-level spectrum, given with eig_high (both unset and no eigenvalues: 1 and 2)."))
+    eig_high: float | None = Field(None, ge=0, le=1e6, description=(
+        "a_2 = … = a_p of a two-level spectrum, given with eig_low (both unset and no eigenvalues: 1 and 2)."))
     eigenvalues: list[float] | None = Field(None, description="Explicit ascending spectrum a_1 < a_2 ≤ … ≤ a_p (length dim).")
     noise_std: float = Field(1.0, gt=0, le=1e6, description="σ, with Σ = σ²I.")
     lr: float = Field(0.1, gt=0, le=1e3, description="η, the learning rate.")

@@ -103,15 +103,15 @@ def preset_study(preset_id: str, size: str = "quick", seeds: list[int] | None = 
         raise ValueError(f"size: expected one of {', '.join(preset.sizes)}, got {size!r}")
     study = deepcopy(dict(preset.sizes[size]))
     axes = [*study.get("grid", {}), *study.get("zip", {}),
-            *dict.fromkeys(p for point in study.get("points") or () for p in point)]
+            *dict.fromkeys(p for point in study.get("points") or () for p in point),
+            *(["seed"] if seeds is not None or "seeds" in study else [])]   # each child's seed is one of the seeds
     for path, value in (overrides or {}).items():
-        if path == "seed" and (seeds is not None or "seeds" in study):   # each child's seed comes from the study's seeds
-            raise ValueError("seed: expected a path the preset does not vary, got the seed, which each run takes "
-                             "from the study's seeds (give \"seeds\": [...] instead)")
         varied = next((a for a in axes if _overlaps(path, a)), None)
         if varied is not None:   # the points would overwrite it: refuse rather than ignore it
+            instead = ('give "seeds": [...]' if varied == "seed" else
+                       "run the study yourself with POST /v1/studies to vary it differently")
             raise ValueError(f"{path}: expected a path the preset does not vary, got one that overlaps its axis "
-                             f"{varied!r} (run the study yourself with POST /v1/studies to vary it differently)")
+                             f"{varied!r} ({instead})")
         set_path(study["base"], path, deepcopy(value))
     if seeds is not None:
         study["seeds"] = list(seeds)

@@ -74,7 +74,7 @@ def test_unknown_preset_is_404_listing_the_ids(sqlite_env):
     ({"overrides": {"params.lr": 0.2}}, ["body", "overrides", "params.lr"], ["does not vary", "axis"]),
     ({"overrides": {"params.dim": 1}}, ["body", "overrides", "params.dim"], ["greater"]),
     ({"seeds": []}, ["body", "seeds"], ["at least 1"]),
-    ({"overrides": {"seed": 3}}, ["body", "overrides", "seed"], ["does not vary", "from the study", "seeds"]),   # not ignored
+    ({"overrides": {"seed": 3}}, ["body", "overrides", "seed"], ["does not vary", "its axis", "seeds"]),   # not ignored
     ({"size": "quick", "bogus": 1}, ["body", "bogus"], ["xtra"]),
 ])
 def test_a_bad_size_or_override_is_422_and_stores_nothing(sqlite_env, body, loc, words):

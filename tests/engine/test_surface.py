@@ -93,20 +93,13 @@ def test_output_names_of_a_kind_cover_its_models():
 
 
 
-# a run of every registered model, as small as its spec allows
-TINY_PARAMS = {
-    ("nrq", "nrq"): {"trials": 8, "steps": 100, "record_every": 10},
-    ("sde", "nrq"): {"trials": 8, "steps": 100, "record_every": 10, "dt": 0.5, "f_bins": 10},
-    ("sde", "normalized_linear"): {"trials": 6, "steps": 60, "record_every": 10, "record_trials": 3},
-    ("sde", "norm_map"): {"steps": 200, "record_every": 20, "momentum": 0.9},
-    ("sde", "toy2d"): {"trials": 4, "steps": 20, "record_every": 5},
-    ("train", "train"): {"dataset": {"name": "digits"}, "depth": 2, "width": 8, "batch_size": 16, "steps": 20,
-                         "record_every": 10, "eval_every": 10},
-}
+def tiny_spec(kind: str, model: str) -> dict:
+    """A quick run of a registered model: the small specs the API tests submit."""
+    from tests.api.test_sde_experiments import sde_spec
+    from tests.api.test_train_experiments import train_spec
+    from tests.conftest import small_spec
 
-
-def test_the_tiny_runs_cover_every_model():
-    assert set(TINY_PARAMS) == {(kind, model.name) for kind, model in MODELS}
+    return {"nrq": lambda: small_spec(), "sde": lambda: sde_spec(model), "train": lambda: train_spec()}[kind]()
 
 
 @pytest.mark.parametrize(("kind", "model"), MODELS, ids=[m.simulator for _, m in MODELS])
@@ -115,9 +108,7 @@ def test_every_summary_value_of_a_run_is_declared(kind, model):
     declare (in its metrics, scalar theory or Outputs.summary) could not be searched."""
     import re
 
-    params = TINY_PARAMS[(kind, model.name)]
-    spec = {"kind": kind, "params": {**params, "model": model.name} if REGISTRY[kind].tag else params}
-    summary = smdengine.run(smdengine.parse_spec(spec)).to_document()["summary"]
+    summary = smdengine.run(smdengine.parse_spec(tiny_spec(kind, model.name))).to_document()["summary"]
     own = {*model.outputs.metrics, *model.outputs.theory, *model.outputs.summary}
     undeclared = [k for k in summary if k != "layers" and k not in own and not re.fullmatch(smdengine.PHASE_SUMMARY, k)]
     assert undeclared == []
