@@ -21,11 +21,12 @@ BENCHES       ?= $(wildcard bench/*.py)
 VPY   := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv run test lint redis postgres chromium bench clean
+.PHONY: help venv run test test-quick lint redis postgres chromium bench clean
 
 help:
 	@echo "make run    - start the service (API + embedded worker, SQLite, auth off) on 127.0.0.1:\$${SMD_PORT:-8000}"
 	@echo "make test   - run the test suite (PYTEST_ARGS='...' to pass options to pytest)"
+	@echo "make test-quick - engine, store and API unit tests on SQLite: no servers, no browser (< 3 min)"
 	@echo "make lint   - ruff and mypy (also run by make test, before pytest)"
 	@echo "make bench  - run the benchmarks in bench/"
 	@echo "make clean  - remove .venv and build/test caches (keeps .smd/ data)"
@@ -67,8 +68,28 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
+# Two pytest processes (pytest-xdist): the tests that start servers and workers run one after another in
+# one of them, every other module goes whole to either (tests/conftest.py). The schema fuzzing runs first, in
+# its own session: schemathesis reports each API operation as a subtest, which loadgroup scheduling drops.
+# PYTEST_ARGS='...' runs just that selection (in the same two processes); PYTEST_WORKERS=0 runs one process.
+# --durations=15: the slowest tests are printed at the end of every run, so that growth shows.
+PYTEST_WORKERS ?= 2
+FUZZ_TESTS    := tests/api/test_schemathesis.py
+XDIST          = -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: venv redis postgres chromium lint
-	$(VPY) -m pytest -q $(PYTEST_ARGS)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist load $(FUZZ_TESTS)
+	$(VPY) -m pytest -q $(XDIST) --durations=15 --ignore=$(FUZZ_TESTS)
+else
+	$(VPY) -m pytest -q $(XDIST) --durations=15 $(PYTEST_ARGS)
+endif
+
+# The inner loop: no Redis, PostgreSQL, browser or service processes, no slow statistical runs.
+QUICK_PATHS ?= tests/engine tests/store tests/worker tests/api
+test-quick: venv
+	SMD_TEST_DATABASES=sqlite $(VPY) -m pytest -q --durations=10 -m "not integration and not slow" \
+	    $(QUICK_PATHS) $(PYTEST_ARGS)
 
 bench: venv
 	@if [ -z "$(strip $(BENCHES))" ]; then echo "no benchmarks in bench/"; exit 0; fi; \

@@ -50,8 +50,6 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from smdcli.study import Client, HTTPError
-
     if not args.ids and not args.study:
         print("smd export mlflow: expected experiment ids or --study", file=sys.stderr)
         return 2
@@ -63,12 +61,20 @@ def main(args: argparse.Namespace) -> int:
     except ImportError:
         print("smd export mlflow: mlflow is not installed (pip install 'smdlab[mlflow]')", file=sys.stderr)
         return 2
-    client = Client()
+    from smdcli.service import call
+
+    return call("smd export mlflow", lambda client: export_all(client, args))
+
+
+def export_all(client: Any, args: argparse.Namespace) -> int:
+    """Each experiment (or the study's children, in index order) as an MLflow run; one line per
+    experiment on stdout. The service's errors go up to :func:`smdcli.service.call`."""
+    from smdlab import SMDError
+
+    ids = list(args.ids)
+    if args.study:
+        ids += [c["id"] for c in sorted(client.get_study(args.study).data["children"], key=lambda c: c["index"])]
     try:
-        ids = list(args.ids)
-        if args.study:
-            study = client.json("GET", f"/v1/studies/{args.study}")
-            ids += [c["id"] for c in sorted(study["children"], key=lambda c: c["index"])]
         # MLflow prints "View run … at …" on stdout: to stderr, so that stdout stays one line per experiment
         with contextlib.redirect_stdout(sys.stderr):
             exporter = MlflowExporter(args.tracking_uri, args.experiment)
@@ -76,12 +82,8 @@ def main(args: argparse.Namespace) -> int:
             with contextlib.redirect_stdout(sys.stderr):
                 run_id, fresh = exporter.export(client, experiment_id, force=args.force)
             print(f"{experiment_id}\t{run_id}\t{'exported' if fresh else 'already exported (--force to redo)'}")
-    except HTTPError as exc:
-        print(f"smd export mlflow: {exc}", file=sys.stderr)
-        return 1
-    except (OSError, json.JSONDecodeError) as exc:   # connection refused, timeouts, a non-JSON answer
-        print(f"smd export mlflow: cannot reach the service at {client.url}: {exc}", file=sys.stderr)
-        return 1
+    except SMDError:
+        raise
     except Exception as exc:   # MLflow's own errors (MlflowException, its REST client's)
         print(f"smd export mlflow: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -102,9 +104,9 @@ class MlflowExporter:
                                            max_results=1)
         if existing and not force:
             return existing[0].info.run_id, False
-        experiment = client.json("GET", f"/v1/experiments/{experiment_id}")
-        doc = client.json("GET", f"/v1/experiments/{experiment_id}/results")
-        plots = client.json("GET", f"/v1/experiments/{experiment_id}/plots")
+        experiment = client.http.json("GET", f"/v1/experiments/{experiment_id}")
+        doc = client.http.json("GET", f"/v1/experiments/{experiment_id}/results")
+        plots = client.http.json("GET", f"/v1/experiments/{experiment_id}/plots")
         run = self.mlflow.create_run(self.experiment_id, run_name=experiment.get("name") or experiment_id,
                                      tags=run_tags(experiment, doc, client.url))
         run_id = run.info.run_id
@@ -121,7 +123,7 @@ class MlflowExporter:
             folder = Path(tmp) / "plots"
             folder.mkdir()
             for plot in plots:
-                _, _, png = client.request("GET", f"/v1/experiments/{experiment_id}/plots/{plot['name']}.png")
+                png = client.http.request("GET", f"/v1/experiments/{experiment_id}/plots/{plot['name']}.png").content
                 (folder / f"{plot['name']}.png").write_bytes(png)
             if plots:
                 self.mlflow.log_artifacts(run_id, str(folder), artifact_path="plots")

@@ -70,24 +70,16 @@ def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
                              quiet=args.quiet, data_dir=data_dir)
     if command in ("list", "show") and not args.remote:
         return list_local(args.json) if command == "list" else show_local(args.id, args.json)
-    client = studycli.Client()
-    try:
+    from smdcli.service import call
+
+    def remote(client: Any) -> int:
         if command == "list":
-            return print_list(client.json("GET", "/v1/presets"), args.json)
+            return print_list(client.presets(), args.json)
         if command == "show":
-            return print_show(client.json("GET", f"/v1/presets/{args.id}"), args.json)
+            return print_show(client.preset(args.id), args.json)
         return run_remote(client, args, overrides)
-    except studycli.HTTPError as exc:
-        print(f"smd presets: {exc}", file=sys.stderr)
-        return {404: 2, 422: 2, 429: 3}.get(exc.status, 1)
-    except (ValueError, KeyError) as exc:   # a reply that is not the service's JSON
-        print(f"smd presets: unexpected reply from {client.url}: {exc!r}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:   # our reader left (`| head`), not the service: smd.main ends quietly
-        raise
-    except OSError as exc:
-        print(f"smd presets: cannot reach {client.url}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
-        return 1
+
+    return call("smd presets", remote, not_found=2)
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any] | None:
@@ -110,7 +102,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any] | None:
 
 def _catalog(preset_id: str | None = None) -> Any:
     import smdengine
-    from api import presets
+    from smdrender import presets
 
     if preset_id is None:
         return [presets.catalog_entry(p) for p in smdengine.PRESETS.values()]
@@ -173,7 +165,7 @@ def print_show(entry: dict[str, Any], as_json: bool) -> int:
 def print_checks(checks: list[dict[str, Any]] | None, out: Any = None) -> None:
     """The verdict table: one row per check (verdict, id, predicted, measured ± tolerance), the claim
     and note under it."""
-    from api.presets import _value_text
+    from smdrender.presets import value_text
 
     out = out or sys.stdout
     if not checks:
@@ -182,8 +174,8 @@ def print_checks(checks: list[dict[str, Any]] | None, out: Any = None) -> None:
     width = max(len(str(c.get("id"))) for c in checks)
     print(f"{'verdict':<14}  {'check':<{width}}  {'predicted':>12}  measured ± tolerance", file=out)
     for c in checks:
-        print(f"{str(c.get('verdict')):<14}  {str(c.get('id')):<{width}}  {_value_text(c.get('predicted')):>12}  "
-              f"{_value_text(c.get('measured'))} ± {_value_text(c.get('tolerance'))}", file=out)
+        print(f"{str(c.get('verdict')):<14}  {str(c.get('id')):<{width}}  {value_text(c.get('predicted')):>12}  "
+              f"{value_text(c.get('measured'))} ± {value_text(c.get('tolerance'))}", file=out)
         print(f"{'':<14}  {c.get('claim')}", file=out)
         if c.get("note"):
             print(f"{'':<14}  note: {c['note']}", file=out)
@@ -192,7 +184,7 @@ def print_checks(checks: list[dict[str, Any]] | None, out: Any = None) -> None:
 # ---------------------------------------------------------------------------- run
 
 
-def run_remote(client: studycli.Client, args: argparse.Namespace, overrides: dict[str, Any] | None) -> int:
+def run_remote(client: Any, args: argparse.Namespace, overrides: dict[str, Any] | None) -> int:
     body: dict[str, Any] = {"size": args.size}
     if args.seeds:
         body["seeds"] = args.seeds
@@ -201,7 +193,7 @@ def run_remote(client: studycli.Client, args: argparse.Namespace, overrides: dic
     for key in ("visibility", "priority"):
         if getattr(args, key):
             body[key] = getattr(args, key)
-    study = client.json("POST", f"/v1/presets/{args.id}/run", body)
+    study = client.run_preset(args.id, **body).data
     print(study["id"])
     print(f"smd presets: submitted {args.id} ({args.size}) as study {study['id']}: "
           f"{studycli._child_count(study)} runs, {study.get('status')}", file=sys.stderr)
@@ -209,8 +201,7 @@ def run_remote(client: studycli.Client, args: argparse.Namespace, overrides: dic
         return 0
     status = studycli.follow(client, study["id"], quiet=args.quiet)
     if status != 130:
-        done = client.json("GET", f"/v1/studies/{study['id']}")
-        print_checks(done.get("checks"))
+        print_checks(client.get_study(study["id"]).data.get("checks"))
     return status
 
 
@@ -219,7 +210,7 @@ def run_local(preset_id: str, size: str, seeds: list[int] | None, overrides: dic
     """Build the preset's study, run it here (`smd study run`), evaluate its checks on the results;
     write checks.json and figure.png into ``out_dir`` and print the verdicts."""
     import smdengine
-    from api import presets
+    from smdrender import presets
 
     preset = smdengine.PRESETS.get(preset_id)
     if preset is None:

@@ -62,24 +62,9 @@ def _follow_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from smdlab import Client, QuotaExceeded, SMDError, SMDValidationError
+    from smdcli.service import call
 
-    client = Client()
-    try:
-        return _run(client, args)
-    except SMDValidationError as exc:
-        print(f"smd {args.command}: rejected (422):", file=sys.stderr)
-        for error in exc.errors:
-            print(f"  {error['field'] or '(body)'}: {error['reason']}", file=sys.stderr)
-        return 2
-    except QuotaExceeded as exc:
-        print(f"smd {args.command}: {exc.detail}", file=sys.stderr)
-        return 3
-    except SMDError as exc:
-        print(f"smd {args.command}: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        client.close()
+    return call(f"smd {args.command}", lambda client: _run(client, args))
 
 
 def _run(client: Any, args: argparse.Namespace) -> int:

@@ -15,7 +15,8 @@ standard error over seeds), and the plots: ``overlay_<metric>.png`` for every me
 results do not depend on N. Exit status: 0 all children succeeded, 1 one failed, 2 a bad study.
 
 The remote commands talk to ``SMD_URL`` (default http://127.0.0.1:8000) with ``SMD_KEY`` as bearer
-key. Exit status: 0 done, 1 an HTTP or connection error, 2 a rejected study (422), 3 over quota (429);
+key, through :class:`smdlab.Client` (:mod:`smdcli.service`).
+Exit status: 0 done, 1 an HTTP or connection error, 2 a rejected study (422), 3 over quota (429);
 ``--follow`` ends with 0 succeeded, 1 failed or partial, 2 cancelled.
 """
 from __future__ import annotations
@@ -24,12 +25,8 @@ import argparse
 import json
 import math
 import multiprocessing
-import os
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -75,8 +72,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
     if args.study_command == "run":
         return run_local(args.study, args.output, jobs=args.jobs, quiet=args.quiet, data_dir=data_dir)
-    client = Client()
-    try:
+    from smdcli.service import call
+
+    def remote(client: Any) -> int:
         if args.study_command == "submit":
             return submit(client, args)
         if args.study_command == "status":
@@ -86,17 +84,8 @@ def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
         if args.study_command == "table":
             return table(client, args.id, group=args.group, as_csv=args.csv, output=args.output)
         return cancel(client, args.id)
-    except HTTPError as exc:
-        print(f"smd study: {exc}", file=sys.stderr)
-        return {422: 2, 429: 3}.get(exc.status, 1)
-    except (ValueError, KeyError) as exc:   # a reply that is not the service's JSON
-        print(f"smd study: unexpected reply from {client.url}: {exc!r}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:   # our reader left (`| head`), not the service: smd.main ends quietly
-        raise
-    except OSError as exc:   # connection refused, DNS, timeouts (urllib.error.URLError is an OSError)
-        print(f"smd study: cannot reach {client.url}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
-        return 1
+
+    return call("smd study", remote)
 
 
 # ============================================================================ smd study run
@@ -358,9 +347,9 @@ def write_outputs(out_dir: Path, study: Any, children: list[Any], docs: list[dic
 
 
 def _csv(rows: list[dict[str, Any]]) -> bytes:
-    """The table as the service's ``table.csv`` writes it (api.exports.rows_to_csv)."""
+    """The table as the service's ``table.csv`` writes it (smdrender.tables.rows_to_csv)."""
     import smdengine
-    from api.exports import rows_to_csv
+    from smdrender.tables import rows_to_csv
 
     return rows_to_csv(smdengine.table_columns(rows), rows)
 
@@ -374,7 +363,7 @@ def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[
     """overlay_<metric>.png for every metric with a theory; heatmap_<metric>.png over the first two
     numeric axes; scatter_<metric>_intrinsic_lr.png when ηλ varies."""
     import smdengine
-    from api import study_plots
+    from smdrender import study_plots
 
     ok = [(c, d) for c, d in zip(children, docs, strict=True) if d["status"] == "succeeded"]
     if not ok:
@@ -437,63 +426,14 @@ def heatmap_axes(study: Any, grouped: list[dict[str, Any]]) -> tuple[str, str] |
 # ============================================================================ the service over HTTP
 
 
-class HTTPError(Exception):
-    def __init__(self, status: int, detail: Any):
-        self.status, self.detail = status, detail
-        super().__init__(f"HTTP {status}: {_detail_text(detail)}")
-
-
-def _detail_text(detail: Any) -> str:
-    if isinstance(detail, list):   # FastAPI/pydantic validation errors
-        return "\n  " + "\n  ".join(
-            f"{'.'.join(map(str, e.get('loc', [])))}: {e.get('msg')}" if isinstance(e, dict) else str(e) for e in detail)
-    if isinstance(detail, dict):
-        return json.dumps(detail)
-    return str(detail)
-
-
-class Client:
-    """The few requests the CLI makes (urllib: no extra dependency)."""
-
-    def __init__(self, url: str | None = None, key: str | None = None, timeout: float = 30.0):
-        self.url = (url or os.environ.get("SMD_URL") or "http://127.0.0.1:8000").rstrip("/")
-        self.key = key if key is not None else os.environ.get("SMD_KEY")
-        self.timeout = timeout
-
-    def request(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None,
-                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
-        url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        req = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        if self.key:
-            req.add_header("Authorization", f"Bearer {self.key}")
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return resp.status, dict(resp.headers.items()), resp.read()
-        except urllib.error.HTTPError as exc:
-            payload = exc.read()
-            if exc.code == 304:
-                return 304, dict(exc.headers.items()), payload
-            try:
-                detail = json.loads(payload).get("detail", payload.decode("utf-8", "replace"))
-            except (ValueError, AttributeError):
-                detail = payload.decode("utf-8", "replace") or exc.reason
-            raise HTTPError(exc.code, detail) from None
-
-    def json(self, method: str, path: str, body: Any = None, params: dict[str, Any] | None = None) -> Any:
-        return json.loads(self.request(method, path, body, params)[2] or b"null")
-
-
-def submit(client: Client, args: argparse.Namespace) -> int:
+def submit(client: Any, args: argparse.Namespace) -> int:
     body = read_study(args.study)
     if body is None:
         return 2
     for key in SERVICE_KEYS:
         if getattr(args, key):
             body[key] = getattr(args, key)
-    study = client.json("POST", "/v1/studies", body)
+    study = client.http.json("POST", "/v1/studies", json=body)
     print(study["id"])
     print(f"smd study: submitted {study['id']}: {_child_count(study)} children, {study.get('status')}",
           file=sys.stderr)
@@ -524,8 +464,8 @@ def _eta_text(eta: Any) -> str:
     return f"eta {when.astimezone().strftime('%H:%M:%S')} (in {seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d})"
 
 
-def show_status(client: Client, study_id: str, raw: bool = False) -> int:
-    study = client.json("GET", f"/v1/studies/{study_id}")
+def show_status(client: Any, study_id: str, raw: bool = False) -> int:
+    study = client.get_study(study_id).data
     if raw:
         print(json.dumps(study, indent=2))
         return 0
@@ -543,7 +483,7 @@ def show_status(client: Client, study_id: str, raw: bool = False) -> int:
     return 0
 
 
-def follow(client: Client, study_id: str, quiet: bool = False, interval: float = 1.0) -> int:
+def follow(client: Any, study_id: str, quiet: bool = False, interval: float = 1.0) -> int:
     """Poll the study (If-None-Match) every ``interval`` seconds with a bar over its children until it
     ends; the exit status of its final status."""
     etag: str | None = None
@@ -551,11 +491,11 @@ def follow(client: Client, study_id: str, quiet: bool = False, interval: float =
     bar: tqdm | None = None
     try:
         while True:
-            status, headers, body = client.request("GET", f"/v1/studies/{study_id}",
-                                                   headers={"If-None-Match": etag} if etag else None)
-            if status != 304:
-                etag = {k.lower(): v for k, v in headers.items()}.get("etag")
-                study = json.loads(body)
+            response = client.http.request("GET", f"/v1/studies/{study_id}",
+                                           headers={"If-None-Match": etag} if etag else None)
+            if response.status_code != 304:
+                etag = response.headers.get("etag")
+                study = response.json()
                 total = _child_count(study) or 1
                 if bar is None:
                     bar = tqdm(total=total, unit="child", file=sys.stderr, disable=quiet or not sys.stderr.isatty(),
@@ -579,10 +519,10 @@ def follow(client: Client, study_id: str, quiet: bool = False, interval: float =
     return END_STATUSES[study["status"]]
 
 
-def table(client: Client, study_id: str, group: str | None = None, as_csv: bool = False,
+def table(client: Any, study_id: str, group: str | None = None, as_csv: bool = False,
           output: Path | None = None) -> int:
     path = f"/v1/studies/{study_id}/table" + (".csv" if as_csv else "")
-    _, _, body = client.request("GET", path, params={"group": group} if group else None)
+    body = client.http.request("GET", path, params={"group": group} if group else None).content
     if not as_csv:
         body = (json.dumps(json.loads(body), indent=2) + "\n").encode("utf-8")
     if output is None:
@@ -594,8 +534,8 @@ def table(client: Client, study_id: str, group: str | None = None, as_csv: bool 
     return 0
 
 
-def cancel(client: Client, study_id: str) -> int:
-    study = client.json("POST", f"/v1/studies/{study_id}/cancel")
+def cancel(client: Any, study_id: str) -> int:
+    study = client.http.json("POST", f"/v1/studies/{study_id}/cancel")
     status = study.get("status") if isinstance(study, dict) else None
     print(f"smd study: cancel requested for {study_id}" + (f" ({status})" if status else ""), file=sys.stderr)
     return 0

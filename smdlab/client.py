@@ -95,6 +95,10 @@ class Client:
         """The seeds' figures as presets: id, seed, figure, description, checks, cost estimates."""
         return self.http.json("GET", "/v1/presets")
 
+    def preset(self, preset_id: str) -> dict[str, Any]:
+        """One preset in full: its catalog entry, each size with the study spec it expands to."""
+        return self.http.json("GET", f"/v1/presets/{preset_id}")
+
     def run_preset(self, preset_id: str, size: str = "quick", **options: Any) -> Study:
         """Run a preset (``options``: ``seeds``, ``overrides``, ``visibility``); its study, with checks."""
         return Study(self, self.http.json("POST", f"/v1/presets/{preset_id}/run", json={"size": size, **options}))

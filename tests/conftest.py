@@ -9,6 +9,10 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # two pytest processes share two cores: one torch thread each (and in the servers they start),
+    # instead of two threads each contending for both cores
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from store.settings import Settings  # noqa: E402
 
@@ -21,20 +25,36 @@ def pytest_addoption(parser) -> None:
                           "tests marked cpu_stream are skipped on another device")
 
 
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests marked cpu_stream are skipped when ``--device`` is not cpu: their oracle replays the CPU
     generator's draws, or what they expect is one outcome of a borderline statistic for the CPU stream's
-    realisation (a CUDA generator draws other numbers from the same seed)."""
+    realisation (a CUDA generator draws other numbers from the same seed).
+
+    Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``) every test is grouped by its module, so
+    that a module-scoped fixture (a server, an expensive statistical run shared by the module's tests) is
+    made once, not once in each process; the tests marked ``serial`` (real processes whose lease, sweep
+    and outage timings are asserted on) share one group, so that no two of them run at once."""
     device = config.getoption("--device")
     for item in items:
+        group = "serial" if item.get_closest_marker("serial") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
         if device != "cpu" and item.get_closest_marker("cpu_stream"):
             item.add_marker(pytest.mark.skip(reason=f"it depends on the CPU generator's draws, not {device}'s"))
+
+
+# The databases each database test runs on: both by default; `make test-quick` sets SMD_TEST_DATABASES=sqlite
+# (no server started), and a test that needs PostgreSQL itself is then skipped.
+DATABASES = [name.strip() for name in os.environ.get("SMD_TEST_DATABASES", "sqlite,postgres").split(",") if name.strip()]
 
 
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> Iterator[str]:
     """One private PostgreSQL server for the whole session (make test installs the binaries)."""
     from tests.servers import postgres_server
+
+    if "postgres" not in DATABASES:
+        pytest.skip(f"SMD_TEST_DATABASES={','.join(DATABASES)}: no PostgreSQL in this run")
 
     with postgres_server() as url:
         yield url
@@ -43,7 +63,7 @@ def postgres_admin_url() -> Iterator[str]:
 _db_counter = iter(range(10**6))
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=DATABASES)
 def database_url(request, tmp_path) -> str:
     """Each database test runs on SQLite and on a real PostgreSQL (a fresh database per test)."""
     if request.param == "sqlite":
@@ -52,6 +72,13 @@ def database_url(request, tmp_path) -> str:
 
     admin = request.getfixturevalue("postgres_admin_url")
     return fresh_database(admin, f"t{next(_db_counter)}_{os.getpid()}")
+
+
+# A fault scenario of real processes runs end to end once, on PostgreSQL (the production database); the
+# same logic on SQLite is covered without processes, at the store and runner level (tests/store,
+# tests/worker, which run on both databases), and SQLite's own multi-process path by the embedded
+# service's scenarios (tests/integration/test_embedded.py). DEVELOPERS.md, "The suite's time budget".
+POSTGRES_ONLY = pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import smdengine
 from api import cursors, etag, search
 from api.cursors import SortedCursorQuery
 from api.deps import CurrentUserDep, DbDep, ExperimentDep, ManagedExperimentDep, SettingsDep
-from api.exports import runs_csv
 from api.provenance import provenance_of
 from api.responses import FORBIDDEN, NOT_FOUND, NOT_MODIFIED, UNAUTHORIZED, over_quota, quota_response
 from api.results import result_document
@@ -27,6 +26,7 @@ from api.schemas import (
     ResultDocument,
     Submission,
 )
+from smdrender.tables import runs_csv
 from store import jobs, series
 from store.models import PRIORITIES, TERMINAL, Experiment, Status, User
 from store.search import Position

@@ -1,4 +1,4 @@
-"""Exports: the result series as a table (CSV, Parquet), one row per recorded step (api/exports.py)."""
+"""Exports: the result series as a table (CSV, Parquet), one row per recorded step (smdrender/tables.py)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -6,11 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from api import etag, exports
+from api import etag
 from api.deps import DbDep, ExperimentDep
 from api.responses import NOT_FOUND, NOT_MODIFIED, Responses
 from api.results import result_document
 from api.routes.experiments import SINCE_STEP
+from smdrender import tables as exports
 from store import series
 from store.models import Experiment
 

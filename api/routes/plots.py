@@ -8,11 +8,11 @@ from fastapi import APIRouter, HTTPException, Response
 from pydantic import BaseModel, Field
 
 import smdengine
-from api import plots
 from api.deps import DbDep, ExperimentDep
 from api.responses import UNAUTHORIZED
 from api.results import result_document
 from api.schemas import ErrorOut
+from smdrender import plots
 
 router = APIRouter(prefix="/v1/experiments", tags=["plots"])
 

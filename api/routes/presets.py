@@ -11,12 +11,12 @@ from fastapi import APIRouter, HTTPException, Path, Response
 from pydantic import ValidationError
 
 import smdengine
-from api import presets
 from api.deps import CurrentUserDep, DbDep, SettingsDep
 from api.responses import UNAUTHORIZED, quota_response
 from api.routes.studies import _body_errors, submit
 from api.schemas import ErrorOut, PresetDetailOut, PresetOut, PresetRun, StudyOut, StudySubmission
 from smdengine import StudyError
+from smdrender import presets
 
 router = APIRouter(prefix="/v1/presets", tags=["presets"])
 

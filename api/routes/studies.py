@@ -18,7 +18,7 @@ from fastapi import APIRouter, Body, Header, HTTPException, Query, Request, Resp
 from fastapi.encoders import jsonable_encoder
 from pydantic import ValidationError
 
-from api import cursors, etag, exports, presets
+from api import cursors, etag
 from api.cursors import CursorQuery
 from api.deps import CurrentUserDep, DbDep, ManagedStudyDep, SettingsDep, StudyDep
 from api.responses import (
@@ -31,7 +31,7 @@ from api.responses import (
     query_error,
     quota_response,
 )
-from api.results import downsample_indices, result_document
+from api.results import result_document
 from api.routes.events import EventStream, _known_revision, _stream
 from api.schemas import (
     COMPARE_EXAMPLE,
@@ -62,6 +62,9 @@ from smdengine import (
     theory_of,
     time_axis,
 )
+from smdrender import presets
+from smdrender import tables as exports
+from smdrender.downsample import downsample_indices
 from store import series, studies
 from store.models import PRIORITIES, Experiment, User, as_utc
 from store.settings import Settings
@@ -541,7 +544,7 @@ def _number(value: Any) -> bool:
 
 
 def _renderers():
-    from api import study_plots  # matplotlib loads with the first plot, not with the app
+    from smdrender import study_plots  # matplotlib loads with the first plot, not with the app
 
     return study_plots
 

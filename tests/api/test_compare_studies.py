@@ -166,7 +166,7 @@ def test_status_follows_the_members_and_mixed_kinds_overlay(sqlite_env):
 
 
 def test_overlay_labels_are_the_members_names(sqlite_env, monkeypatch):
-    from api import study_plots
+    from smdrender import study_plots
 
     client, settings = sqlite_env
     drawn = {}

@@ -12,7 +12,9 @@ from tests.servers import free_port
 
 
 def test_unreachable_database_is_a_503_with_retry_after(sqlite_settings):
-    with TestClient(create_app(sqlite_settings.model_copy(update={"sweeper": False}))) as client:
+    # each request retries for its patience (db_request_retry_seconds, 2 s by default) before its 503
+    patient = sqlite_settings.model_copy(update={"sweeper": False, "db_request_retry_seconds": 0.3})
+    with TestClient(create_app(patient)) as client:
         # after start-up (which migrates), point the app at a PostgreSQL nobody listens on
         client.app.state.settings = sqlite_settings.model_copy(update={
             "sweeper": False, "database_url": f"postgresql+psycopg://smd@127.0.0.1:{free_port()}/smd"})

@@ -7,7 +7,7 @@ from tests.conftest import small_spec
 
 
 def test_minmax_downsampling_keeps_a_transient_that_even_spacing_steps_over():
-    from api.results import downsample_indices, minmax_indices
+    from smdrender.downsample import downsample_indices, minmax_indices
 
     n, spike = 10_000, 4_321
     risk = [1.0] * n
@@ -35,7 +35,7 @@ def reference_extremes(columns, n, buckets):
 def test_minmax_matches_a_plain_bucket_scan_and_uses_the_room_it_has():
     import random
 
-    from api.results import _bucket_extremes, minmax_indices
+    from smdrender.downsample import _bucket_extremes, minmax_indices
 
     rng = random.Random(7)
     n = 5_003

@@ -11,7 +11,7 @@ import re
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from api import exports
+from smdrender import tables as exports
 from tests.api.test_experiments import submit
 from tests.api.test_sde_experiments import sde_spec
 from tests.api.test_train_experiments import train_spec

@@ -122,6 +122,7 @@ def test_readyz_and_metrics_with_a_hung_broker(sqlite_settings, hung_broker_url)
     assert value(parse(metrics.text), "smd_broker_up") == 0   # both answered: worker.queue has socket timeouts
 
 
+@pytest.mark.integration   # a real redis-server
 def test_ready_and_counted_on_a_real_redis(sqlite_settings):
     from tests.servers import redis_server
 

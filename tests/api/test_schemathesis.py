@@ -32,6 +32,7 @@ from tests.conftest import small_spec
 from tests.dbutil import session_scope
 from worker.runner import execute
 
+pytestmark = pytest.mark.slow   # fuzzing: in make test, not in make test-quick
 SEED = 20240531
 MAX_EXAMPLES = 60  # per operation and phase; the whole module stays well under a minute on 2 slow cores
 MAX_EXAMPLES_AUTH_OFF = 20

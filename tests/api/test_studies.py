@@ -306,7 +306,7 @@ def test_plots_render(sqlite_env, monkeypatch):
 
 def test_plot_data_handed_to_the_renderers(sqlite_env, monkeypatch):
     """What the routes gather for the renderers: each call is recorded, then drawn by the real renderer."""
-    from api import study_plots
+    from smdrender import study_plots
 
     client, settings = sqlite_env
     calls = {}

@@ -1,4 +1,4 @@
-"""api.study_plots: overlay, heatmap and scatter render PNG and SVG from small synthetic inputs,
+"""smdrender.study_plots: overlay, heatmap and scatter render PNG and SVG from small synthetic inputs,
 including empty inputs and missing cells."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from api import study_plots
+from smdrender import study_plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
 LRS = [0.025, 0.05, 0.1, 0.2]

@@ -11,9 +11,9 @@ import math
 
 import pytest
 
-from api import plots
-from api.results import downsample_indices
 from smdengine import layer_key
+from smdrender import plots
+from smdrender.downsample import downsample_indices
 from store import jobs
 from store.series import write_points
 from tests.api.test_experiments import submit

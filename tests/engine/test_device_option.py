@@ -20,6 +20,7 @@ def pytest_run(*args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present: --device cuda would run")
 def test_device_cuda_skips_cpu_stream_tests_and_refuses_to_run_without_cuda():
     skipped = pytest_run(f"{TOY}::test_gd_update_matches_a_literal_implementation", "--device", "cuda")

@@ -130,6 +130,7 @@ def decay_run(k: float, rescale: bool) -> tuple[dict, int]:
     return smdengine.run({"kind": "nrq", "seed": 0, "device": "cpu", "params": params}).summary, decay
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [2.0, 10.0, 100.0])
 def test_nrq_time_to_equilibrium_after_lr_decay(k):
     """Measured (seed 0, 1000 trials) / (ln k + offset)·τ: k = 2: 1450/1450, k = 10: 3650/3647, k = 100:

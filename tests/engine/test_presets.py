@@ -93,6 +93,7 @@ def tradeoff():
     return run_preset("nrq-equilibrium-tradeoff", {"params.trials": 150, "params.steps": 8000})
 
 
+@pytest.mark.slow
 def test_equilibrium_tradeoff(tradeoff):
     checks = assert_verdicts("nrq-equilibrium-tradeoff", *tradeoff)
     by_id = {c["id"]: c for c in checks}
@@ -133,15 +134,18 @@ def test_a_missing_child_makes_its_checks_inconclusive(tradeoff):
     assert by_id["tail-risk-0"]["verdict"] == "inconclusive"
 
 
+@pytest.mark.slow
 def test_momentum_risk():
     assert_verdicts("nrq-momentum-risk", *run_preset("nrq-momentum-risk", {"params.trials": 150, "params.steps": 8000}))
 
 
+@pytest.mark.slow
 def test_scale_equivalence():
     assert_verdicts("nrq-scale-equivalence", *run_preset("nrq-scale-equivalence",
                                                          {"params.trials": 150, "params.steps": 8000}))
 
 
+@pytest.mark.slow
 def test_escape_rescale():
     assert_verdicts("nrq-escape-rescale", *run_preset("nrq-escape-rescale", {"params.trials": 150}))
 

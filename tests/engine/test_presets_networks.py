@@ -156,6 +156,7 @@ REDUCED = {"params.steps": 600}
 RUN_POINTS = {networks.check_id("mlp", "batch"), networks.check_id("cnn", "layer")}
 
 
+@pytest.mark.slow
 def test_architectures_reduced_run():
     pid = "train-architectures"
     pairs = [networks.check_id(m, n) for m in networks.MODELS for n in networks.NORMS]

@@ -157,6 +157,7 @@ REDUCED = {"params.width": 32, "params.depth": 2, "params.trials": 2, "params.ep
 SEEDS = [0, 1, 2, 3]
 
 
+@pytest.mark.slow
 @pytest.mark.cpu_stream   # the gap ≈ the tolerance (below): another stream's draws may tip "inconclusive" over
 def test_three_schedules_reduced():
     pid = "train-three-schedules"

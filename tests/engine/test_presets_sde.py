@@ -22,6 +22,7 @@ def checks_of(pid: str, study: dict) -> dict[str, dict]:
     return {c["id"]: c for c in checks}
 
 
+@pytest.mark.slow
 def test_early_large_lr():
     by_id = checks_of("nrq-early-large-lr", preset_study("nrq-early-large-lr", seeds=[0, 1, 2, 3],
                                                          overrides={"params.trials": 60}))
@@ -30,6 +31,7 @@ def test_early_large_lr():
     assert by_id["slope"]["predicted"] == pytest.approx(2 * math.log1p(-0.1 * 0.01), rel=1e-3)
 
 
+@pytest.mark.slow
 def test_sde_nrq_stationary():
     by_id = checks_of("sde-nrq-stationary", preset_study("sde-nrq-stationary", seeds=[0, 1, 2, 3],
                                                          overrides={"params.trials": 100, "params.steps": 8000}))
@@ -42,6 +44,7 @@ def test_toy2d_chaos():
     checks_of("toy2d-chaos", preset_study("toy2d-chaos", seeds=[0, 1, 2], overrides={"params.steps": 200}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pid,steps", [("norm-map-sgd", 40_000), ("norm-map-sgdm", 10_000)])
 def test_norm_maps(pid, steps):
     by_id = checks_of(pid, preset_study(pid, seeds=[0, 1, 2], overrides={
@@ -51,6 +54,7 @@ def test_norm_maps(pid, steps):
         assert by_id["relaxation-time"]["predicted"] == pytest.approx(1 / (4 * 0.1 * 0.001), rel=1e-3)
 
 
+@pytest.mark.slow
 def test_normalized_linear_time_scaling():
     study = sde_presets.scaling_study("reduced", (4e-2, 4e-3, 4e-4), 1.0, 200)
     by_id = checks_of("normalized-linear-time-scaling", study)

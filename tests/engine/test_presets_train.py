@@ -54,6 +54,7 @@ REDUCED = {"params.width": 32, "params.depth": 1, "params.lr": 0.4, "params.step
 SEEDS = [0, 1, 2, 3]
 
 
+@pytest.mark.slow
 def test_au_sgd_vs_sgdm_reduced():
     pid = "train-au-sgd-vs-sgdm"
     records, documents = run_children(expand_study(preset_study(pid, "quick", seeds=SEEDS, overrides=REDUCED)))

@@ -169,6 +169,7 @@ def risk_tolerance(row) -> float:
     return 3.0 * risk_sd(row["kappa"]) / math.sqrt(500)
 
 
+@pytest.mark.slow
 def test_stationary_risk_over_an_lr_weight_decay_grid():
     children = expand_study(STUDY_ACCEPTANCE)
     records = [ChildRecord(c.index, c.point, c.values, c.seed, "succeeded", c.spec.model_dump(mode="json"),

@@ -9,6 +9,7 @@ norm while the net keeps fitting noisy labels: with the norm still shrinking, AU
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -22,13 +23,19 @@ ACCEPTANCE = dict(dataset={"name": "digits"}, label_noise=0.3, model="mlp", dept
                   trials=4)
 
 
+@functools.cache
+def acceptance_summary(momentum: float, lr: float, weight_decay: float) -> dict:
+    """The summary of one acceptance run; the (0, 0.5, 2e-3) run serves both tests below (run once)."""
+    return smdengine.run({"kind": "train", "seed": 0, "device": "cpu", "params": {
+        **ACCEPTANCE, "momentum": momentum, "lr": lr, "weight_decay": weight_decay}}).summary
+
+
 @pytest.mark.parametrize("momentum, lr", [(0.0, 0.5), (0.9, 0.05)])
 def test_every_layer_reaches_the_equilibrium_angular_update(momentum, lr):
-    r = smdengine.run({"kind": "train", "seed": 0, "device": "cpu",
-                       "params": {**ACCEPTANCE, "momentum": momentum, "lr": lr}})
+    summary = acceptance_summary(momentum, lr, 2e-3)
     theory = math.sqrt(2 * 2e-3 * lr / (1 + momentum))
-    assert r.summary["au_equilibrium"] == pytest.approx(theory)
-    layers = r.summary["layers"]
+    assert summary["au_equilibrium"] == pytest.approx(theory)
+    layers = summary["layers"]
     assert set(layers) == {"layers.0.weight", "layers.1.weight"}
     for name, layer in layers.items():
         assert abs(layer["au_rms"] / theory - 1) <= 0.10, (name, layer["au_rms"], theory)
@@ -38,9 +45,7 @@ def test_equal_intrinsic_lr_reaches_the_same_equilibrium():
     """Seed 001's intrinsic LR: (η, λ) = (0.5, 2e-3) and (2.0, 5e-4), ηλ = 1e-3 in both. Measured:
     tail au_rms 0.04354/0.04178 vs 0.0446/0.04369, tail train loss 0.1606 vs 0.1536. (The pair
     (0.125, 8e-3) misses on layer 1 by 10.7%: slower effective LR, further from equilibrium at 3000.)"""
-    runs = [smdengine.run({"kind": "train", "seed": 0, "device": "cpu",
-                           "params": {**ACCEPTANCE, "lr": lr, "weight_decay": wd}}).summary
-            for lr, wd in ((0.5, 2e-3), (2.0, 5e-4))]
+    runs = [acceptance_summary(0.0, lr, wd) for lr, wd in ((0.5, 2e-3), (2.0, 5e-4))]
     a, b = runs
     assert abs(a["train_loss"] / b["train_loss"] - 1) <= 0.10, (a["train_loss"], b["train_loss"])
     for name in a["layers"]:

@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 
-from tests.conftest import small_spec
+from tests.conftest import POSTGRES_ONLY, small_spec
 from tests.integration.procs import smd_cli, spawn, stop, wait_http
 from tests.servers import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 SHORT = small_spec(trials=64, steps=2000, record_every=100)   # about half a second of work
 A_JOBS = 20
 
@@ -54,6 +54,7 @@ def when(value: str) -> datetime:
     return datetime.fromisoformat(value).astimezone(UTC)
 
 
+@POSTGRES_ONLY
 def test_one_users_burst_does_not_hold_back_anothers_job(stack):
     base, keys, folder = stack
     clients = {name: httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=30)

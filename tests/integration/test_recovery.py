@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import small_spec
+from tests.conftest import POSTGRES_ONLY, small_spec
 from tests.integration.procs import (
     Processes,
     RestartableRedis,
@@ -26,7 +26,7 @@ from tests.integration.procs import (
 )
 from tests.servers import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 TERMINAL = {"succeeded", "failed", "cancelled"}
 # ~5 s of work on one idle CPU core, with 200 recorded points
 LONG = small_spec(trials=256, steps=40_000, record_every=200)
@@ -63,6 +63,7 @@ def stack(tmp_path, database_url):
         s.close()
 
 
+@POSTGRES_ONLY
 def test_sigkilled_worker_job_resumes_from_checkpoint_with_equal_results(stack):
     stack.start_worker("w1")
     exp_id = submit(stack, LONG)
@@ -82,6 +83,7 @@ def test_sigkilled_worker_job_resumes_from_checkpoint_with_equal_results(stack):
     assert resumed == uninterrupted
 
 
+@POSTGRES_ONLY
 def test_job_that_kills_its_worker_every_time_fails_after_max_attempts(stack):
     exp_id = submit(stack, ENDLESS)
     for attempt in (1, 2, 3):
@@ -103,6 +105,7 @@ def test_job_that_kills_its_worker_every_time_fails_after_max_attempts(stack):
     assert httpx.get(f"{stack.base}/v1/experiments/{exp_id}").json()["attempts"] == 3
 
 
+@POSTGRES_ONLY
 def test_redis_restart_mid_job_runs_it_once(stack):
     stack.start_worker("w1")
     stack.start_worker("w2")
@@ -162,6 +165,7 @@ def test_api_restart_while_jobs_run_loses_nothing(stack):
     assert results(stack, ids[0])["series"]["step"] == list(range(0, 40_000, 200))
 
 
+@POSTGRES_ONLY
 def test_stopped_worker_gives_its_job_back(stack):
     """SIGTERM (a deploy, a scale-down): soft shutdown, then the pool process hands the job back;
     another worker resumes it from its checkpoint without waiting for the lease to expire."""
@@ -205,6 +209,7 @@ def test_many_concurrent_requests_do_not_jam_the_api(stack):
     assert time.monotonic() - t0 < 20
 
 
+@POSTGRES_ONLY
 def test_sigterm_to_the_pool_process_hands_its_job_back(stack):
     """SIGTERM straight to the pool process running a job (a cold shutdown's terminate, an OOM
     killer's polite first step): it checkpoints and gives the job back, then exits; the worker's

@@ -16,10 +16,11 @@ import httpx
 import pytest
 
 import smdengine
+from tests.conftest import POSTGRES_ONLY
 from tests.integration.procs import Processes, smd_cli
 from tests.servers import free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 ENDED = {"succeeded", "failed", "cancelled", "partial"}
 
 
@@ -78,6 +79,7 @@ def children(client: httpx.Client, study: dict) -> list[dict]:
             for child in sorted(study["children"], key=lambda c: c["index"])]
 
 
+@POSTGRES_ONLY
 def test_a_study_uses_both_workers_in_point_order_and_holds_back_no_other_user(stack):
     stack.start_worker("w1")
     stack.start_worker("w2")
@@ -113,6 +115,7 @@ def test_a_study_uses_both_workers_in_point_order_and_holds_back_no_other_user(s
     assert len(table["rows"]) == 12
 
 
+@POSTGRES_ONLY
 def test_a_worker_killed_mid_study_loses_nothing(stack):
     stack.start_worker("w1")
     stack.start_worker("w2")

@@ -11,7 +11,7 @@ Pure functions of data the caller has already gathered (no database, no HTTP, no
 - :func:`figure`: a preset's panels (each drawn as an overlay is, by :func:`draw_lines`) in a grid
   like the seed's figure, with the verdicts of its checks printed under them.
 
-Encoding, colours and small helpers are shared with :mod:`api.plots`.
+Encoding, colours and small helpers are shared with :mod:`smdrender.plots`.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from matplotlib.figure import Figure
 from matplotlib.layout_engine import PlaceHolderLayoutEngine
 from matplotlib.ticker import MaxNLocator, NullFormatter, NullLocator
 
-from api.plots import MEDIA_TYPES, _nan, _note, encode
+from smdrender.plots import MEDIA_TYPES, _nan, _note, encode
 
 __all__ = ["MEDIA_TYPES", "X_LABELS", "draw_lines", "figure", "heatmap", "overlay", "scatter"]
 

@@ -19,8 +19,8 @@ from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 import smdengine
-from api.results import downsample_indices
 from smdengine import PlotDef
+from smdrender.downsample import downsample_indices
 
 LEGEND_MAX_LAYERS = 10   # more layers: coloured by depth with a colour bar instead of a legend
 DRAW_MAX_POINTS = 4000   # most points drawn per line

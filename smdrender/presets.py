@@ -1,4 +1,4 @@
-"""Presets, service side: the catalog entries `GET /v1/presets` shows, the pending checks of a
+"""Presets as shown: the catalog entries `GET /v1/presets` (and `smd presets list`) show, the pending checks of a
 running preset study, and the preset's figure (its panels drawn from the children's series, the
 verdicts under them). Pure functions of what the caller gathered (no database, no HTTP): the API
 (`api/routes/presets.py`, `api/routes/studies.py`) and `smd presets run --local` share them, so the
@@ -117,7 +117,7 @@ def _labels(children: Sequence[FigureChild], seeds: bool = True) -> list[str]:
     paths = list(dict.fromkeys(path for c in children for path in c.values))
     varying = [p for p in paths if len({repr(c.values.get(p)) for c in children}) > 1]
     seeds = seeds and len({c.seed for c in children}) > 1
-    from api.study_plots import point_label
+    from smdrender.study_plots import point_label
 
     return [point_label(c.values, varying, c.seed if seeds else None) or f"point {c.point}" for c in children]
 
@@ -126,7 +126,7 @@ def panel_lines(panel: Any, children: Sequence[FigureChild]) -> list[dict[str, A
     """The lines of one panel: ``panel.metric`` of each succeeded child of ``panel.points`` (all when
     None; the seeds of a point share its colour and its legend entry) against ``panel.x`` (`smdengine.time_axis`), its theory (the metric's first dashed theory,
     `smdengine.theory_of`) beside it; at most :data:`MAX_LINE_POINTS` points per line."""
-    from api.results import downsample_indices
+    from smdrender.downsample import downsample_indices
 
     chosen = [c for c in children if c.status == "succeeded"
               and (panel.points is None or c.point in set(panel.points))]
@@ -152,7 +152,7 @@ def panel_lines(panel: Any, children: Sequence[FigureChild]) -> list[dict[str, A
     return lines
 
 
-def _value_text(value: Any) -> str:
+def value_text(value: Any) -> str:
     if value is None:
         return "—"
     if isinstance(value, bool):
@@ -160,9 +160,9 @@ def _value_text(value: Any) -> str:
     if isinstance(value, int | float):
         return f"{value:.4g}"
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(_value_text(v) for v in value[:6]) + (", …" if len(value) > 6 else "") + "]"
+        return "[" + ", ".join(value_text(v) for v in value[:6]) + (", …" if len(value) > 6 else "") + "]"
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{k}: {_value_text(v)}" for k, v in list(value.items())[:6]) + "}"
+        return "{" + ", ".join(f"{k}: {value_text(v)}" for k, v in list(value.items())[:6]) + "}"
     return str(value)
 
 
@@ -173,8 +173,8 @@ def verdict_text(check: Mapping[str, Any]) -> str:
     """One line of a check: verdict, claim, predicted, measured ± tolerance (rule), note."""
     verdict = str(check.get("verdict"))
     text = (f"{VERDICT_MARKS.get(verdict, '·')} {verdict.upper().replace('_', ' ')}: {check.get('claim', '')}  "
-            f"predicted {_value_text(check.get('predicted'))}, measured {_value_text(check.get('measured'))}"
-            f" ± {_value_text(check.get('tolerance'))}")
+            f"predicted {value_text(check.get('predicted'))}, measured {value_text(check.get('measured'))}"
+            f" ± {value_text(check.get('tolerance'))}")
     if check.get("tolerance_rule"):
         text += f" ({check['tolerance_rule']})"
     if check.get("note") and verdict not in ("pending",):
@@ -184,8 +184,8 @@ def verdict_text(check: Mapping[str, Any]) -> str:
 
 def render_figure(preset: Any, children: Sequence[FigureChild], checks: Sequence[Mapping[str, Any]] | None,
                   fmt: str, size: str | None = None) -> bytes:
-    """The preset's figure: its panels (`api.study_plots.figure`), the checks' verdicts under them."""
-    from api import study_plots
+    """The preset's figure: its panels (`smdrender.study_plots.figure`), the checks' verdicts under them."""
+    from smdrender import study_plots
 
     panels = [{"title": p.title, "metric": p.metric, "x": p.x, "log_y": p.log_y,
                "lines": panel_lines(p, children)} for p in preset.panels]
