@@ -68,14 +68,14 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# Two pytest processes (pytest-xdist): the tests that start servers and workers run one after another in
-# one of them, every other module goes whole to either (tests/conftest.py). The schema fuzzing runs first, in
-# its own session: schemathesis reports each API operation as a subtest, which loadgroup scheduling drops.
+# Two pytest processes (pytest-xdist): every module goes whole to either; the fault scenarios whose timings
+# matter run one after another in one of them (tests/conftest.py, SERIAL_MODULES). The schema fuzzing runs
+# first, in its own session: schemathesis reports each API operation as a subtest, which only --dist load keeps.
 # PYTEST_ARGS='...' runs just that selection (in the same two processes); PYTEST_WORKERS=0 runs one process.
 # --durations=15: the slowest tests are printed at the end of every run, so that growth shows.
 PYTEST_WORKERS ?= 2
 FUZZ_TESTS    := tests/api/test_schemathesis.py
-XDIST          = -n $(PYTEST_WORKERS) --dist loadgroup
+XDIST          = -n $(PYTEST_WORKERS) --dist loadfile
 
 test: venv redis postgres chromium lint
 ifeq ($(strip $(PYTEST_ARGS)),)

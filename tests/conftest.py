@@ -25,20 +25,46 @@ def pytest_addoption(parser) -> None:
                           "tests marked cpu_stream are skipped on another device")
 
 
-@pytest.hookimpl(tryfirst=True)   # before pytest-xdist's own hook, which reads the groups
+# Modules of real processes whose lease, sweep and outage timings are asserted on. Under pytest-xdist
+# (`make test`: `-n 2 --dist loadfile`) they form one unit, run one after another in one process, so that no
+# two of them starve each other's workers of CPU; every other module is a unit of its own (its module-scoped
+# fixtures, a server or an expensive statistical run, made once).
+SERIAL_MODULES = frozenset({"tests/integration/test_recovery.py", "tests/integration/test_db_outage.py",
+                            "tests/integration/test_study_workers.py", "tests/integration/test_fairness.py",
+                            "tests/integration/test_embedded.py"})
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` with SERIAL_MODULES as one unit (pytest-xdist's ``loadgroup`` does not group
+    here: its markers leave the node ids as they are, and it drops schemathesis' subtests)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModuleScheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return "serial" if module in SERIAL_MODULES else module
+
+    return ModuleScheduling(config, log)
+
+
+def _start_rank(item) -> int:
+    """Units are handed out in collection order: the longest (the serial unit, then the other modules that
+    start servers) go first, so that none of them is left to run alone at the end."""
+    if item.nodeid.split("::")[0] in SERIAL_MODULES:
+        return 0
+    return 1 if item.get_closest_marker("integration") else 2
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Tests marked cpu_stream are skipped when ``--device`` is not cpu: their oracle replays the CPU
     generator's draws, or what they expect is one outcome of a borderline statistic for the CPU stream's
-    realisation (a CUDA generator draws other numbers from the same seed).
-
-    Under pytest-xdist (``make test``: ``-n 2 --dist loadgroup``) every test is grouped by its module, so
-    that a module-scoped fixture (a server, an expensive statistical run shared by the module's tests) is
-    made once, not once in each process; the tests marked ``serial`` (real processes whose lease, sweep
-    and outage timings are asserted on) share one group, so that no two of them run at once."""
+    realisation (a CUDA generator draws other numbers from the same seed). The order: :func:`_start_rank`
+    (a stable sort: each module's own order is kept)."""
     device = config.getoption("--device")
+    items.sort(key=_start_rank)
     for item in items:
-        group = "serial" if item.get_closest_marker("serial") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
         if device != "cpu" and item.get_closest_marker("cpu_stream"):
             item.add_marker(pytest.mark.skip(reason=f"it depends on the CPU generator's draws, not {device}'s"))
 

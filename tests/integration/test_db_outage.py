@@ -19,7 +19,7 @@ from tests.conftest import small_spec
 from tests.integration.procs import Processes, attempts, results, submit, wait_checkpoint, wait_http, wait_status
 from tests.servers import free_port, redis_server, restartable_postgres
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
+pytestmark = pytest.mark.integration   # and serial: tests/conftest.py SERIAL_MODULES
 TERMINAL = {"succeeded", "failed", "cancelled"}
 LEASE = 3.0
 # ~5-10 s of work on a CPU core, 300 recorded points

@@ -15,7 +15,7 @@ from tests.dbutil import session_scope
 from tests.integration.procs import group_members, spawn, stop, wait_http, wait_status
 from tests.servers import free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
+pytestmark = pytest.mark.integration   # and serial: tests/conftest.py SERIAL_MODULES
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from tests.conftest import POSTGRES_ONLY, small_spec
 from tests.integration.procs import smd_cli, spawn, stop, wait_http
 from tests.servers import free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
+pytestmark = pytest.mark.integration   # and serial: tests/conftest.py SERIAL_MODULES
 SHORT = small_spec(trials=64, steps=2000, record_every=100)   # about half a second of work
 A_JOBS = 20
 

@@ -26,7 +26,7 @@ from tests.integration.procs import (
 )
 from tests.servers import free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
+pytestmark = pytest.mark.integration   # and serial: tests/conftest.py SERIAL_MODULES
 TERMINAL = {"succeeded", "failed", "cancelled"}
 # ~5 s of work on one idle CPU core, with 200 recorded points
 LONG = small_spec(trials=256, steps=40_000, record_every=200)

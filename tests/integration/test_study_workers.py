@@ -20,7 +20,7 @@ from tests.conftest import POSTGRES_ONLY
 from tests.integration.procs import Processes, smd_cli
 from tests.servers import free_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.serial]
+pytestmark = pytest.mark.integration   # and serial: tests/conftest.py SERIAL_MODULES
 ENDED = {"succeeded", "failed", "cancelled", "partial"}
 
 
