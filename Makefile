@@ -88,7 +88,7 @@ endif
 # The inner loop: no Redis, PostgreSQL, browser or service processes, no slow statistical runs.
 QUICK_PATHS ?= tests/engine tests/store tests/worker tests/api
 test-quick: venv
-	SMD_TEST_DATABASES=sqlite $(VPY) -m pytest -q --durations=10 -m "not integration and not slow" \
+	SMD_TEST_DATABASES=sqlite $(VPY) -m pytest -q $(XDIST) --durations=10 -m "not integration and not slow" \
 	    $(QUICK_PATHS) $(PYTEST_ARGS)
 
 bench: venv

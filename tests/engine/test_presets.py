@@ -103,6 +103,7 @@ def test_equilibrium_tradeoff(tradeoff):
     assert by_id["au-rms-2"]["predicted"] == pytest.approx(math.sqrt(2 * 0.4 * 0.01), rel=1e-12)
 
 
+@pytest.mark.slow   # the tradeoff preset's runs (shared with test_equilibrium_tradeoff)
 def test_a_broken_measurement_is_not_reproduced(tradeoff):
     records, documents = deepcopy(tradeoff)
     for r, d in zip(records, documents, strict=True):
