@@ -28,8 +28,8 @@ def mlflow_server(tmp_path_factory):
     proc = spawn([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                   "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp / 'mlflow.db'}",
                   "--artifacts-destination", str(tmp / "artifacts")], {"PATH": "/usr/bin:/bin", "HOME": str(tmp),
-                  # no job runner: its seven huey consumers (each importing MLflow) took about half a minute of
-                  # CPU, and the export uses none of MLflow's server-side jobs
+                  # no job runner: it starts seven huey consumers, each importing MLflow, and the export uses
+                  # none of MLflow's server-side jobs
                   "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}, log)
     try:
         wait_http(f"http://127.0.0.1:{port}/health", proc, log, timeout=120)
