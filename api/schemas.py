@@ -154,7 +154,9 @@ class ExperimentOut(BaseModel):
 
 PROVENANCE_DESCRIPTION = ("What ran it: engine_version, git_commit (null when unknown; +dirty for local changes), "
                           "torch, numpy, python, device (cpu|cuda), device_name (e.g. the GPU model), dtype, triton (its "
-                          "version on CUDA where the nrq update can run as a Triton kernel, else null). Null "
+                          "version on CUDA where the nrq update can run as a Triton kernel, else null), noise_stream (an nrq "
+                          "run's noise generator: the counter-based Philox stream on CUDA with Triton, NumPy's "
+                          "for float64 on the CPU, else torch's; null for other kinds). Null "
                           "for attempts stored before provenance was recorded.")
 
 

@@ -1,29 +1,30 @@
-"""nrq throughput on a GPU beside its roofline (issue 19 point 2), in trial-steps per second.
+"""nrq throughput on a GPU beside its two limits (issues 19 and 35), in trial-steps per second.
 
-For p ∈ {10, 100, 1000} × trials ∈ {10³, 10⁴, 10⁵, 10⁶} × {float32, float64} (SGD, σ = 1), in one
-process on one device:
+For p ∈ {10, 100, 1000} × trials ∈ {10³, 10⁴, 10⁵, 10⁶} × --dtypes (SGD, σ = 1), in one process on one
+device:
 
   engine    ``smdengine.run`` end to end, marginal cost of an update: (T(3n) − T(n)) / 2n with
-            record_every = steps, so setup, the theory and the single record drop out.
-  step      the engine's own update (``Stepper.step``: the noise, then on CUDA with Triton one kernel for
-            the reductions and the update) in a plain Python loop: the engine's cost without the driver.
-  torch     the same update written as torch operations (``Stepper.KERNEL = False``, ~10 kernels): the
-            unfused step, the engine's update on CUDA without Triton.
-  graph     the same update, ``--chunk`` of them captured once as a CUDA graph and replayed (CUDA
-            only): the kernel launches of a chunk cost one launch.
+            record_every = steps, so setup, the theory and the single record drop out. On CUDA with
+            Triton this is the multi-step kernel, its noise drawn inside the kernel.
+  multi     the multi-step kernel alone (``Stepper.advance``, --span updates per launch) in a Python loop.
+  step      the single-step path of issue 19 (``Stepper.step``: ``torch.randn`` writes ε, then one Triton
+            kernel for the reductions and the update): the baseline, in the same process.
+  graph     ``step``, --chunk of them captured once as a CUDA graph and replayed (CUDA only).
   rng       ``torch.randn`` of the (trials, p) noise into a buffer, once per update: the noise alone.
-  roofline  the copy bandwidth measured here over the bytes a fused update must move: read and write
-            X once, 2·p·itemsize per trial-step (the noise generated in registers, the reductions
-            fused into the same pass).
+  roofline  the copy bandwidth measured here over the bytes an update must move when X goes through
+            memory every update: read and write X once, 2·p·itemsize per trial-step (issue 19's limit).
+  arith     the arithmetic limit of the multi-step kernel, whose state stays on chip: the GPU's FP32
+            instruction rate (a float32 matrix product without TF32, measured here, FLOP/s ÷ 2) over
+            the operations of a trial-step, p·OPS_PER_COORDINATE (the count below, noise included).
 
-``limit`` says what bounds the engine's update: ``launch`` where an update of this size costs no more
-than 1.5× one of a single trial (fixed per-kernel cost), ``rng`` where drawing the noise takes half
-the update or more, else ``memory`` (each of its kernels is a pass over X). ``of roof`` is the best
-of step and graph over the roofline. Cells whose run would not fit in 80% of the free device memory
-are skipped. On the CPU (no --device cuda) the same table is made without the graph column,
+``of roof`` and ``of arith`` are the engine's share of the two limits. ``limit`` says what bounds the
+engine: ``launch`` where an update costs no more than 1.5× one of a single trial, else ``arith`` or
+``memory`` by which limit is nearer. Cells whose run would not fit in 80% of the free device memory are
+skipped. On the CPU (no --device cuda) the same table is made without the graph and arith columns,
 which is how the script is checked here; --quick keeps p ≤ 100 and trials ≤ 10⁴.
 
-    python bench/nrq_gpu.py [--device cuda|cpu] [--quick] [--chunk 32] [--seconds 0.2]
+    python bench/nrq_gpu.py [--device cuda|cpu] [--quick] [--dtypes float32,float64] [--span 100]
+                            [--chunk 32] [--seconds 0.2]
 """
 from __future__ import annotations
 
@@ -46,6 +47,13 @@ from smdengine._simulator import Context  # noqa: E402
 from smdengine.nrq.simulate import NRQRun  # noqa: E402
 from smdengine.nrq.stepper import Stepper  # noqa: E402
 
+# operations per coordinate and update of the multi-step kernel (per SASS-level instruction, an FMA one):
+# Philox-4×32-10 for 4 normals: 10 rounds × (2 wide multiplies, 2 three-way xors, 2 key adds) = 60, so 15
+# per normal; the word to a uniform 3 (convert, fold, scale); Box–Muller 6 per normal (per pair: clamp, log,
+# scale, sqrt, 2π·u, sin, cos, 2 products and the range reductions ~ 12); the update 8 (the mask of ε, three
+# reductions' FMAs and x², the coefficient, the product and the noise FMA). An estimate, stated so that the
+# limit it gives can be checked.
+OPS_PER_COORDINATE = 15 + 3 + 6 + 8
 DIMS = (10, 100, 1000)
 TRIALS = (10**3, 10**4, 10**5, 10**6)
 DTYPES = ("float32", "float64")
@@ -95,6 +103,40 @@ def _simulator(p: int, trials: int, dtype: str, device: torch.device) -> NRQRun:
     sim = NRQRun(parsed, Context(device, getattr(torch, dtype), gen))
     sim.step_members(0, False)   # enters the first phase (sets the rate columns)
     return sim
+
+
+def single_step(p: int, trials: int, dtype: str, device: torch.device, kernel: bool | None = None) -> NRQRun:
+    """A simulator on the single-step path (no multi-step kernel): issue 19's update."""
+    saved = NRQRun.MULTISTEP
+    NRQRun.MULTISTEP = False
+    try:
+        return simulator(p, trials, dtype, device, kernel)
+    finally:
+        NRQRun.MULTISTEP = saved
+
+
+def fp32_rate(device: torch.device) -> float:
+    """FP32 FLOP/s of an 8192³ float32 matrix product without TF32 (median of 5); NaN on the CPU."""
+    if device.type != "cuda":
+        return math.nan
+    saved, torch.backends.cuda.matmul.allow_tf32 = torch.backends.cuda.matmul.allow_tf32, False
+    try:
+        a = torch.randn(8192, 8192, device=device)
+        b = torch.randn(8192, 8192, device=device)
+        a @ b
+        times = sorted(seconds_of(lambda: a @ b, device) for _ in range(5))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+    return 2 * 8192**3 / times[2]
+
+
+def multi(sim: NRQRun, span: int, n: int) -> None:
+    """n updates of the multi-step kernel, ``span`` per launch."""
+    stepper, done = sim.stepper, 0
+    while done < n:
+        k = min(span, n - done)
+        stepper.advance(done, k, False)
+        done += k
 
 
 def steps(sim: NRQRun, n: int) -> None:
@@ -176,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
     ap.add_argument("--quick", action="store_true", help="p ≤ 100, trials ≤ 10⁴, short timings")
+    ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated: float32,float64")
+    ap.add_argument("--span", type=int, default=100, help="updates per launch of the multi-step kernel")
     ap.add_argument("--chunk", type=int, default=32, help="updates per CUDA graph")
     ap.add_argument("--seconds", type=float, default=0.2, help="time budget of one measurement")
     args = ap.parse_args(argv)
@@ -186,42 +230,51 @@ def main(argv: list[str] | None = None) -> int:
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     bw = copy_bandwidth(device, 2**30 if device.type == "cuda" else 2**28)
-    triton = smdengine.provenance(spec(10, 1, "float32", 1, device.type))["triton"]   # None: the kernel cannot run
+    rate = fp32_rate(device)
+    prov = smdengine.provenance(spec(10, 1, "float32", 1, device.type))
     print(f"nrq on {device.type} ({name}) — torch {torch.__version__}, {os.cpu_count()} CPUs, "
-          f"copy bandwidth {bw / 1e9:.0f} GB/s (read + write){', quick' if args.quick else ''}; "
-          f"update: {'Triton ' + triton if triton else 'torch ops'}; "
+          f"copy bandwidth {bw / 1e9:.0f} GB/s (read + write), FP32 {rate / 1e12:.1f} TFLOP/s (no TF32)"
+          f"{', quick' if args.quick else ''}; triton {prov['triton']}; noise: {prov['noise_stream']}; "
           f"load average {load_average()}")
-    print("trial-steps/s; engine = smdengine.run (marginal); step = Stepper.step loop; "
-          f"torch = the update as torch ops; graph = {args.chunk} steps per CUDA graph replay; rng = torch.randn per step; "
-          "roofline = bandwidth / (2·p·itemsize)")
-    print(f"{'p':>5} {'trials':>8} {'dtype':>7} | {'engine':>9} {'step':>9} {'torch':>9} {'graph':>9} {'rng':>9} | "
-          f"{'roofline':>9} {'of roof':>7} {'limit':>7}")
-    for dtype in DTYPES:
+    print(f"trial-steps/s; engine = smdengine.run (marginal); multi = {args.span} updates per launch; "
+          f"step = issue 19's update (randn + one kernel); graph = {args.chunk} steps per CUDA graph replay; "
+          "rng = torch.randn per step; roofline = bandwidth / (2·p·itemsize); "
+          f"arith = FP32 rate / 2 / ({OPS_PER_COORDINATE}·p)")
+    print(f"{'p':>5} {'trials':>8} {'dtype':>7} | {'engine':>9} {'multi':>9} {'step':>9} {'graph':>9} {'rng':>9} | "
+          f"{'roofline':>9} {'of roof':>7} {'arith':>9} {'of arith':>8} {'limit':>7}")
+    for dtype in args.dtypes.split(","):
         itemsize = torch.finfo(getattr(torch, dtype)).bits // 8
         for p in dims:
-            one = simulator(p, 1, dtype, device)   # one trial: the update's fixed (per-kernel) cost
-            single = per_update(lambda n, one=one: steps(one, n), device, budget, 3)
+            one = simulator(p, 1, dtype, device)   # one trial: the update's fixed (per-launch) cost
+            advance = multi if one.stepper.multistep is not None else lambda sim, _span, n: steps(sim, n)
+            single = per_update(lambda n, one=one, advance=advance: advance(one, args.span, n), device, budget, 3)
             for trials in trials_grid:
                 if not fits(p, trials, dtype, device):
                     print(f"{p:>5} {trials:>8} {dtype:>7} | skipped: does not fit in 80% of free memory")
                     continue
                 sim = simulator(p, trials, dtype, device)
-                step = per_update(lambda n, sim=sim: steps(sim, n), device, budget, 3)
-                graph = graph_update(sim, device, args.chunk, budget)
-                del sim   # before the next simulator and the engine's own run of the same size
-                plain = simulator(p, trials, dtype, device, kernel=False)
-                unfused = per_update(lambda n, sim=plain: steps(sim, n), device, budget, 3)
-                del plain
+                has_multi = sim.stepper.multistep is not None
+                many = (per_update(lambda n, sim=sim: multi(sim, args.span, n), device, budget, 3)
+                        if has_multi else math.nan)
+                del sim
+                old = single_step(p, trials, dtype, device)
+                step = per_update(lambda n, sim=old: steps(sim, n), device, budget, 3)
+                graph = graph_update(old, device, args.chunk, budget)
+                del old   # before the next simulator and the engine's own run of the same size
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
                 rng = rng_update(p, trials, dtype, device, budget)
-                engine = engine_update(p, trials, dtype, device, budget, step)
+                engine = engine_update(p, trials, dtype, device, budget, many if has_multi else step)
                 roof = bw / (2 * p * itemsize)
-                best = min(step, graph) if isinstance(graph, float) else step
-                limit = "launch" if step <= 1.5 * single else "rng" if rng >= step / 2 else "memory"
+                arith = rate / 2 / (OPS_PER_COORDINATE * p)
+                limit = ("launch" if engine <= 1.5 * single else
+                         "arith" if math.isfinite(arith) and arith < roof else "memory")
                 graph_col = f"{trials / graph:9.3g}" if isinstance(graph, float) else f"{graph[:9]:>9}"
-                print(f"{p:>5} {trials:>8} {dtype:>7} | {trials / engine:9.3g} {trials / step:9.3g} {trials / unfused:9.3g} {graph_col} "
-                      f"{trials / rng:9.3g} | {roof:9.3g} {trials / best / roof:7.1%} {limit:>7}", flush=True)
+                arith_cols = (f"{arith:9.3g} {trials / engine / arith:8.1%}" if math.isfinite(arith)
+                              else f"{'n/a':>9} {'n/a':>8}")
+                print(f"{p:>5} {trials:>8} {dtype:>7} | {trials / engine:9.3g} {trials / many:9.3g} "
+                      f"{trials / step:9.3g} {graph_col} {trials / rng:9.3g} | {roof:9.3g} "
+                      f"{trials / engine / roof:7.1%} {arith_cols} {limit:>7}", flush=True)
                 if isinstance(graph, str) and graph != "n/a":
                     print(f"      graph capture failed: {graph}")
     print(f"load average {load_average()}")

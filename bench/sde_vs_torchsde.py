@@ -68,10 +68,11 @@ QUICK_ROWS = {10: (3000, 1000, 2), 100: (4000, 1000, 1)}
 TARGET_P, TARGET_RATIO = 100, 5.0
 AGREE_SIGMAS = 4.0
 BATCHES = 10  # batch means over the tail record series, for the standard error
+DEVICE = "cpu"  # --device: where both integrators run
 
 
 def spec(p: int, dtype: str, steps: int) -> dict:
-    return {"kind": "sde", "seed": 0, "device": "cpu",
+    return {"kind": "sde", "seed": 0, "device": DEVICE,
             "params": {"model": "nrq", "dim": p, "trials": TRIALS, "steps": steps, "record_every": RECORD,
                        "dt": 1.0, "dtype": dtype, "noise_std": SIGMA, "lr": LR, "weight_decay": WD,
                        "eig_low": A_LOW, "eig_high": A_HIGH}}
@@ -79,8 +80,8 @@ def spec(p: int, dtype: str, steps: int) -> dict:
 
 def initial_state(p: int, dtype: str) -> torch.Tensor:
     """X₀ exactly as the engine draws it: init_std·randn(trials, p) from a generator seeded 0."""
-    gen = torch.Generator().manual_seed(0)
-    return torch.randn(TRIALS, p, generator=gen, dtype=getattr(torch, dtype))
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    return torch.randn(TRIALS, p, generator=gen, dtype=getattr(torch, dtype), device=DEVICE)
 
 
 class NRQSDE(torch.nn.Module):
@@ -115,16 +116,17 @@ class RandnIncrements(torchsde.BaseBrownian if torchsde else object):
 
     def __init__(self, size, dtype, seed: int):
         self._size, self._dtype = tuple(size), dtype
-        self._gen = torch.Generator().manual_seed(seed)
+        self._gen = torch.Generator(device=DEVICE).manual_seed(seed)
 
     def __call__(self, ta, tb=None, return_U=False, return_A=False):
-        return torch.randn(self._size, generator=self._gen, dtype=self._dtype) * math.sqrt(float(tb) - float(ta))
+        return (torch.randn(self._size, generator=self._gen, dtype=self._dtype, device=DEVICE)
+                * math.sqrt(float(tb) - float(ta)))
 
     def __repr__(self):
         return f"RandnIncrements(size={self._size}, dtype={self._dtype})"
 
     dtype = property(lambda self: self._dtype)
-    device = property(lambda self: torch.device("cpu"))
+    device = property(lambda self: torch.device(DEVICE))
     shape = property(lambda self: torch.Size(self._size))
     levy_area_approximation = property(lambda self: "none")
 
@@ -132,10 +134,10 @@ class RandnIncrements(torchsde.BaseBrownian if torchsde else object):
 def brownian(kind: str, p: int, dtype: torch.dtype, steps: int, seed: int):
     size = (TRIALS, p)
     if kind == "default":  # sdeint's own default for method="euler" (check_contract), seeded
-        return torchsde.BrownianInterval(t0=0.0, t1=float(steps), size=size, dtype=dtype, device="cpu",
+        return torchsde.BrownianInterval(t0=0.0, t1=float(steps), size=size, dtype=dtype, device=DEVICE,
                                          levy_area_approximation="none", entropy=seed)
     if kind == "bi_dt":
-        return torchsde.BrownianInterval(t0=0.0, t1=float(steps), size=size, dtype=dtype, device="cpu",
+        return torchsde.BrownianInterval(t0=0.0, t1=float(steps), size=size, dtype=dtype, device=DEVICE,
                                          levy_area_approximation="none", entropy=seed, dt=1.0, cache_size=100)
     if kind == "randn":
         return RandnIncrements(size, dtype, seed)
@@ -144,8 +146,10 @@ def brownian(kind: str, p: int, dtype: torch.dtype, steps: int, seed: int):
 
 def run_ours(p: int, dtype: str, steps: int):
     """(seconds, record steps, risk series) of one engine run."""
+    sync()
     t0 = time.perf_counter()
     res = smdengine.run(spec(p, dtype, steps))
+    sync()
     took = time.perf_counter() - t0
     return took, np.asarray(res.series["step"]), np.asarray(res.series["risk"], dtype=np.float64), res
 
@@ -153,15 +157,22 @@ def run_ours(p: int, dtype: str, steps: int):
 def run_torchsde(p: int, dtype: str, steps: int, kind: str, seed: int = 1):
     """(seconds, record steps, f = X̄₁² per record and trial) of one sdeint run."""
     dt = getattr(torch, dtype)
-    a = torch.tensor([A_LOW] + [A_HIGH] * (p - 1), dtype=dt)
+    a = torch.tensor([A_LOW] + [A_HIGH] * (p - 1), dtype=dt, device=DEVICE)
     y0 = initial_state(p, dtype)
     ts = torch.arange(0, steps + 1, RECORD, dtype=dt)
     sde, bm = NRQSDE(a), brownian(kind, p, dt, steps, seed)
+    sync()
     t0 = time.perf_counter()
     ys = torchsde.sdeint(sde, y0, ts, bm=bm, method="euler", dt=1.0)
+    sync()
     took = time.perf_counter() - t0
-    f = (ys[:, :, 0].square() / ys.square().sum(dim=2)).to(torch.float64).numpy()
+    f = (ys[:, :, 0].square() / ys.square().sum(dim=2)).to(torch.float64).cpu().numpy()
     return took, ts.to(torch.int64).numpy(), f
+
+
+def sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def tail_stats(steps_rec: np.ndarray, risk: np.ndarray, horizon: int) -> tuple[float, float]:
@@ -198,19 +209,28 @@ def throughput(p: int, dtype: str, steps: int, repeats: int) -> dict[str, float]
 
 
 def main(argv=None) -> int:
+    global DEVICE, DTYPES
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="shorter horizons, one repeat (~1 minute)")
     ap.add_argument("--strict", action="store_true", help="exit 1 when a target or an agreement check fails")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="where both integrators run")
+    ap.add_argument("--throughput-only", action="store_true", help="the speed table alone (no risk agreement)")
+    ap.add_argument("--dims", default="10,100", help="comma-separated p (of 10, 100)")
+    ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated: float64,float32")
     args = ap.parse_args(argv)
+    DEVICE = args.device
+    DTYPES = tuple(args.dtypes.split(","))
     if torchsde is None:
         print("sde_vs_torchsde: skipped — torchsde is not installed "
               "(it is a benchmark extra: .venv/bin/pip install -e '.[bench]')")
         return 0
     warnings.filterwarnings("ignore")
-    rows = QUICK_ROWS if args.quick else ROWS
+    dims = {int(p) for p in args.dims.split(",")}
+    rows = {p: row for p, row in (QUICK_ROWS if args.quick else ROWS).items() if p in dims}
 
     print(f"NRQ SDE, ours vs torchsde — torch {torch.__version__}, torchsde {torchsde.__version__}, "
-          f"{torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs, {platform.machine()}"
+          f"{torch.get_num_threads()} torch threads, {os.cpu_count()} CPUs, {platform.machine()}, device {DEVICE}"
+          f"{' (' + torch.cuda.get_device_name() + ')' if DEVICE == 'cuda' else ''}"
           f"{', quick' if args.quick else ''}; load average {load_average()}")
     print(f"{TRIALS} trials, a=({A_LOW:g}, {A_HIGH:g}…), σ={SIGMA:g}, η={LR:g}, λ={WD:g}, Euler dt=1, "
           f"records every {RECORD} steps; sdeint(method='euler') with a matrix-free f_and_g_prod")
@@ -243,7 +263,7 @@ def main(argv=None) -> int:
     print(header)
     print("-" * len(header))
     agree = {}
-    for p, (horizon, _, _) in rows.items():
+    for p, (horizon, _, _) in ({} if args.throughput_only else rows).items():
         for dtype in DTYPES:
             _, st_o, risk_o, res = run_ours(p, dtype, horizon)
             _, st_t, f_t = run_torchsde(p, dtype, horizon, "bi_dt", seed=1)

@@ -166,9 +166,11 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
                           series={k: list(v) for k, v in series[c].items()}, fingerprint=hooks[c].fingerprint,
                           lineage=hooks[c].lineage)
 
-    step, clock = sim.step_members, time.monotonic
+    step, span, clock = sim.step_members, sim.span, time.monotonic
     last_emit = last_save = clock()
-    for n in range(start, total):
+    n = start
+    while n < total:
+        done = n + span(n)   # a span never crosses a record step (Simulator.span)
         rows = step(n, n % every == 0)
         if rows is not None:
             label = n - n % every
@@ -177,8 +179,8 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
                 buffer["step"].append(label)
                 for name in names:
                     buffer[name].append(row[name])
+        n = done
         if clock() - last_emit >= progress_interval:
-            done = n + 1
             flush(done)
             last_emit = clock()
             live = [c for c in live if not ((stop := should_stop[c]) is not None and stop())]

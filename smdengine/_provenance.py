@@ -31,10 +31,11 @@ def _cpu_name() -> str:
 
 
 def provenance(spec: Any) -> dict[str, Any]:
-    """{engine_version, torch, numpy, python, device, device_name, dtype, triton} of running ``spec``
+    """{engine_version, torch, numpy, python, device, device_name, dtype, triton, noise_stream} of running ``spec``
     here (``device: auto`` resolved as :func:`smdengine.run` resolves it). ``triton``: its version where
     a CUDA run's nrq update can be the Triton kernel (:mod:`smdengine.nrq._fused_step`), whose results
-    differ from the torch ops' in the last bits; else None."""
+    differ from the torch ops' in the last bits; else None. ``noise_stream``: which generator an nrq run's
+    noise comes from (None for other kinds)."""
     import numpy
     import torch
 
@@ -46,7 +47,17 @@ def provenance(spec: Any) -> dict[str, Any]:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
     return {"engine_version": engine_version(), "torch": torch.__version__, "numpy": numpy.__version__,
             "python": platform.python_version(), "device": device.type, "device_name": name,
-            "dtype": spec.params.dtype, "triton": _triton_version() if device.type == "cuda" else None}
+            "dtype": spec.params.dtype, "triton": _triton_version() if device.type == "cuda" else None,
+            "noise_stream": _noise_stream(spec, device.type)}
+
+
+def _noise_stream(spec: Any, device: str) -> str | None:
+    """The ``nrq`` kind's noise stream (:func:`smdengine.nrq.stepper.noise_stream`); None for other kinds
+    (they draw from the torch generator of the device)."""
+    if spec.kind != "nrq":
+        return None
+    from smdengine.nrq.stepper import noise_stream
+    return noise_stream(device, spec.params.dtype, spec.params.dim)
 
 
 def _triton_version() -> str | None:

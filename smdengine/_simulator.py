@@ -8,6 +8,9 @@ generator), builds its state, and then implements only what is its own:
   of :attr:`names`) or None. A row is labelled with the step ``n − n % record_every``: a simulator
   that measures the state before update n returns it when ``record`` is true; one that aggregates a
   window [m, m + r) returns it at the window's last update.
+- ``span(n)`` (optional, default 1): how many updates ``step(n, record)`` makes, n … n + span − 1, for a
+  simulator that advances several updates at once; a span never crosses a multiple of
+  ``record_every`` (the driver checkpoints, reports and polls between spans).
 - ``state()`` / ``load_state(state, step)``: the checkpoint contract. ``state()`` is called after any
   update (never mid-update) and returns everything the rest of the run depends on — tensors as CPU
   copies (:func:`smdengine._runtime.saved`), generator states, numbers. ``load_state`` is called
@@ -77,6 +80,10 @@ class Simulator(ABC, Generic[SpecT]):
 
     @abstractmethod
     def step(self, n: int, record: bool) -> Row | None: ...
+
+    def span(self, n: int) -> int:
+        """Updates the next ``step(n, …)`` makes (module docstring)."""
+        return 1
 
     def state(self) -> dict[str, Any]:
         return {k: saved(getattr(self, k)) for k in self.STATE}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Issue 19 on the lent GPU machine, in one call of the device tool (it runs in the repository root
-# there, with .whl carried: scripts/gpu/wheels.sh makes it here). Phases, each under its own limit so
-# that the whole stays inside one 10-minute call:
-#     bash scripts/gpu/check.sh [env] [invariance] [tests] [serve] [bench]   # default: env tests serve bench
+# Issues 19 and 35 on the lent GPU machine, in one call of the device tool (it runs in the repository
+# root there, with .whl carried: scripts/gpu/wheels.sh makes it here). Phases, each under its own limit
+# so that the whole stays inside one 10-minute call:
+#     bash scripts/gpu/check.sh [env] [invariance] [tests] [serve] [bench] [sde] [study]
+#     # default: env tests serve bench sde study
 #   env    the GPU, torch, the copy bandwidth and the wheels installed into /tmp/site
 #   invariance  bench/batch_invariance.py: which reductions depend on the batch's row count   (≤ 30 s)
 #   tests  tests/engine with --device cuda (every engine run on the GPU), CHECK_WORKERS processes
@@ -10,15 +11,19 @@
 #          15 s later if it does not stop)
 #   serve  `smd serve` (embedded SQLite and broker) runs a device: cuda and a device: auto job end to
 #          end; their provenance names the GPU                                                (≤ 60 s)
-#   bench  bench/nrq_gpu.py (--seconds CHECK_BENCH_SECONDS, 0.1), bench/fused_sweep.py --device cuda,
-#          bench/train_overhead.py --device cuda (left out when CHECK_TRAIN=0)                 (≤ 170 s)
+#   bench  bench/nrq_gpu.py (--seconds CHECK_BENCH_SECONDS, 0.1; --dtypes CHECK_DTYPES, float32),
+#          bench/fused_sweep.py --device cuda, bench/train_overhead.py --device cuda (left out when
+#          CHECK_TRAIN=0)                                                                      (≤ 200 s)
+#   sde    bench/sde_vs_torchsde.py --device cuda --quick --throughput-only (torchsde from .whl) (≤ 60 s)
+#   study  `smd serve` with a GPU worker (SMD_WORKER_QUEUES=gpu,cpu) runs a 64-point nrq study
+#          submitted over HTTP, device cuda, then the same study with device cpu; wall times  (≤ 150 s)
 # Logs go to $OUT (the device tool brings them back); the last lines printed are a short summary.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 PHASES=("$@")
-[ ${#PHASES[@]} -eq 0 ] && PHASES=(env tests serve bench)
+[ ${#PHASES[@]} -eq 0 ] && PHASES=(env tests serve bench sde study)
 SUMMARY=()
 note() { SUMMARY+=("$1"); echo "== $1"; }
 
@@ -105,7 +110,8 @@ PY
   bench)
     timeout 30 python3 bench/fused_sweep.py --device cuda --repeat 1 > "$OUT/fused_sweep.txt" 2>&1; rc2=$?
     tail -8 "$OUT/fused_sweep.txt"
-    timeout 100 python3 bench/nrq_gpu.py --seconds "${CHECK_BENCH_SECONDS:-0.1}" > "$OUT/nrq_gpu.txt" 2>&1; rc1=$?
+    timeout 130 python3 bench/nrq_gpu.py --seconds "${CHECK_BENCH_SECONDS:-0.1}" --dtypes "${CHECK_DTYPES:-float32}" \
+        > "$OUT/nrq_gpu.txt" 2>&1; rc1=$?
     cat "$OUT/nrq_gpu.txt"
     rc3=skipped
     if [ "${CHECK_TRAIN:-1}" != 0 ]; then
@@ -114,7 +120,54 @@ PY
     fi
     note "bench: nrq_gpu rc $rc1, fused_sweep rc $rc2, train_overhead rc $rc3 (124: ran out of its time)"
     ;;
-  *) echo "unknown phase $phase (env, invariance, tests, serve, bench)"; exit 2 ;;
+  sde)
+    timeout 60 python3 bench/sde_vs_torchsde.py --device cuda --quick --throughput-only --dims 100 --dtypes float32 \
+        > "$OUT/sde_vs_torchsde.txt" 2>&1
+    rc=$?
+    tail -8 "$OUT/sde_vs_torchsde.txt"
+    note "sde (rc $rc): $(grep -m1 '^ *100 *float32' "$OUT/sde_vs_torchsde.txt" | tr -s ' ')"
+    ;;
+  study)
+    export SMD_STATE_DIR=/tmp/smd-study SMD_PORT=8766 SMD_AUTH=off SMD_WORKER_QUEUES=gpu,cpu
+    rm -rf "$SMD_STATE_DIR"
+    setsid python3 -m smdcli.main serve > "$OUT/study-serve.log" 2>&1 &
+    server=$!
+    timeout 140 python3 - <<'PY' 2>&1 | tee "$OUT/study.txt"
+import os, time, httpx
+c = httpx.Client(base_url="http://127.0.0.1:8766", timeout=30)
+for _ in range(200):
+    try:
+        if c.get("/healthz").status_code == 200:
+            break
+    except httpx.TransportError:
+        pass
+    time.sleep(0.2)
+lrs = [0.01 * 2 ** (i / 2) for i in range(8)]
+wds = [1e-3 * 2 ** (i / 2) for i in range(8)]
+for device in os.environ.get("CHECK_STUDY_DEVICES", "cuda cpu").split():
+    limit = 50 if device == "cuda" else 70
+    base = {"kind": "nrq", "seed": 0, "device": device,
+            "params": {"dim": 10, "trials": 1000, "steps": 2000, "record_every": 100, "dtype": "float32"}}
+    t0 = time.monotonic()
+    r = c.post("/v1/studies", json={"base": base, "grid": {"params.lr": lrs, "params.weight_decay": wds}})
+    if r.status_code >= 300:
+        print(f"study {device}: {r.status_code} {r.text[:300]}", flush=True)
+        continue
+    sid = r.json()["id"]
+    while (doc := c.get(f"/v1/studies/{sid}").json())["status"] in ("queued", "running"):
+        if time.monotonic() - t0 > limit:
+            break
+        time.sleep(0.25)
+    wall = time.monotonic() - t0
+    print(f"study device {device}: {doc['status']} in {wall:.1f} s (64 points × 1000 trials × 2000 steps, p = 10); "
+          f"counts {doc.get('counts')}", flush=True)
+PY
+    kill -- -"$server" 2>/dev/null
+    for _ in $(seq 20); do kill -0 "$server" 2>/dev/null || break; sleep 0.5; done
+    kill -9 -- -"$server" 2>/dev/null
+    note "study: $(tr '\n' ' ' < "$OUT/study.txt" | cut -c1-500)"
+    ;;
+  *) echo "unknown phase $phase (env, invariance, tests, serve, bench, sde, study)"; exit 2 ;;
   esac
 done
 printf '%s\n' "${SUMMARY[@]}"

@@ -3,6 +3,7 @@ and its Euler–Maruyama form, the ``sde`` kind's nrq model (:mod:`smdengine.sde
 itself is :class:`smdengine.nrq.stepper.Stepper`."""
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from typing import Any
@@ -34,6 +35,8 @@ class NRQRun(Simulator[Any]):
 
     names = OUTPUTS.metrics
     k, dt = 1, 1.0   # updates per step and their size: one SGD update per step
+    MULTISTEP = True   # from one record step to the next in one launch where the stepper can (CUDA, Triton)
+    MAX_ELEMENT_STEPS = 2**34   # a launch's work cap, rows·p·updates: progress and cancellation stay responsive
     RATES = ("lr", "weight_decay", "momentum", "noise_std", "init_std", "trials")   # may differ between members
 
     def __init__(self, spec: Any, ctx: Context, members: list[tuple[Any, torch.Generator]] | None = None):
@@ -47,9 +50,11 @@ class NRQRun(Simulator[Any]):
         self.init_norms_sq = [x.square().sum(dim=1).cpu().numpy() for x in xs]
         x = xs[0] if len(xs) == 1 else torch.cat(xs)
         self.stepper = Stepper(x, a, [q.noise_std for q in params], [getattr(q, "momentum", 0.0) for q in params],
-                               [gen for _, gen in self.members], [q.trials for q in params])
+                               [gen for _, gen in self.members], [q.trials for q in params],
+                               multistep=self.MULTISTEP)
         self.phases = [q.phases() for q in params]
         self.phase_at_start = {ph.start: i for i, ph in enumerate(self.phases[0])}
+        self.phase_starts = sorted(self.phase_at_start)
 
     @classmethod
     def fuse_key(cls, spec: Any) -> str | None:
@@ -65,12 +70,27 @@ class NRQRun(Simulator[Any]):
         """One run of ``specs`` (equal :meth:`fuse_key`), member c seeded by ``ctxs[c].gen``."""
         return cls(specs[0], ctxs[0], members=[(s, c.gen) for s, c in zip(specs, ctxs, strict=True)])
 
+    def span(self, n: int) -> int:
+        """Updates the call ``step_members(n, …)`` makes: with the multi-step kernel, up to the next record
+        step, phase start or the end (at most :attr:`MAX_ELEMENT_STEPS` element-updates); else one."""
+        if self.stepper.multistep is None:
+            return 1
+        every = self.record_every
+        end = min(n - n % every + every, self.total_steps)
+        later = bisect.bisect_right(self.phase_starts, n)
+        if later < len(self.phase_starts):
+            end = min(end, self.phase_starts[later])
+        return max(1, min(end - n, self.MAX_ELEMENT_STEPS // self.stepper.x.numel()))
+
     def step_members(self, n: int, record: bool) -> list[Row] | None:
-        """Update n of every member; on record steps, each member's row."""
+        """Updates n … n + span(n) − 1 of every member; on record steps, each member's row."""
         stepper = self.stepper
         i = self.phase_at_start.get(n)
         if i is not None:
             stepper.enter([phases[i] for phases in self.phases], self.dt)
+        if stepper.multistep is not None:
+            rec = stepper.advance(n, self.span(n), record)
+            return None if rec is None else self.record_rows(rec)
         rows = None
         if record:
             before = stepper.x.clone()
@@ -90,6 +110,24 @@ class NRQRun(Simulator[Any]):
         scalar lane, so the same element must sit at the same position as in the member's run alone."""
         after, lr = self.stepper.x, self.stepper.lr[:, 0]
         return [self.member_metrics(before[rows], after[rows], sq[rows], lr[rows]) for rows in self.stepper.rows]
+
+    def record_rows(self, rec: torch.Tensor) -> list[Row]:
+        """Each member's metrics row from the record columns of :meth:`Stepper.advance` (trials, 5): the
+        row-wise values for all rows at once, then each member's means in an order fixed by its trial
+        count (:func:`smdengine.nrq._multistep.segment_means`), so a member's row is its run alone's."""
+        from smdengine.nrq._multistep import segment_means
+
+        stepper = self.stepper
+        s, q, first, d_minus, d_plus = rec.unbind(1)
+        if rec.device.type == "cuda":   # an elementwise kernel computes every element with the same code
+            au = 2.0 * torch.atan2(d_minus.sqrt(), d_plus.sqrt())
+        else:   # the CPU's vectorised atan2 may round a lane differently: each member's rows at its own offset 0
+            au = torch.cat([2.0 * torch.atan2(d_minus[rows].sqrt(), d_plus[rows].sqrt()) for rows in stepper.rows])
+        table = torch.stack([first / s, q / (2.0 * s), au, au * au, s, stepper.lr[:, 0] / s], dim=1)
+        m = segment_means(table, stepper.starts, stepper.counts)
+        out = torch.stack([1.0 - m[:, 0], m[:, 1], m[:, 2], m[:, 3].sqrt(), m[:, 4], m[:, 5]], dim=1)
+        names = ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr")
+        return [dict(zip(names, row, strict=True)) for row in out]
 
     @staticmethod
     def member_metrics(before: torch.Tensor, after: torch.Tensor, sq: torch.Tensor, lr: torch.Tensor) -> Row:
@@ -149,6 +187,7 @@ class NRQSDE(NRQRun):
 
     names = sde.OUTPUTS.metrics
     p: sde.NRQSDEParams
+    MULTISTEP = False   # k substeps per step and a histogram of the state: one update per launch
 
     def __init__(self, spec: Any, ctx: Context):
         super().__init__(spec, ctx)

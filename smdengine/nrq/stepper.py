@@ -25,6 +25,12 @@ On CUDA, when Triton is installed, everything after the noise is one kernel
 of ~10 kernels over X, and each row summed in an order that does not depend on the number of rows,
 which torch's matmul does not promise on a GPU — without it a fused member can differ from its run
 alone in the last bits there.
+
+Several updates per launch (:meth:`Stepper.advance`): on CUDA with Triton and p ≤ 8192 the ``nrq`` kind
+advances from one record step to the next in one kernel (:mod:`smdengine.nrq._multistep`), X (and v)
+held in registers and ε drawn inside the kernel from a counter-based stream keyed by (seed, trial,
+update, coordinate) instead of the torch generator. Which stream a run draws is :func:`noise_stream`
+(named in its provenance and checked when a checkpoint is resumed).
 """
 from __future__ import annotations
 
@@ -35,8 +41,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from smdengine._runtime import saved
+from smdengine._runtime import IncompatibleCheckpoint, saved
 from smdengine._science import Phase
+
+TORCH_STREAM = "torch generator"
+NUMPY_STREAM = "numpy pcg64 ziggurat"
 
 
 class Stepper:
@@ -50,7 +59,7 @@ class Stepper:
     KERNEL: bool | None = None
 
     def __init__(self, x: torch.Tensor, a: torch.Tensor, noise_std: Sequence[float], momentum: Sequence[float],
-                 gens: Sequence[torch.Generator], sizes: Sequence[int]):
+                 gens: Sequence[torch.Generator], sizes: Sequence[int], multistep: bool = False):
         if len({m > 0 for m in momentum}) > 1:
             raise ValueError("momentum: expected all members with momentum or all without")
         self.x, self.a, self.gens, self.sizes = x, a, list(gens), list(sizes)
@@ -67,6 +76,24 @@ class Stepper:
         self.kernel = _fused_update(x, self.KERNEL)
         self.kernel_built = False
         self.buf = torch.empty_like(x) if self.kernel is None else None   # the torch path's scratch
+        self.multistep = _multistep(x, self.KERNEL) if multistep else None
+        self.multistep_built = False
+        if self.multistep is not None:   # each row's noise key: its member's seed and its trial index in the member
+            seeds = [_signed64(gen.initial_seed()) for gen in self.gens]
+            self.seeds = torch.repeat_interleave(torch.tensor(seeds, dtype=torch.int64, device=x.device),
+                                                 torch.tensor(self.sizes, device=x.device))
+            self.trials = torch.cat([torch.arange(n, dtype=torch.int32, device=x.device) for n in self.sizes])
+            self.record = x.new_empty(x.shape[0], 5)
+            self.starts = torch.tensor(_starts(self.sizes), dtype=torch.int64, device=x.device)
+            self.counts = torch.tensor(self.sizes, dtype=torch.int64, device=x.device)
+
+    @property
+    def stream(self) -> str:
+        """The noise stream this stepper draws from (:func:`noise_stream`)."""
+        if self.multistep is not None:
+            from smdengine.nrq._multistep import NOISE_STREAM
+            return NOISE_STREAM
+        return NUMPY_STREAM if self.numpy_gens is not None else TORCH_STREAM
 
     def column(self, values: Sequence[float]) -> torch.Tensor:
         """One value per member → a (trials, 1) column of the state's dtype and device."""
@@ -78,7 +105,8 @@ class Stepper:
         """What a checkpoint of one member needs: its rows of X (and v), its generator state and the
         rates of the phase in force (CPU copies) — the same whether or not it runs fused."""
         rows = self.rows[member]
-        out = {"x": saved(self.x[rows]), "rng": self.gens[member].get_state(), "rates": self.rates[member]}
+        out = {"x": saved(self.x[rows]), "rng": self.gens[member].get_state(), "rates": self.rates[member],
+               "stream": self.stream}
         if self.numpy_gens is not None:
             out["numpy_rng"] = self.numpy_gens[member].bit_generator.state
         if self.v is not None:
@@ -88,6 +116,9 @@ class Stepper:
     def load_state(self, state: dict[str, Any], member: int = 0) -> None:
         """Restore :meth:`state` of one member. Call :meth:`set_rates` once every member is loaded."""
         rows = self.rows[member]
+        if state.get("stream", NUMPY_STREAM if self.numpy_gens is not None else TORCH_STREAM) != self.stream:
+            raise IncompatibleCheckpoint(f"checkpoint: expected one drawn from the noise stream {self.stream!r}, "
+                                         f"got one from {state.get('stream', TORCH_STREAM)!r}")
         self.x[rows].copy_(state["x"])
         if self.v is not None:
             self.v[rows].copy_(state["v"])
@@ -169,6 +200,77 @@ class Stepper:
             self.v.mul_(self.alpha).addcmul_(x, coef).addcmul_(eps, noise)
             x.addcmul_(self.v, self.lr, value=-1.0)
         return sq
+
+
+    def advance(self, step0: int, n_steps: int, record: bool) -> torch.Tensor | None:
+        """Updates step0 … step0 + n_steps − 1 in one launch of the multi-step kernel (``multistep`` not
+        None), the noise from the counter-based stream. Returns, when ``record``, the record columns of
+        update step0, (trials, 5): |X|², XᵀAX, X₁², |u − u'|², |u + u'|² (u, u' the unit states before and
+        after it); else None."""
+        assert self.multistep is not None
+        columns = ((self.lr, self.keep, self.sig) if self.alpha is None
+                   else (self.lr, self.wd, self.sigma, self.alpha))
+        rec = self.record if record else None
+        try:   # the first call compiles; X is untouched if it fails
+            self.multistep(self.x, self.v, self.a, self.seeds, self.trials, columns, step0, n_steps, rec)
+        except Exception as exc:   # noqa: BLE001 — a build failure: one update per launch, the torch generator's noise
+            if self.multistep_built:
+                raise
+            warnings.warn(f"the Triton multi-step nrq update failed to build ({type(exc).__name__}: {exc}); "
+                          "using one update per launch", RuntimeWarning, stacklevel=2)
+            self.multistep = None
+            before = self.x.clone() if record else None
+            sq = self.step()
+            rec = None if before is None else record_columns(before, self.x, sq)
+            for _ in range(n_steps - 1):
+                self.step()
+            return rec
+        self.multistep_built = True
+        return rec
+
+
+def record_columns(before: torch.Tensor, after: torch.Tensor, sq: torch.Tensor) -> torch.Tensor:
+    """The record columns of :meth:`Stepper.advance` from the states around one update, (trials, 5)."""
+    u = before / sq[:, 0:1].sqrt()
+    w = after / torch.linalg.vector_norm(after, dim=1, keepdim=True)
+    return torch.stack([sq[:, 0], sq[:, 1], before[:, 0] ** 2, (u - w).square().sum(dim=1),
+                        (u + w).square().sum(dim=1)], dim=1)
+
+
+def noise_stream(device: str, dtype: str, dim: int) -> str:
+    """The noise stream an ``nrq`` run on ``device`` (cpu|cuda) draws from: the counter-based stream of
+    :mod:`smdengine.nrq._multistep` on CUDA with Triton (p ≤ its MAX_DIM); NumPy's generator for float64
+    on the CPU; else the torch generator."""
+    if _multistep_available(device, dim, Stepper.KERNEL):
+        from smdengine.nrq._multistep import NOISE_STREAM
+        return NOISE_STREAM
+    if device == "cpu" and dtype == "float64" and Stepper.NUMPY_FLOAT64:
+        return NUMPY_STREAM
+    return TORCH_STREAM
+
+
+def _multistep_available(device: str, dim: int, mode: bool | None) -> bool:
+    if mode is False or (mode is None and device != "cuda"):
+        return False
+    try:
+        from smdengine.nrq._multistep import MAX_DIM
+    except ImportError:
+        return False
+    return dim <= MAX_DIM
+
+
+def _multistep(x: torch.Tensor, mode: bool | None) -> Any:
+    """:func:`smdengine.nrq._multistep.advance` where :attr:`Stepper.KERNEL` asks for the kernels and
+    the row fits in registers; else None."""
+    if not _multistep_available(x.device.type, x.shape[1], mode):
+        return None
+    from smdengine.nrq._multistep import advance
+    return advance
+
+
+def _signed64(seed: int) -> int:
+    """A seed < 2⁶⁴ as the int64 of the same bits (the kernel reads them back as two 32-bit halves)."""
+    return seed - 2**64 if seed >= 2**63 else seed
 
 
 def _fused_update(x: torch.Tensor, mode: bool | None) -> Any:
