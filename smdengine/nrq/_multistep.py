@@ -7,9 +7,11 @@ t (0-based, within its run) and coordinate j of a run with seed S and dimension 
 write j = k·Q + i (0 ≤ i < Q, k ∈ {0, 1, 2, 3}); Philox-4×32 with 10 rounds, key (S mod 2³², ⌊S/2³²⌋)
 and counter (i, t, n, 0), gives four 32-bit words w₀…w₃; each becomes a uniform
 u = w'·2⁻³¹·(1 − 2⁻²³) (w' the word as a signed integer, folded to w' ≥ 0 by w' ← −w' − 1), and the
-pairs (u₀, u₁), (u₂, u₃) become normals by Box–Muller (u₁ clamped ≥ 1e-7, float32):
-r = √(−2 ln u₀), ε_{0Q+i} = r cos 2πu₁, ε_{1Q+i} = r sin 2πu₁, and the same of (u₂, u₃) for k = 2, 3.
-This is Triton's ``tl.randn4x`` with our own counter layout. ε depends only on (S, t, n, j): a fused
+pairs (u₀, u₁), (u₂, u₃) become normals by Box–Muller (u₀ clamped ≥ 1e-7, float32): r = √(−2 ln u₀),
+θ = 2πu₁ − π, ε_{0Q+i} = r cos θ, ε_{1Q+i} = r sin θ, and the same of (u₂, u₃) for k = 2, 3. On the GPU
+sin and cos are its approximate instructions (absolute error ~2⁻²¹ on [−π, π), hence θ centred there;
+~3× fewer instructions than the exact ones, which were half of a step's), ln and √ the exact ones.
+ε depends only on (S, t, n, j): a fused
 member draws exactly what it draws alone, in any batch and at any row; a checkpoint needs only the
 state and the step; a float64 run casts the float32 normals. tests/engine/test_multistep.py checks the
 stream against a NumPy Philox written from the Random123 paper.
@@ -30,9 +32,12 @@ update and X' after it.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import libdevice
 from triton.language.random import philox_impl, uint_to_uniform_float
 
 NOISE_STREAM = "philox4x32-10 box-muller v1: key seed, counter (coordinate mod ⌈p/4⌉, trial, update, 0)"
@@ -41,17 +46,23 @@ RECORD_COLUMNS = 5   # s, q, x1², |u − u'|², |u + u'|²
 
 
 @triton.jit
-def _normals(k_lo, k_hi, c0, c1, step):
-    """Four blocks of N(0, 1) (float32) for the counters (c0, c1, step, 0) under key (k_lo, k_hi)."""
+def _normals(k_lo, k_hi, c0, c1, step, FAST: tl.constexpr):
+    """Four blocks of N(0, 1) (float32) for the counters (c0, c1, step, 0) under key (k_lo, k_hi) (the
+    key per row, (ROWS, 1): its schedule is computed once per row, not per element). ``FAST``: sin and
+    cos by the GPU's approximate instructions (the interpreter has no libdevice: its own sin and cos)."""
     zero = c0 * 0
-    w0, w1, w2, w3 = philox_impl(c0, c1, zero + step, zero, k_lo + zero, k_hi + zero, 10)
+    w0, w1, w2, w3 = philox_impl(c0, c1, zero + step, zero, k_lo, k_hi, 10)
     u0 = tl.maximum(1.0e-7, uint_to_uniform_float(w0))
     u2 = tl.maximum(1.0e-7, uint_to_uniform_float(w2))
     r0 = tl.sqrt(-2.0 * tl.log(u0))
     r2 = tl.sqrt(-2.0 * tl.log(u2))
-    t1 = 6.283185307179586 * uint_to_uniform_float(w1)
-    t3 = 6.283185307179586 * uint_to_uniform_float(w3)
-    return r0 * tl.cos(t1), r0 * tl.sin(t1), r2 * tl.cos(t3), r2 * tl.sin(t3)
+    t1 = 6.283185307179586 * uint_to_uniform_float(w1) - 3.141592653589793   # in [−π, π)
+    t3 = 6.283185307179586 * uint_to_uniform_float(w3) - 3.141592653589793
+    if FAST:
+        return (r0 * libdevice.fast_cosf(t1), r0 * libdevice.fast_sinf(t1), r2 * libdevice.fast_cosf(t3),
+                r2 * libdevice.fast_sinf(t3))
+    else:
+        return r0 * tl.cos(t1), r0 * tl.sin(t1), r2 * tl.cos(t3), r2 * tl.sin(t3)
 
 
 @triton.jit
@@ -62,19 +73,19 @@ def _row_keys(seed_ptr, trial_ptr, rows, row_ok, QB: tl.constexpr):
     k_hi = ((seed >> 32) & 0xFFFFFFFF).to(tl.uint32)[:, None]
     trial = tl.load(trial_ptr + rows, mask=row_ok, other=0).to(tl.uint32)[:, None]
     c0 = tl.arange(0, QB).to(tl.uint32)[None, :]
-    return k_lo, k_hi, c0 + trial * 0, trial + c0 * 0
+    return k_lo, k_hi, c0 + trial * 0, trial + c0 * 0   # the key (ROWS, 1); the counters (ROWS, QB)
 
 
 @triton.jit(do_not_specialize=["n_rows", "step"])
 def _draw(out_ptr, seed_ptr, trial_ptr, n_rows, step, p: tl.constexpr, Q: tl.constexpr, QB: tl.constexpr,
-          ROWS: tl.constexpr):
+          ROWS: tl.constexpr, FAST: tl.constexpr):
     """ε of update ``step`` into out (n_rows, p): the stream alone (tests and references)."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
     i = tl.arange(0, QB)
     base = rows.to(tl.int64)[:, None] * p
     k_lo, k_hi, c0, c1 = _row_keys(seed_ptr, trial_ptr, rows, row_ok, QB)
-    n0, n1, n2, n3 = _normals(k_lo, k_hi, c0, c1, step.to(tl.uint32))
+    n0, n1, n2, n3 = _normals(k_lo, k_hi, c0, c1, step.to(tl.uint32), FAST)
     ok = row_ok[:, None] & (i < Q)[None, :]
     dtype = out_ptr.dtype.element_ty
     tl.store(out_ptr + base + i[None, :], n0.to(dtype), mask=ok & (i < p)[None, :])
@@ -86,7 +97,7 @@ def _draw(out_ptr, seed_ptr, trial_ptr, n_rows, step, p: tl.constexpr, Q: tl.con
 @triton.jit(do_not_specialize=["n_rows", "step0", "n_steps", "record"])
 def _advance(x_ptr, v_ptr, a_ptr, seed_ptr, trial_ptr, c1_ptr, c2_ptr, c3_ptr, c4_ptr, rec_ptr,
              n_rows, step0, n_steps, record, p: tl.constexpr, Q: tl.constexpr, QB: tl.constexpr,
-             ROWS: tl.constexpr, MOMENTUM: tl.constexpr):
+             ROWS: tl.constexpr, MOMENTUM: tl.constexpr, FAST: tl.constexpr):
     """Updates step0 … step0 + n_steps − 1 of rows [pid·ROWS, pid·ROWS + ROWS) of X (n_rows, p),
     contiguous (and v). Per-row columns (n_rows,): SGD c1 = lr, c2 = keep (1 − lr·λ), c3 = sig (lr·σ);
     SGDM c1 = lr, c2 = λ, c3 = σ, c4 = α; seeds (int64) and trial indices (int32). With ``record`` ≠ 0,
@@ -130,7 +141,7 @@ def _advance(x_ptr, v_ptr, a_ptr, seed_ptr, trial_ptr, c1_ptr, c2_ptr, c3_ptr, c
     alpha = tl.load(c4_ptr + rows, mask=row_ok, other=0.0)
     it = 0
     while it < n_steps:   # a while loop: the interpreter cannot iterate a runtime range (NumPy ≥ 2)
-        n0, n1, n2, n3 = _normals(k_lo, k_hi, c0, c1, (step0 + it).to(tl.uint32))
+        n0, n1, n2, n3 = _normals(k_lo, k_hi, c0, c1, (step0 + it).to(tl.uint32), FAST)
         e0 = tl.where(m0, n0.to(dtype), 0.0)
         e1 = tl.where(m1, n1.to(dtype), 0.0)
         e2 = tl.where(m2, n2.to(dtype), 0.0)
@@ -219,6 +230,11 @@ def _segment_means(col_ptr, start_ptr, size_ptr, out_ptr, n_cols, BLOCK: tl.cons
     tl.store(out_ptr + m * n_cols + c, tl.sum(acc, axis=0) / size.to(acc.dtype))
 
 
+def _fast() -> bool:
+    """The GPU's approximate sin and cos, except under ``TRITON_INTERPRET=1`` (no libdevice there)."""
+    return os.environ.get("TRITON_INTERPRET") != "1"
+
+
 def layout(p: int) -> tuple[int, int, int, int]:
     """(Q, QB, ROWS, num_warps) for dimension p: a function of p alone (module docstring)."""
     q = -(-p // 4)
@@ -240,7 +256,7 @@ def advance(x: torch.Tensor, v: torch.Tensor | None, a: torch.Tensor, seeds: tor
     record = rec is not None
     _advance[(triton.cdiv(n, rows),)](x, x if v is None else v, a, seeds, trials, c1, c2, c3, c4,
                                       rec if record else x, n, step0, n_steps, int(record), p=p, Q=q, QB=qb,
-                                      ROWS=rows, MOMENTUM=v is not None, num_warps=warps)
+                                      ROWS=rows, MOMENTUM=v is not None, FAST=_fast(), num_warps=warps)
 
 
 def draw(seeds: torch.Tensor, trials: torch.Tensor, step: int, p: int, dtype: torch.dtype) -> torch.Tensor:
@@ -248,7 +264,8 @@ def draw(seeds: torch.Tensor, trials: torch.Tensor, step: int, p: int, dtype: to
     n = seeds.shape[0]
     q, qb, rows, warps = layout(p)
     out = torch.empty(n, p, dtype=dtype, device=seeds.device)
-    _draw[(triton.cdiv(n, rows),)](out, seeds, trials, n, step, p=p, Q=q, QB=qb, ROWS=rows, num_warps=warps)
+    _draw[(triton.cdiv(n, rows),)](out, seeds, trials, n, step, p=p, Q=q, QB=qb, ROWS=rows, FAST=_fast(),
+                                   num_warps=warps)
     return out
 
 

@@ -48,8 +48,8 @@ def oracle_normals(seed: int, trials: np.ndarray, step: int, p: int) -> np.ndarr
 
     u = [uniform(w) for w in words]
     r0, r2 = np.sqrt(-2 * np.log(np.maximum(1e-7, u[0]))), np.sqrt(-2 * np.log(np.maximum(1e-7, u[2])))
-    blocks = [r0 * np.cos(2 * np.pi * u[1]), r0 * np.sin(2 * np.pi * u[1]),
-              r2 * np.cos(2 * np.pi * u[3]), r2 * np.sin(2 * np.pi * u[3])]
+    t1, t3 = 2 * np.pi * u[1] - np.pi, 2 * np.pi * u[3] - np.pi
+    blocks = [r0 * np.cos(t1), r0 * np.sin(t1), r2 * np.cos(t3), r2 * np.sin(t3)]
     return np.concatenate(blocks, axis=1)[:, :p]
 
 
@@ -91,8 +91,9 @@ def test_the_stream_is_the_oracles(device, seed, p):
     seeds, trials = keys(device, 9, seed)
     got = _multistep.draw(seeds, trials, 1234, p, torch.float32).cpu().double().numpy()
     want = oracle_normals(seed, np.arange(9), 1234, p)
-    # the same words; float32 log/sqrt/cos/sin against float64 ones: a few float32 ulp of values ≤ 5.7
-    np.testing.assert_allclose(got, want, rtol=0, atol=5e-6)
+    # the same words; float32 log and sqrt against float64 ones (a few float32 ulp of r ≤ 5.7: 3e-6), and on
+    # the GPU its approximate sin and cos (absolute error ≤ 2⁻²¹·⁴¹ on [−π, π], times r: ≤ 2.1e-6)
+    np.testing.assert_allclose(got, want, rtol=0, atol=7e-6)
 
 
 def test_the_stream_is_standard_normal_and_independent_across_keys(device):
