@@ -21,12 +21,13 @@ BENCHES       ?= $(wildcard bench/*.py)
 VPY   := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv run test test-quick lint redis postgres chromium bench clean
+.PHONY: help venv run test test-quick test-kernels lint redis postgres chromium bench clean
 
 help:
 	@echo "make run    - start the service (API + embedded worker, SQLite, auth off) on 127.0.0.1:\$${SMD_PORT:-8000}"
 	@echo "make test   - run the test suite (PYTEST_ARGS='...' to pass options to pytest)"
 	@echo "make test-quick - engine, store and API unit tests on SQLite: no servers, no browser (< 3 min)"
+	@echo "make test-kernels - the Triton kernels of the GPU path on the CPU (TRITON_INTERPRET=1; installs triton)"
 	@echo "make lint   - ruff and mypy (also run by make test, before pytest)"
 	@echo "make bench  - run the benchmarks in bench/"
 	@echo "make clean  - remove .venv and build/test caches (keeps .smd/ data)"
@@ -90,6 +91,14 @@ QUICK_PATHS ?= tests/engine tests/store tests/worker tests/api
 test-quick: venv
 	SMD_TEST_DATABASES=sqlite $(VPY) -m pytest -q $(XDIST) --durations=10 -m "not integration and not slow" \
 	    $(QUICK_PATHS) $(PYTEST_ARGS)
+
+# The GPU path's Triton kernels checked without a GPU, in Triton's interpreter (Triton is no dependency:
+# CI has no GPU; this installs the version the GPU machines have).
+TRITON_VERSION ?= 3.6.0
+test-kernels: venv
+	$(VPY) -c "import triton" 2>/dev/null || $(VPY) -m pip install -q "triton==$(TRITON_VERSION)"
+	TRITON_INTERPRET=1 $(VPY) -m pytest -q $(XDIST) tests/engine/test_multistep.py tests/engine/test_fused_step.py \
+	    $(PYTEST_ARGS)
 
 bench: venv
 	@if [ -z "$(strip $(BENCHES))" ]; then echo "no benchmarks in bench/"; exit 0; fi; \
