@@ -16,7 +16,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import dashboard
-from api.routes import events, experiments, exports, health, ops, plots, presets, queue, studies
+from api.routes import events, experiments, exports, health, ops, plots, presets, queue, studies, study_charts
 from api.schemas import ErrorOut
 from smdengine import json_safe
 from store import retry
@@ -39,6 +39,7 @@ def _name_tags(errors) -> list:
 
 
 ROUTERS = (experiments.csv_router, experiments.router, exports.router, events.router, queue.router, plots.router, studies.router,
+           study_charts.router,
            presets.router, health.router, ops.router)
 
 

@@ -273,6 +273,19 @@ class StudySubmission(StudySpec, SubmitOptions):
     base: ExperimentSpec = Field(..., description="An experiment spec: every child starts from it.")  # type: ignore[assignment]
 
 
+class StudyPlan(BaseModel):
+    """What a study would run (POST /v1/studies/plan): nothing stored, nothing queued."""
+
+    runs: int = Field(..., description="Children: points × seeds.")
+    points: int
+    seeds: int
+    work: int = Field(..., description="Their work together (trials·steps·dim; × 1/dt and × samples where "
+                                       "they apply), what the work quota counts.")
+    max_work: int | None = Field(None, description="Your work limit (null: none).")
+    warnings: list[WarningOut] = Field(default_factory=list, description="Each warning code its points raise, "
+                                                                         "once (the first point's message).")
+
+
 MIN_COMPARE, MAX_COMPARE = 2, 200
 ExperimentId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 COMPARE_EXAMPLE = {"experiments": ["3f2a9c0d8e7b4a61b5c2d9e8f7a6b5c4", "9e8d7c6b5a4f43e2a1b0c9d8e7f6a5b4"],

@@ -40,6 +40,7 @@ from api.schemas import (
     ErrorOut,
     StudyOut,
     StudyPage,
+    StudyPlan,
     StudyRequest,
     StudySubmission,
     StudyTable,
@@ -156,6 +157,37 @@ def submit_compare(submission: CompareStudySubmission, db: str, user: User) -> S
         raise HTTPException(status_code=422, detail=sorted(errors, key=lambda e: e["loc"][2])) from None
 
 
+def _expand(submission: StudySubmission, settings: Settings) -> list[Any]:
+    """The study's children, each validated; 422 naming the axis, or the point, field and reason."""
+    engine = submission.model_dump(mode="json", exclude=SERVICE_FIELDS)
+    try:
+        return expand_study(engine, max_children=settings.max_study_points)
+    except StudyError as exc:
+        raise HTTPException(status_code=422, detail=_body_errors(exc.errors)) from None
+    except ValidationError as exc:  # the model above already validated it: a study the engine reads otherwise
+        raise HTTPException(status_code=422, detail=_body_errors(
+            [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()])) from None
+
+
+@router.post("/plan", response_model=StudyPlan, operation_id="planStudy",
+             responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
+                        **UNAUTHORIZED,
+                        422: {"description": "Invalid study, as POST /v1/studies answers it: each error names "
+                                             "the axis, or the point, field and reason."}})
+def plan_study(submission: StudySubmission, settings: SettingsDep, user: CurrentUserDep) -> StudyPlan:
+    """What a study would run, without storing or queueing anything: its children counted (points ×
+    seeds), their work together beside your work limit, and the warnings its points raise. The same
+    validation as POST /v1/studies (a form shows the 422 next to the axis it names)."""
+    expanded = _expand(submission, settings)
+    warnings: dict[str, dict[str, Any]] = {}
+    for child in expanded:
+        for w in spec_warnings(child.spec):
+            warnings.setdefault(w["code"], w)
+    return StudyPlan(runs=len(expanded), points=len({c.point for c in expanded}),
+                     seeds=len({c.seed for c in expanded}), work=sum(c.spec.work for c in expanded),
+                     max_work=user.max_work or settings.max_work, warnings=list(warnings.values()))
+
+
 def submit(submission: StudySubmission, db: str, settings: Settings, user: User, *, preset: str | None = None,
            preset_size: str | None = None) -> StudyView:
     """POST /v1/studies, shared with POST /v1/presets/{id}/run: 403 for priority high unless admin;
@@ -164,14 +196,7 @@ def submit(submission: StudySubmission, db: str, settings: Settings, user: User,
     its ``preset`` and ``preset_size``); then the doorbells."""
     if submission.priority == "high" and not user.is_admin:
         raise HTTPException(status_code=403, detail="priority: 'high' is for admins only; use 'low' or 'normal'")
-    engine = submission.model_dump(mode="json", exclude=SERVICE_FIELDS)
-    try:
-        expanded = expand_study(engine, max_children=settings.max_study_points)
-    except StudyError as exc:
-        raise HTTPException(status_code=422, detail=_body_errors(exc.errors)) from None
-    except ValidationError as exc:  # the model above already validated it: a study the engine reads otherwise
-        raise HTTPException(status_code=422, detail=_body_errors(
-            [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()])) from None
+    expanded = _expand(submission, settings)
     label = (submission.name or submission.base.name or "study")[:190]
     children = [NewChild(index=c.index, point=c.point, seed=c.seed, values=c.values, kind=c.spec.kind,
                          name=f"{label} #{c.index}", spec=c.spec.model_dump(mode="json"),

@@ -170,6 +170,114 @@ def test_a_study_page_shows_its_heatmap_and_sorts_its_table(service, page, grid_
     assert page.console.errors == []
 
 
+PLOT = "document.getElementById('study-plot')?.data"
+
+
+def chart(page, kind: str) -> list[dict]:
+    """Choose a chart type and return its traces once drawn (type, name, meta, colour, axes, sizes)."""
+    page.locator('select[name="chart-type"]').select_option(kind)
+    page.wait_for_function(f"document.getElementById('study-plot')?.dataset.type === '{kind}' && {PLOT}?.length > 0")
+    return page.evaluate(f"""{PLOT}.map(t => ({{type: t.type, name: t.name, meta: t.meta || null, group: t.legendgroup || null,
+        colour: (t.line && t.line.color) || (t.marker && t.marker.color) || null, xaxis: t.xaxis || 'x',
+        text: t.text || null, texttemplate: t.texttemplate || null, se: t.error_y ? t.error_y.array : null,
+        x: t.x, y: t.y, z: t.z || null}}))""")
+
+
+def test_a_study_page_shows_theory_grouped_seeds_and_colour_live_and_after(service, page):
+    """lr × momentum with 2 seeds: opened while it runs; one request per chart (none per child), no 4xx/5xx."""
+    requests, failures = [], []
+    page.on("request", lambda r: requests.append(r.url.replace(service, "")))
+    page.on("response", lambda r: failures.append((r.status, r.url)) if r.status >= 400 else None)
+    response = httpx.post(f"{service}/v1/studies", timeout=30, json={
+        "name": "lr × momentum", "base": {"kind": "nrq", "params": SMALL},
+        "grid": {"params.lr": [0.05, 0.1], "params.momentum": [0.0, 0.5]}, "seeds": [0, 1]})
+    assert response.status_code == 202, response.text
+    study_id = response.json()["id"]
+    page.goto(f"{service}/#/studies/{study_id}")
+    page.locator("#study-actions #study-delete").wait_for()
+    wait_ended(service, f"/v1/studies/{study_id}")
+    # once summaries exist, a study of two varying axes opens on its heatmap; it follows the study's events
+    page.wait_for_function(f"{PLOT}?.[0]?.type === 'heatmap' && document.querySelector('.badge.status-succeeded')")
+    table = httpx.get(f"{service}/v1/studies/{study_id}/table", params={"group": "point"}, timeout=30).json()["rows"]
+
+    heat = chart(page, "heatmap")
+    measured, theory = heat[0], next(t for t in heat if t["xaxis"] == "x2")
+    assert measured["texttemplate"] == "%{text}" and measured["text"][0][0].startswith(f"{measured['z'][0][0]:.4g}"[:4])
+    metric = page.locator('select[name="chart-metric"]').input_value()
+    for row in table:   # cells: the means over seeds; the theory panel: risk_stationary where SGD has one
+        j, i = [0.0, 0.5].index(row["params.momentum"]), [0.05, 0.1].index(row["params.lr"])
+        assert measured["z"][j][i] == pytest.approx(row[metric], rel=1e-12)
+    assert metric == "risk" and theory["z"][0][0] == pytest.approx(table[0]["risk_stationary"], rel=1e-12)
+    screenshot(page, "study-heatmap-theory")
+
+    scatter = chart(page, "scatter")
+    assert page.locator('select[name="chart-by"]').input_value() == "params.momentum"
+    points = [t for t in scatter if t["meta"] == "measured"]
+    assert len(points) == 2 and len({t["colour"] for t in points}) == 2   # coloured by momentum
+    assert all(t["se"] and len(t["se"]) == 2 and all(s > 0 for s in t["se"]) for t in points)   # ± SE over 2 seeds
+    assert any(t["meta"] == "theory" and "theory curve" in (t["name"] or "") for t in scatter)
+    assert any(t["meta"] == "theory" and t["group"] == "momentum=0" for t in scatter)   # open markers per point
+    screenshot(page, "study-scatter")
+
+    overlay = chart(page, "overlay")
+    lines = [t for t in overlay if t["meta"] == "measured"]
+    assert len(lines) == 4 and len({t["colour"] for t in lines}) == 4   # one colour per point, seeds as one mean
+    assert all("(mean of 2 seeds)" in t["name"] and "lr=" in t["name"] and "momentum=" in t["name"] for t in lines)
+    dashed = [t for t in overlay if t["meta"] == "theory"]
+    assert len(dashed) == 2   # risk_stationary exists for the SGD points (momentum 0)
+    for t in dashed:
+        assert t["colour"] == next(m["colour"] for m in lines if m["group"] == t["group"])
+    assert sum(t["meta"] == "band" for t in overlay) == 4
+    page.locator('select[name="chart-seeds"]').select_option("all")
+    page.wait_for_function(f"{PLOT}?.filter(t => t.meta === 'measured').length === 8")
+    screenshot(page, "study-overlay")
+
+    with page.expect_download() as download:
+        page.locator("#study-csv").click()
+    with open(download.value.path(), encoding="utf-8") as f:
+        assert len(f.read().strip().splitlines()) == 1 + 8
+    page.set_viewport_size({"width": 420, "height": 900})
+    page.wait_for_timeout(500)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 420   # tables scroll inside their card
+    screenshot(page, "study-420px")
+
+    assert not [u for u in requests if u.startswith("/v1/experiments")]   # nothing per child
+    loads = sum(u.startswith(f"/v1/studies/{study_id}/table") for u in requests)
+    charts = sum(u.startswith(f"/v1/studies/{study_id}/charts/") for u in requests)
+    assert charts <= loads + 4, (charts, loads)   # one chart request per load and per change of the chart
+    assert failures == [] and page.console.errors == []
+
+
+def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
+    page.on("dialog", lambda dialog: dialog.accept())
+    page.goto(f"{service}/#/new")   # an experiment's page offers "sweep from here"
+    experiment_id = submit(service, {"kind": "nrq", "name": "sweep base", "params": SMALL})
+    page.goto(f"{service}/#/experiments/{experiment_id}")
+    page.locator("#sweep-from-here").click()
+    page.wait_for_url(re.compile(r"#/studies/new\?from="))
+    page.wait_for_function("document.getElementById('study-plan')?.dataset.runs === '12'")   # 3 lr × 2 wd × 2 seeds
+    assert '"trials": 200' in page.locator("#study-base").input_value()
+    screenshot(page, "new-study")
+    page.locator('.axis-row [name="axis-path"]').first.fill("params.lrr")   # the server's 422 next to that axis
+    page.wait_for_function("document.querySelector('.axis-row .axis-error')?.textContent.includes('nearest valid paths')")
+    assert page.locator("#study-submit").is_disabled()
+    page.locator('.axis-row [name="axis-path"]').first.fill("params.lr")
+    page.fill("#study-base", '{"kind": "nrq", "params": {"steps": 20000, "trials": 2000, "record_every": 20}}')
+    page.fill("#study-seeds", "0")
+    page.wait_for_function("document.getElementById('study-plan')?.dataset.runs === '6'")
+    page.locator("#study-submit").click()
+    page.wait_for_url(re.compile(r"#/studies/[0-9a-f]{32}$"))
+    study_id = page.url.rsplit("/", 1)[1]
+    study = httpx.get(f"{service}/v1/studies/{study_id}", timeout=30).json()
+    assert study["children_count"] == 6 and study["axes"] == ["params.lr", "params.weight_decay"]
+    page.locator("#study-cancel").click()
+    assert wait_ended(service, f"/v1/studies/{study_id}", timeout=60)["status"] in ("cancelled", "partial")
+    page.locator("#study-delete").click()
+    page.wait_for_url(re.compile(r"#/studies$"))
+    assert httpx.get(f"{service}/v1/studies/{study_id}", timeout=30).status_code == 404
+    assert [e for e in page.console.errors if not EXPECTED_4XX.search(e)] == []
+
+
 def test_compare_overlays_the_selected_experiments(service, page):
     ids = [submit(service, {"kind": "nrq", "name": f"compare lr {lr}", "params": {**SMALL, "lr": lr}})
            for lr in (0.05, 0.2)]
@@ -182,8 +290,9 @@ def test_compare_overlays_the_selected_experiments(service, page):
         page.check(f'#experiments-table tr[data-id="{experiment_id}"] input[type=checkbox]')
     page.click("#compare")
     page.wait_for_url(re.compile(r"#/studies/[0-9a-f]{32}$"))
-    page.wait_for_function("document.getElementById('study-plot')?.data?.length === 2")
-    traces = page.evaluate("document.getElementById('study-plot').data.map(t => ({name: t.name, points: t.x.length}))")
+    measured = "document.getElementById('study-plot')?.data?.filter(t => t.meta === 'measured')"
+    page.wait_for_function(f"{measured}?.length === 2")
+    traces = page.evaluate(f"{measured}.map(t => ({{name: t.name, points: t.x.length}}))")
     expected = math.ceil(SMALL["steps"] / SMALL["record_every"])
     assert sorted(traces, key=lambda t: t["name"]) == [{"name": "compare lr 0.05", "points": expected},
                                                       {"name": "compare lr 0.2", "points": expected}]

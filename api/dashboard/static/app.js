@@ -7,11 +7,13 @@ import * as form from "./form.js";
 import * as presets from "./presets.js";
 import * as queue from "./queue.js";
 import * as studies from "./studies.js";
+import * as studyform from "./studyform.js";
 
 const ROUTES = [
   [/^#\/experiments\/([0-9a-f]+)$/, experiment.render, "experiments"],
   [/^#\/(?:experiments)?$/, experiments.render, "experiments"],
   [/^#\/new$/, form.render, "new"],
+  [/^#\/studies\/new$/, studyform.render, "studies"],
   [/^#\/studies\/([0-9a-f]+)$/, studies.renderStudy, "studies"],
   [/^#\/studies$/, studies.renderList, "studies"],
   [/^#\/presets$/, presets.render, "presets"],

@@ -170,22 +170,6 @@ export class Chart {
   }
 }
 
-// Overlay one metric of several result documents (study children, compared experiments).
-export async function overlay(div, docs, metric, { log = false, labels = [] } = {}) {
-  await plotlyLoaded;
-  const traces = docs.map((doc, i) => {
-    const layers = Object.entries(doc.layers || {});
-    const last = !doc.series[metric] && layers.length ? layers[layers.length - 1] : null;   // a train run's last layer
-    const y = doc.series[metric] ?? last?.[1][metric];
-    const label = labels[i] || doc.spec?.name || doc.id.slice(0, 8);
-    return { x: doc.series.step, y: y || [], name: last ? `${label} (${last[0]})` : label,
-      type: "scatter", mode: "lines", line: { color: COLORS[i % COLORS.length], width: 1.4 } };
-  });
-  window.Plotly.react(div, traces, { margin: { l: 60, r: 10, t: 10, b: 45 }, height: 380,
-    xaxis: { title: { text: "step" } }, yaxis: { title: { text: metric }, type: log ? "log" : "linear" },
-    legend: { orientation: "h", y: -0.2 } }, CONFIG);
-}
-
 export async function plotly(div, traces, layout) {
   await plotlyLoaded;
   window.Plotly.react(div, traces, { margin: { l: 70, r: 10, t: 10, b: 50 }, height: 400, ...layout }, CONFIG);

@@ -122,6 +122,7 @@ export function render(main, [id]) {
     const eta = etaSeconds(e.started_at, e.progress);
     const actions = [
       h("a.button", { href: `#/new?from=${e.id}` }, "Duplicate and edit"),
+      h("a.button#sweep-from-here", { href: `#/studies/new?from=${e.id}` }, "Sweep from here"),
       !TERMINAL.has(e.status) && h("button#cancel.danger", { type: "button", disabled: e.cancel_requested,
         onclick: cancel }, e.cancel_requested ? "Cancelling…" : "Cancel"),
     ];
@@ -150,7 +151,7 @@ export function render(main, [id]) {
   function drawSummary() {
     const rows = Object.entries(doc?.summary || {}).filter(([, v]) => typeof v === "number");
     summaryBox.replaceChildren(rows.length ? h("table.kv", rows.map(([k, v]) => h("tr", h("th", k),
-      h("td", fmtNumber(v))))) : h("p.muted", "No summary yet."));
+      h("td", fmtNumber(v))))) : h("p.muted", NO_SUMMARY[experiment.status] ?? "No summary yet."));
   }
 
   // Tags and note, shown and edited in place (PATCH; the owner or an admin: a 403 is shown here).
@@ -256,3 +257,10 @@ function sliceDelta(delta, from) {
   return { ...delta, series: map(delta.series, cut), theory: map(delta.theory, cut),
     layers: map(delta.layers, (metrics) => map(metrics, cut)) };
 }
+
+// Why a run has no summary, by its status (a summary is made when a run ends well).
+const NO_SUMMARY = {
+  cancelled: "Cancelled: no summary (a summary is made when a run ends); its series up to the stop are in the charts.",
+  failed: "Failed: no summary; the error is above.",
+  queued: "Queued: no summary yet.",
+};

@@ -26,7 +26,9 @@ export function render(main) {
     try {
       const { root, components } = await submissionSchema();
       const from = routeQuery().from;
-      const initial = from ? (await api(`/v1/experiments/${from}`)).spec : {};
+      const source = from ? await api(`/v1/experiments/${from}`) : null;
+      // the spec, and what is the experiment's own beside it (its tags) that the form also submits
+      const initial = source ? { ...source.spec, ...(source.tags?.length ? { tags: source.tags } : {}) } : {};
       if (from) main.querySelector("h1").textContent = `New experiment (from ${initial.name || from.slice(0, 8)})`;
       builder = new FormBuilder(components);
       form.append(builder.field(root, [], initial, "experiment"),
@@ -138,6 +140,18 @@ class FormBuilder {
     } else if (base.type === "boolean") {
       input = h("input", { type: "checkbox", name: key, checked: Boolean(value) });
       read = () => input.checked;
+    } else if (base.type === "array" && this.resolve(base.items)?.type === "string") {
+      // a list of words (tags): "a, b" or "a b", or JSON
+      input = h("input", { type: "text", name: key, value: Array.isArray(value) ? value.join(", ") : "",
+        placeholder: "comma-separated" });
+      read = () => {
+        const text = input.value.trim();
+        if (!text) return undefined;
+        if (text.startsWith("[")) {
+          try { return JSON.parse(text); } catch { throw new Error(`${key}: a list as "a, b" or JSON ["a", "b"]`); }
+        }
+        return text.split(/[\s,]+/).filter(Boolean);
+      };
     } else if (base.type === "array" || base.type === "object" || (!base.type && !base.enum)) {
       input = h("textarea", { name: key, rows: 2, placeholder: "JSON", value: value === undefined || value === null
         ? "" : JSON.stringify(value) });

@@ -1,18 +1,18 @@
 // Studies: the list, and a study's page: its children in a table sortable by any column, overlay /
 // heatmap / scatter charts with the axes and metric chosen in the page, and its checks with verdicts.
 
-import { api, follow, imageUrl } from "./api.js";
-import { overlay, plotly } from "./charts.js";
+import { api, download, follow, imageUrl } from "./api.js";
+import { drawHeatmap, drawOverlay, drawScatter } from "./studycharts.js";
 import { errorBox, fmtNumber, fmtTime, h, progressBar, statusBadge, TERMINAL } from "./util.js";
 
 const STUDY_DONE = new Set(["succeeded", "failed", "cancelled", "partial"]);
-const OVERLAY_MAX = 24; // children drawn in an overlay
 
 export function renderList(main) {
   const body = h("tbody");
   const message = h("div");
-  main.append(h("h1", "Studies"), message, h("table.list#studies-table", h("thead", h("tr", h("th", "name"),
-    h("th", "status"), h("th", "progress"), h("th", "points × seeds"), h("th", "preset"), h("th", "created"))), body));
+  main.append(h("div.page-head", h("h1", "Studies"), h("a.button#new-study", { href: "#/studies/new" }, "New study")),
+    message, h("div.scroll", h("table.list#studies-table", h("thead", h("tr", h("th", "name"),
+    h("th", "status"), h("th", "progress"), h("th", "points × seeds"), h("th", "preset"), h("th", "created"))), body)));
   let timer;
   async function load() {
     try {
@@ -55,26 +55,34 @@ function show(value) {
 export function renderStudy(main, [id]) {
   const base = `/v1/studies/${id}`;
   const head = h("div");
+  const actions = h("div.toolbar#study-actions");
   const message = h("div");
   const checks = h("section.card", h("h3", "Checks"));
   const chartCard = h("section.card#study-chart");
   const tableCard = h("section.card", h("h3", "Children"));
-  main.append(message, head, checks, chartCard, tableCard);
+  main.append(message, head, actions, checks, chartCard, tableCard);
   let study = null;
   let table = null;
+  let options = null;
   let sortBy = { column: "index", descending: false };
-  const choice = { type: "heatmap", x: null, y: null, metric: null };
-  const chosen = new Set();   // what the user picked; the rest follows the table as results arrive
+  // the chart: its type, metric, x (scatter, heatmap), y (heatmap), time axis (overlay), colour-by, seeds
+  // (overlay: mean ± SE or each) and the heatmap's theory view (beside, or measured/theory)
+  const choice = { type: "overlay", metric: null, x: null, y: null, time: "step", by: "point", seeds: "mean",
+    view: "side", log: true };
+  const chosen = new Set();   // what the user picked; the rest follows the study as results arrive
   let stop = () => {};
+  let drawing = 0;   // the latest chart request: an older answer is dropped
 
   async function load() {
     try {
-      [study, table] = await Promise.all([api(base), api(`${base}/table`)]);
+      [study, table, options] = await Promise.all([api(base), api(`${base}/table`), api(`${base}/charts`)]);
     } catch (error) {
       message.replaceChildren(errorBox(error));
       return;
     }
+    message.replaceChildren();
     drawHead();
+    drawActions();
     checks.hidden = !study.preset;   // only a preset's study has checks
     checks.replaceChildren(h("h3", "Checks"), checksTable(study.checks ?? table.checks));
     drawTable();
@@ -89,73 +97,115 @@ export function renderStudy(main, [id]) {
         : `${s.points} points × seeds = ${s.children_count} runs · axes: ${s.axes.join(", ")}`,
         s.preset ? ` · preset ${s.preset} (${s.preset_size})` : ""),
       h("div.status-line", progressBar(s.progress), h("span.muted", Object.entries(s.counts)
-        .filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(" · "))),
-      s.preset ? h("section.card", h("h3", "Figure"), h("img.figure", { alt: `figure of ${s.preset}`,
-        dataset: { src: `${base}/plots/figure.png` } })) : "");
-    const img = head.querySelector("img.figure");
-    if (img && STUDY_DONE.has(s.status)) {
-      imageUrl(img.dataset.src).then((url) => { img.src = url; }).catch((e) => img.replaceWith(errorBox(e)));
+        .filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(" · "))));
+    if (s.preset) {
+      const figure = h("section.card", h("h3", "Figure"));
+      head.append(figure);
+      if (STUDY_DONE.has(s.status)) {
+        const img = h("img.figure", { alt: `figure of ${s.preset}` });
+        const link = h("a", { href: "#", title: "open at full size" }, img);
+        imageUrl(`${base}/plots/figure.png`).then((url) => { img.src = url; link.href = url; link.target = "_blank"; })
+          .catch((e) => img.replaceWith(errorBox(e)));
+        figure.append(link);
+      } else {
+        figure.append(h("p.muted", "The figure is drawn when every run has ended."));
+      }
     }
   }
 
-  function numericColumns() {
-    return table.columns.filter((c) => table.rows.some((r) => typeof r[c] === "number")
-      && !["index", "point", "seed"].includes(c));
+  function drawActions() {
+    const done = STUDY_DONE.has(study.status);
+    const failed = (error) => message.replaceChildren(errorBox(error));
+    actions.replaceChildren(
+      study.kind !== "compare" && !done ? h("button#study-cancel", { type: "button", onclick: async () => {
+        if (!window.confirm(`Cancel the ${study.children_count} runs of this study that have not ended?`)) return;
+        try { await api(`${base}/cancel`, { method: "POST" }); await load(); } catch (e) { failed(e); }
+      } }, "Cancel study") : "",
+      h("button#study-delete", { type: "button", onclick: async () => {
+        if (!window.confirm("Delete this study and its runs? This cannot be undone.")) return;
+        try { await api(base, { method: "DELETE" }); stop(); window.location.hash = "#/studies"; } catch (e) { failed(e); }
+      } }, "Delete study"),
+      h("button#study-csv", { type: "button", onclick: () => download(`${base}/table.csv`, `study-${id}.csv`).catch(failed) },
+        "Table as CSV"),
+      h("button#study-parquet", { type: "button", onclick: () => download(`${base}/table.parquet`, `study-${id}.parquet`)
+        .catch(failed) }, "Table as Parquet"));
   }
 
   function drawChartControls() {
-    const compared = study.kind === "compare";   // existing experiments grouped: their series overlaid
-    const axes = compared ? [] : study.axes.filter((a) => table.columns.includes(a));
-    const metrics = numericColumns().filter((c) => !axes.includes(c));
-    if (compared && choice.type === "heatmap") choice.type = "overlay";
-    if (!chosen.has("x") || !choice.x) choice.x = axes[0] ?? metrics[0];
-    if (!chosen.has("y") || !choice.y) choice.y = axes[1] ?? axes[0];
-    if (choice.y === choice.x) choice.y = axes.find((a) => a !== choice.x) ?? choice.y;   // a heatmap needs two
-    if (!chosen.has("metric") || !metrics.includes(choice.metric)) {
-      choice.metric = defaultMetric(metrics, new Set(table.derived ?? []));
+    const compared = study.kind === "compare";
+    const series = options.series_metrics;
+    const summary = options.summary_metrics;
+    const axes = options.axes;
+    const varying = options.varying;
+    const types = [...(series.length ? ["overlay"] : []), ...(summary.length && !compared && axes.length ? ["scatter"] : []),
+      ...(summary.length && !compared && axes.length >= 2 ? ["heatmap"] : [])];
+    // by default: a heatmap of two varying axes, a scatter of one, an overlay while nothing is summarized
+    const preferred = types.find((t) => t === (varying.length >= 2 ? "heatmap" : "scatter")) ?? types[0];
+    if (!chosen.has("type") || !types.includes(choice.type)) choice.type = preferred;
+    const metrics = choice.type === "overlay" ? series : summary;
+    if (!chosen.has("metric") || !metrics.includes(choice.metric)) choice.metric = defaultMetric(metrics, new Set(table.derived ?? []));
+    const studyAxes = axes.filter((a) => study.axes.includes(a));
+    if (!chosen.has("x") || !axes.includes(choice.x)) choice.x = varying[0] ?? studyAxes[0] ?? axes[0];
+    if (!chosen.has("y") || !axes.includes(choice.y) || choice.y === choice.x) {
+      choice.y = varying.find((a) => a !== choice.x) ?? studyAxes.find((a) => a !== choice.x) ?? axes.find((a) => a !== choice.x);
     }
-    const pick = (name, values) => h("label", `${name} `, h("select", { name: `chart-${name}`,
+    const colourBy = ["point", ...studyAxes];
+    // by default an overlay gives each point its colour, a scatter colours by the other varying axis
+    if (!chosen.has("by")) choice.by = choice.type === "scatter" ? varying.find((a) => a !== choice.x) ?? "point" : "point";
+    if (!colourBy.includes(choice.by)) choice.by = "point";
+    const pick = (name, values, labels = {}) => h("label", `${LABELS[name] ?? name} `, h("select", { name: `chart-${name}`,
       onchange: (e) => { choice[name] = e.target.value; chosen.add(name); drawChartControls(); } },
-    values.map((v) => h("option", { value: v, selected: v === choice[name] }, v))));
-    const types = compared ? ["overlay", "scatter"] : axes.length >= 2 ? ["heatmap", "scatter", "overlay"]
-      : ["scatter", "overlay"];
-    if (!types.includes(choice.type)) choice.type = types[0];
-    chartCard.replaceChildren(h("h3", "Chart"),
-      h("div.toolbar", pick("type", types), choice.type !== "overlay" ? pick("x", [...axes, ...metrics]) : "",
-        choice.type === "heatmap" ? pick("y", axes.filter((a) => a !== choice.x)) : "", pick("metric", metrics)),
-      h("div.chart#study-plot", { dataset: { type: choice.type } }));
+    values.map((v) => h("option", { value: v, selected: v === choice[name] }, labels[v] ?? v))));
+    if (!types.length) {
+      chartCard.replaceChildren(h("h3", "Chart"), h("p.muted#study-plot-empty",
+        study.status === "queued" ? "Queued: the charts start when the first run records." : "No data to chart yet."));
+      return;
+    }
+    const controls = [pick("type", types), pick("metric", metrics)];
+    if (choice.type === "overlay") {
+      controls.push(pick("time", options.overlay_x), pick("seeds", ["mean", "all"], { mean: "mean ± SE", all: "each seed" }),
+        pick("log", ["true", "false"], { true: "log", false: "linear" }));
+    }
+    if (choice.type !== "overlay") controls.push(pick("x", axes));
+    if (choice.type === "heatmap") controls.push(pick("y", axes.filter((a) => a !== choice.x)),
+      pick("view", ["side", "ratio"], { side: "theory beside", ratio: "measured / theory" }));
+    if (choice.type !== "heatmap" && !compared) controls.push(pick("by", colourBy));
+    chartCard.replaceChildren(h("h3", "Chart"), h("div.toolbar", controls),
+      h("div.chart#study-plot", { dataset: { type: choice.type } }), h("p.muted.caption", CAPTIONS[choice.type]));
     drawChart();
   }
 
   async function drawChart() {
     const div = chartCard.querySelector("#study-plot");
-    const type = choice.type;
-    if (div.dataset.type !== type) { div.dataset.type = type; return drawChartControls(); }
-    if (type === "overlay") {
-      // a succeeded child without the column is another kind's (in a comparison): it has no such series
-      const ids = table.rows.filter((r) => r.status !== "queued" && (r.status !== "succeeded" || choice.metric in r))
-        .slice(0, OVERLAY_MAX);
-      const docs = await Promise.all(ids.map((r) => api(`/v1/experiments/${r.experiment_id}/results?` +
-        `max_points=500&fields=${encodeURIComponent(choice.metric)}`).catch(() => null)));
-      const shown = docs.map((d, i) => [d, ids[i]]).filter(([d]) => d);
-      overlay(div, shown.map(([d]) => d), choice.metric, { log: true,
-        labels: shown.map(([, r]) => (study.kind === "compare" ? r.name || r.experiment_id.slice(0, 8)
-          : study.axes.map((a) => `${a.split(".").pop()}=${fmtNumber(r[a])}`).join(" ") + ` s${r.seed}`)) });
+    const ticket = ++drawing;
+    const query = { metric: choice.metric };
+    if (choice.type === "overlay") query.x = choice.time;
+    else query.x = choice.x;
+    if (choice.type === "heatmap") query.y = choice.y;
+    if (choice.type === "scatter" && choice.by !== "point") query.by = choice.by;
+    let data;
+    try {
+      data = await api(`${base}/charts/${choice.type}?${new URLSearchParams(query)}`);
+    } catch (error) {
+      if (ticket === drawing) div.replaceChildren(errorBox(error));
       return;
     }
-    const points = meanByPoint(table.rows, choice.metric);
-    if (type === "heatmap") {
-      const xs = unique(points.map((p) => p.row[choice.x]));
-      const ys = unique(points.map((p) => p.row[choice.y]));
-      const z = ys.map((y) => xs.map((x) => points.find((p) => p.row[choice.x] === x && p.row[choice.y] === y)?.mean ?? null));
-      plotly(div, [{ type: "heatmap", x: xs.map(String), y: ys.map(String), z, colorscale: "Viridis",
-        colorbar: { title: { text: choice.metric } }, hovertemplate: `${choice.x} %{x}<br>${choice.y} %{y}<br>${choice.metric} %{z}<extra></extra>` }],
-      { xaxis: { title: { text: choice.x }, type: "category" }, yaxis: { title: { text: choice.y }, type: "category" } });
+    if (ticket !== drawing) return;
+    div.dataset.theory = data.theory ?? "";
+    const varying = study.kind === "compare" ? [] : options.varying;
+    if (choice.type === "overlay") {
+      if (study.kind === "compare") {   // members are named, not placed on axes
+        data.lines.forEach((line) => {
+          const row = table.rows.find((r) => r.experiment_id === line.experiment_id);
+          line.values = { member: row?.name || line.values?.name || line.experiment_id.slice(0, 8) };
+        });
+      }
+      await drawOverlay(div, data, { by: choice.by, seeds: choice.seeds, log: choice.log !== "false" && choice.log !== false,
+        varying: study.kind === "compare" ? ["member"] : varying });
+    } else if (choice.type === "scatter") {
+      await drawScatter(div, data, { by: choice.by, varying });
     } else {
-      plotly(div, [{ type: "scatter", mode: "markers", x: table.rows.map((r) => r[choice.x]),
-        y: table.rows.map((r) => r[choice.metric]), text: table.rows.map((r) => `seed ${r.seed}`),
-        marker: { size: 8, color: "#1f77b4" } }],
-      { xaxis: { title: { text: choice.x } }, yaxis: { title: { text: choice.metric } } });
+      await drawHeatmap(div, data, { mode: choice.view });
     }
   }
 
@@ -186,6 +236,16 @@ export function renderStudy(main, [id]) {
   return () => stop();
 }
 
+const LABELS = { by: "colour by", time: "x", log: "y", view: "theory" };
+const CAPTIONS = {
+  overlay: "Each point in its colour: the mean over its seeds with a band of ± one standard error (or each seed), "
+    + "its theory dashed in the same colour.",
+  scatter: "Each point: the mean over its seeds ± one standard error (filled), its theory (open circle); dashed: the "
+    + "theory along x, one curve per colour.",
+  heatmap: "Cells: the mean over seeds (± standard error). Theory beside on the same colour scale (blank: no theory "
+    + "there), or measured / theory. Dotted: cells of equal ηλ.",
+};
+
 // The metric a chart starts on: a measured one the seed figures are about, else the first measured one;
 // a derived input (ηλ, η/λ: the table's `derived`) only while nothing is measured yet.
 const MEASURED_FIRST = /^(risk|au_rms|train_loss|norm_sq|norm|spread)$/;
@@ -200,21 +260,4 @@ function compare(a, b) {
   if (a === null || a === undefined || a === "") return 1;
   if (b === null || b === undefined || b === "") return -1;
   return typeof a === "number" && typeof b === "number" ? a - b : String(a).localeCompare(String(b));
-}
-
-function unique(values) {
-  return [...new Set(values)].sort(compare);
-}
-
-// The metric's mean over the seeds of each point.
-function meanByPoint(rows, metric) {
-  const byPoint = new Map();
-  for (const row of rows) {
-    if (typeof row[metric] !== "number") continue;
-    const entry = byPoint.get(row.point) ?? { row, sum: 0, n: 0 };
-    entry.sum += row[metric];
-    entry.n += 1;
-    byPoint.set(row.point, entry);
-  }
-  return [...byPoint.values()].map((e) => ({ row: e.row, mean: e.sum / e.n }));
 }

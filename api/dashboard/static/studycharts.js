@@ -1,0 +1,216 @@
+// A study's charts drawn from /v1/studies/{id}/charts/… (one request per chart): the overlay (seeds
+// grouped as a mean with a standard-error band, or each seed; each point's theory dashed in its colour),
+// the scatter (mean ± standard error per point, theory per point hollow and as curves along x) and the
+// heatmap (cell values, the theory beside it on one colour scale or measured/theory as a ratio, iso-ηλ
+// lines). Colours: one per point, or by an axis (a continuous scale for a numeric one), never repeating.
+
+import { plotly } from "./charts.js";
+import { fmtNumber } from "./util.js";
+
+const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
+
+// The short name of an axis: its last path component (params.weight_decay → weight_decay).
+export function shortName(axis) {
+  return axis.split(".").pop();
+}
+
+// A point's legend name from the axes that vary.
+export function pointName(values, varying) {
+  if (varying.length === 1 && varying[0] === "member") return String(values.member);   // a compared experiment
+  const named = varying.filter((a) => a in values);
+  return named.length ? named.map((a) => `${shortName(a)}=${fmtNumber(values[a])}`).join(" ") : "the point";
+}
+
+function numeric(values) {
+  return values.length > 0 && values.every((v) => typeof v === "number" && Number.isFinite(v));
+}
+
+// Colour of each key: distinct hues (golden angle) for categories; Viridis over the sorted values for a
+// numeric axis (on a log scale when the values are positive and span more than a decade).
+export function colourScale(keys, { categorical = false } = {}) {
+  const distinct = [...new Map(keys.map((k) => [JSON.stringify(k), k])).values()];
+  const colours = new Map();
+  if (!categorical && numeric(distinct) && distinct.length > 1) {
+    const positive = distinct.every((v) => v > 0);
+    const lo = Math.min(...distinct), hi = Math.max(...distinct);
+    const log = positive && hi / lo > 10;
+    const t = (v) => (log ? Math.log(v / lo) / Math.log(hi / lo) : (v - lo) / (hi - lo));
+    for (const v of distinct) colours.set(JSON.stringify(v), viridis(0.9 * t(v)));
+    return { colour: (k) => colours.get(JSON.stringify(k)), continuous: true, lo, hi, log };
+  }
+  distinct.forEach((k, i) => colours.set(JSON.stringify(k), `hsl(${Math.round((i * 137.508) % 360)}, 65%, 42%)`));
+  return { colour: (k) => colours.get(JSON.stringify(k)), continuous: false };
+}
+
+function viridis(t) {
+  const x = Math.min(1, Math.max(0, t)) * (VIRIDIS.length - 1);
+  const i = Math.min(VIRIDIS.length - 2, Math.floor(x));
+  const f = x - i;
+  const c = VIRIDIS[i].map((a, k) => Math.round(a + f * (VIRIDIS[i + 1][k] - a)));
+  return `rgb(${c.join(",")})`;
+}
+
+function withAlpha(colour, alpha) {
+  if (colour.startsWith("rgb(")) return colour.replace("rgb(", "rgba(").replace(")", `,${alpha})`);
+  return colour.replace("hsl(", "hsla(").replace(")", `, ${alpha})`);
+}
+
+// What a point is coloured by: its own index ("point"), or the value of an axis.
+function keyOf(item, by) {
+  return by === "point" ? item.point : item.values?.[by] ?? null;
+}
+
+const X_TITLES = { step: "step", lr_time: "ηt (Σ learning rate)", tau: "τ(t)", intrinsic_time: "t·ηλ (intrinsic time)" };
+
+export async function drawOverlay(div, data, { by = "point", seeds = "mean", varying = [], log = true } = {}) {
+  const points = new Map();
+  for (const line of data.lines) {
+    const entry = points.get(line.point) ?? { point: line.point, values: line.values, lines: [] };
+    entry.lines.push(line);
+    points.set(line.point, entry);
+  }
+  const groups = [...points.values()].sort((a, b) => a.point - b.point);
+  const scale = colourScale(groups.map((g) => keyOf(g, by)), { categorical: by === "point" });
+  const traces = [];
+  for (const g of groups) {
+    const colour = scale.colour(keyOf(g, by));
+    const name = pointName(g.values, varying);
+    const group = `point-${g.point}`;
+    if (seeds === "all" || g.lines.length === 1) {
+      g.lines.forEach((line, i) => traces.push({ x: line.x, y: line.y, type: "scatter", mode: "lines",
+        name: g.lines.length > 1 ? `${name} (seed ${line.seed})` : name, legendgroup: group,
+        showlegend: i === 0, line: { color: colour, width: 1.3 }, meta: "measured",
+        hovertemplate: `${name} seed ${line.seed}<br>%{x}: %{y}<extra></extra>` }));
+    } else {
+      const { x, mean, se } = meanBand(g.lines);
+      traces.push({ x: [...x, ...[...x].reverse()], y: [...mean.map((m, i) => m + se[i]), ...mean.map((m, i) => m - se[i]).reverse()],
+        type: "scatter", mode: "lines", fill: "toself", fillcolor: withAlpha(colour, 0.18), line: { width: 0 },
+        hoverinfo: "skip", showlegend: false, legendgroup: group, meta: "band" });
+      traces.push({ x, y: mean, type: "scatter", mode: "lines", name: `${name} (mean of ${g.lines.length} seeds)`,
+        legendgroup: group, line: { color: colour, width: 1.6 }, meta: "measured",
+        hovertemplate: `${name}<br>%{x}: %{y} (mean)<extra></extra>` });
+    }
+    const theory = meanTheory(g.lines);
+    if (theory) traces.push({ x: g.lines[0].x, y: theory, type: "scatter", mode: "lines", name: `${name} theory`,
+      legendgroup: group, showlegend: false, line: { color: colour, dash: "dash", width: 1.2 }, meta: "theory",
+      hovertemplate: `${name} ${data.theory}<br>%{x}: %{y}<extra></extra>` });
+  }
+  if (groups.some((g) => meanTheory(g.lines))) traces.push({ x: [null], y: [null], type: "scatter", mode: "lines",
+    name: `${data.theory} (theory, dashed in the point's colour)`, line: { color: "#555", dash: "dash" } });
+  await plotly(div, traces, { height: 420, xaxis: { title: { text: X_TITLES[data.x] ?? data.x } },
+    yaxis: { title: { text: data.metric }, type: log ? "log" : "linear", exponentformat: "power" },
+    legend: { orientation: "h", y: -0.22 }, hovermode: "closest" });
+}
+
+// The mean over a point's seeds at each recorded x (their records share the steps) and its standard error.
+function meanBand(lines) {
+  const n = Math.min(...lines.map((l) => l.y.length));
+  const x = lines[0].x.slice(0, n), mean = [], se = [];
+  for (let i = 0; i < n; i++) {
+    const ys = lines.map((l) => l.y[i]).filter((v) => typeof v === "number");
+    const m = ys.reduce((a, b) => a + b, 0) / ys.length;
+    mean.push(ys.length ? m : null);
+    se.push(ys.length > 1 ? Math.sqrt(ys.reduce((a, b) => a + (b - m) ** 2, 0) / (ys.length - 1) / ys.length) : 0);
+  }
+  return { x, mean, se };
+}
+
+function meanTheory(lines) {
+  const with_ = lines.filter((l) => Array.isArray(l.theory));
+  if (!with_.length) return null;
+  const n = Math.min(...with_.map((l) => l.theory.length));
+  return Array.from({ length: n }, (_, i) => {
+    const v = with_.map((l) => l.theory[i]).filter((t) => typeof t === "number");
+    return v.length ? v.reduce((a, b) => a + b, 0) / v.length : null;
+  });
+}
+
+export async function drawScatter(div, data, { by = "point", varying = [] } = {}) {
+  const scale = colourScale(data.points.map((p) => keyOf(p, by)), { categorical: by === "point" });
+  const traces = [];
+  const groups = new Map();
+  for (const p of data.points) {
+    const key = JSON.stringify(keyOf(p, by));
+    (groups.get(key) ?? groups.set(key, []).get(key)).push(p);
+  }
+  for (const members of groups.values()) {
+    members.sort((a, b) => a.x - b.x);
+    const key = keyOf(members[0], by);
+    const colour = scale.colour(key);
+    const label = by === "point" ? pointName(members[0].values, varying) : `${shortName(by)}=${fmtNumber(key)}`;
+    traces.push({ x: members.map((p) => p.x), y: members.map((p) => p.mean), type: "scatter",
+      mode: by === "point" ? "markers" : "markers+lines", name: label, legendgroup: label,
+      error_y: { type: "data", array: members.map((p) => p.se ?? 0), visible: true, color: colour, thickness: 1.2 },
+      marker: { color: colour, size: 9 }, line: { color: colour, width: 1 }, meta: "measured",
+      text: members.map((p) => `${pointName(p.values, varying)} · n=${p.n}`),
+      hovertemplate: `%{text}<br>${data.x} %{x}<br>${data.metric} %{y} ± %{error_y.array}<extra></extra>` });
+    if (data.theory) traces.push({ x: members.map((p) => p.x), y: members.map((p) => p.theory), type: "scatter",
+      mode: "markers", name: `${label} theory`, legendgroup: label, showlegend: false, meta: "theory",
+      marker: { symbol: "circle-open", size: 12, color: colour, line: { width: 1.6 } },
+      hovertemplate: `${data.theory} %{y}<extra></extra>` });
+  }
+  data.curves.filter((curve) => curve.y.some((v) => typeof v === "number")).forEach((curve, k) => {
+    const colour = by !== "point" && curve.by !== null ? scale.colour(curve.by) ?? "#333" : "#333";
+    traces.push({ x: curve.x, y: curve.y, type: "scatter", mode: "lines", meta: "theory",
+      name: `${data.theory} (theory curve${curve.by !== null && by !== "point" ? `, ${shortName(by)}=${fmtNumber(curve.by)}` : ""})`,
+      line: { color: colour, dash: "dash", width: 1.3 }, showlegend: k === 0 || by !== "point" });
+  });
+  const xs = data.points.map((p) => p.x).filter((v) => v > 0);
+  const logX = xs.length === data.points.length && xs.length > 1 && Math.max(...xs) / Math.min(...xs) > 10;
+  await plotly(div, traces, { height: 420, xaxis: { title: { text: data.x }, type: logX ? "log" : "linear" },
+    yaxis: { title: { text: data.metric }, exponentformat: "power" }, legend: { orientation: "h", y: -0.22 },
+    hovermode: "closest" });
+}
+
+export async function drawHeatmap(div, data, { mode = "side" } = {}) {
+  const xs = data.xs.map(fmtNumber), ys = data.ys.map(fmtNumber);
+  const text = (z, se) => z.map((row, j) => row.map((v, i) => (v === null ? "" : fmtNumber(v)
+    + (se?.[j]?.[i] ? `<br>±${fmtNumber(se[j][i])}` : ""))));
+  const all = [...data.z.flat(), ...(data.theory_z ?? []).flat()].filter((v) => typeof v === "number");
+  const zmin = Math.min(...all), zmax = Math.max(...all);
+  const cell = { type: "heatmap", x: xs, y: ys, colorscale: "Viridis", texttemplate: "%{text}", hoverongaps: false };
+  const traces = [];
+  const layout = { height: 480, margin: { l: 70, r: 10, t: 30, b: 50 }, annotations: [],
+    legend: { orientation: "h", y: -0.18 } };
+  if (mode === "ratio" && data.theory_z) {
+    const ratio = data.z.map((row, j) => row.map((v, i) => (v !== null && data.theory_z[j][i] ? v / data.theory_z[j][i] : null)));
+    const spread = Math.max(0.05, ...ratio.flat().filter((v) => v !== null).map((v) => Math.abs(v - 1)));
+    traces.push({ ...cell, z: ratio, text: text(ratio), colorscale: "RdBu", reversescale: true, zmid: 1,
+      zmin: Math.max(0, 1 - spread), zmax: 1 + spread,
+      name: "measured / theory", colorbar: { title: { text: `${data.metric} / ${data.theory}` } },
+      hovertemplate: `${data.x} %{x}<br>${data.y} %{y}<br>measured/theory %{z}<extra></extra>` });
+    Object.assign(layout, { xaxis: { title: { text: data.x }, type: "category" }, yaxis: { title: { text: data.y }, type: "category" } });
+  } else {
+    const side = Boolean(data.theory_z);
+    traces.push({ ...cell, z: data.z, text: text(data.z, data.se), zmin, zmax, name: "measured",
+      colorbar: { title: { text: data.metric } },
+      hovertemplate: `${data.x} %{x}<br>${data.y} %{y}<br>${data.metric} %{z}<extra>measured</extra>` });
+    if (side) traces.push({ ...cell, z: data.theory_z, text: text(data.theory_z), zmin, zmax, xaxis: "x2", yaxis: "y2",
+      showscale: false, name: "theory", hovertemplate: `${data.x} %{x}<br>${data.y} %{y}<br>${data.theory} %{z}<extra>theory</extra>` });
+    Object.assign(layout, {
+      xaxis: { title: { text: data.x }, type: "category", domain: side ? [0, 0.44] : [0, 1] },
+      yaxis: { title: { text: data.y }, type: "category" },
+      ...(side ? { xaxis2: { title: { text: data.x }, type: "category", domain: [0.5, 0.94] },
+        yaxis2: { type: "category", anchor: "x2", matches: "y", showticklabels: false } } : {}),
+    });
+    layout.annotations.push({ text: "measured", x: side ? 0.22 : 0.5, y: 1.0, yanchor: "bottom", xref: "paper",
+      yref: "paper", showarrow: false });
+    if (side) layout.annotations.push({ text: `theory: ${data.theory}`, x: 0.72, y: 1.0, yanchor: "bottom", xref: "paper",
+      yref: "paper", showarrow: false });
+  }
+  if (data.iso) for (const axes of [["x", "y"], ["x2", "y2"]].slice(0, traces.length)) traces.push(...isoLines(data, xs, ys, axes));
+  await plotly(div, traces, layout);
+}
+
+// Lines through the cells of equal ηλ (x and y the learning rate and the weight decay, either way round).
+function isoLines(data, xs, ys, [xaxis, yaxis]) {
+  const byProduct = new Map();
+  data.xs.forEach((x, i) => data.ys.forEach((y, j) => {
+    const key = (x * y).toPrecision(6);
+    (byProduct.get(key) ?? byProduct.set(key, []).get(key)).push([xs[i], ys[j]]);
+  }));
+  return [...byProduct.entries()].filter(([, cells]) => cells.length > 1).map(([product, cells], k) => ({
+    x: cells.map((c) => c[0]), y: cells.map((c) => c[1]), xaxis, yaxis, type: "scatter", mode: "lines",
+    line: { color: "rgba(255,255,255,0.8)", dash: "dot", width: 1.2 }, hovertemplate: `ηλ = ${fmtNumber(Number(product))}<extra></extra>`,
+    name: "iso-ηλ", showlegend: k === 0 && xaxis === "x", meta: "iso" }));
+}

@@ -1,0 +1,185 @@
+// New study: a base spec (an experiment's, "sweep from here" as #/studies/new?from=ID, or written), axes
+// (a grid or zipped, values as a list or a linspace/logspace) and seeds. Before submitting, the page
+// asks the server for the plan (POST /v1/studies/plan: runs and work, nothing stored) and shows its
+// 422 next to the axis it names.
+
+import { api } from "./api.js";
+import { errorBox, fmtNumber, h, routeQuery } from "./util.js";
+
+const DEFAULT_BASE = { kind: "nrq", params: { steps: 2000, trials: 200, record_every: 50 } };
+
+// The values of an axis row: a list ("0.05, 0.1"), or start, stop and count for lin/logspace.
+export function axisValues(mode, text) {
+  const parts = text.split(/[\s,;]+/).filter(Boolean);
+  if (mode === "list") return parts.map((p) => (p !== "" && Number.isFinite(Number(p)) ? Number(p) : p));
+  const [start, stop, count] = parts.map(Number);
+  if (![start, stop, count].every(Number.isFinite) || count < 1 || !Number.isInteger(count)) {
+    throw new Error(`${mode}: expected "start, stop, count" (count a whole number ≥ 1), got "${text}"`);
+  }
+  if (mode === "logspace" && !(start > 0 && stop > 0)) throw new Error(`logspace: expected start and stop > 0, got "${text}"`);
+  return Array.from({ length: count }, (_, i) => {
+    const t = count === 1 ? 0 : i / (count - 1);
+    const v = mode === "linspace" ? start + t * (stop - start) : start * (stop / start) ** t;
+    return Number(v.toPrecision(12));
+  });
+}
+
+export function render(main) {
+  const message = h("div");
+  const plan = h("div.plan#study-plan", "…");
+  const name = h("input#study-name", { type: "text", name: "name", placeholder: "(optional)" });
+  const baseText = h("textarea#study-base", { name: "base", rows: 8, spellcheck: false });
+  const baseError = h("span.field-error", { dataset: { errorFor: "base" } });
+  const rows = h("div#study-axes");
+  const seeds = h("input#study-seeds", { type: "text", name: "seeds", value: "0, 1", placeholder: "0, 1, 2" });
+  const seedsError = h("span.field-error", { dataset: { errorFor: "seeds" } });
+  const submit = h("button#study-submit.primary", { type: "submit" }, "Submit study");
+  const form = h("form#new-study.spec-form", { novalidate: true },
+    h("label.field", h("span.field-name", "name"), name),
+    h("label.field", h("span.field-name", "base"), baseText, h("span.hint", "The experiment spec every run starts from (JSON)."), baseError),
+    h("fieldset.axes", h("legend", "axes"), rows,
+      h("button#add-axis", { type: "button", onclick: () => { addAxis(); replan(); } }, "Add axis")),
+    h("label.field", h("span.field-name", "seeds"), seeds, h("span.hint", "Each point runs once per seed."), seedsError),
+    plan, h("div.toolbar", submit));
+  main.append(h("h1", "New study"), message, form);
+  let timer = null;
+  let asked = 0;
+
+  function addAxis(path = "params.lr", mode = "list", text = "0.05, 0.1", group = "grid") {
+    const row = h("div.axis-row", { dataset: { path } },
+      h("input", { type: "text", name: "axis-path", value: path, placeholder: "params.lr", list: "axis-paths" }),
+      h("select", { name: "axis-mode" }, ["list", "linspace", "logspace"].map((m) => h("option", { value: m, selected: m === mode }, m))),
+      h("input", { type: "text", name: "axis-values", value: text, placeholder: "0.05, 0.1  or  start, stop, count" }),
+      h("select", { name: "axis-group" }, ["grid", "zip"].map((g) => h("option", { value: g, selected: g === group }, g))),
+      h("button.small", { type: "button", title: "remove this axis", onclick: () => { row.remove(); replan(); } }, "×"),
+      h("span.field-error.axis-error"));
+    rows.append(row);
+    return row;
+  }
+
+  // The study the form describes; throws with the field it is about.
+  function study() {
+    let base;
+    try { base = JSON.parse(baseText.value); } catch (e) { throw Object.assign(new Error(`base: not valid JSON (${e.message})`), { field: baseError }); }
+    const body = { base, seeds: [] };
+    if (name.value.trim()) body.name = name.value.trim();
+    for (const row of rows.querySelectorAll(".axis-row")) {
+      const path = row.querySelector('[name="axis-path"]').value.trim();
+      row.dataset.path = path;
+      const group = row.querySelector('[name="axis-group"]').value;
+      let values;
+      try {
+        values = axisValues(row.querySelector('[name="axis-mode"]').value, row.querySelector('[name="axis-values"]').value);
+      } catch (e) {
+        throw Object.assign(e, { field: row.querySelector(".axis-error") });
+      }
+      (body[group] ??= {})[path] = values;
+    }
+    const seedText = seeds.value.trim();
+    body.seeds = seedText ? seedText.split(/[\s,;]+/).map(Number) : [];
+    if (body.seeds.some((s) => !Number.isInteger(s) || s < 0)) {
+      throw Object.assign(new Error(`seeds: expected whole numbers ≥ 0, got "${seedText}"`), { field: seedsError });
+    }
+    if (!body.seeds.length) delete body.seeds;
+    return body;
+  }
+
+  function clearErrors() {
+    for (const el of form.querySelectorAll(".field-error")) el.textContent = "";
+    for (const el of form.querySelectorAll(".has-error")) el.classList.remove("has-error");
+    message.replaceChildren();
+  }
+
+  // Each 422 error next to the axis its loc names (an unknown path, or a point's bad value of that
+  // path), else next to the base or the seeds; what matches none goes above the form.
+  function showErrors(detail) {
+    const unplaced = [];
+    for (const error of detail) {
+      const loc = error.loc || [];
+      let path = null;
+      if (loc[1] === "axis") path = loc[2];
+      else if (loc[1] === "point") path = loc.slice(3).join(".");
+      else if ((loc[1] === "grid" || loc[1] === "zip") && typeof loc[2] === "string") path = loc[2];
+      const row = path && [...rows.querySelectorAll(".axis-row")].find((r) => r.dataset.path === path);
+      const slot = row ? row.querySelector(".axis-error") : loc[1] === "seeds" ? seedsError : loc[1] === "base" ? baseError : null;
+      if (!slot) { unplaced.push(error); continue; }
+      const point = error.point ? ` (point ${error.point.index}: ${JSON.stringify(error.point.values)})` : "";
+      slot.textContent = `${slot.textContent ? `${slot.textContent}; ` : ""}${error.msg}${point}`;
+      slot.closest(".axis-row, .field")?.classList.add("has-error");
+    }
+    if (unplaced.length) message.replaceChildren(errorBox({ detail: unplaced }));
+  }
+
+  async function askPlan() {
+    const ticket = ++asked;
+    clearErrors();
+    let body;
+    try { body = study(); } catch (e) {
+      if (e.field) e.field.textContent = e.message; else message.replaceChildren(errorBox(e));
+      plan.textContent = "";
+      submit.disabled = true;
+      return;
+    }
+    try {
+      const p = await api("/v1/studies/plan", { method: "POST", body });
+      if (ticket !== asked) return;
+      const limit = p.max_work ? ` of your limit ${fmtNumber(p.max_work)}` : "";
+      plan.replaceChildren(h("strong", `${p.points} points × ${p.seeds} seeds = ${p.runs} runs`),
+        ` · work ${fmtNumber(p.work)}${limit} (trials·steps·dim)`,
+        ...(p.warnings || []).map((w) => h("div.muted", `⚠ ${w.code}: ${w.message}`)));
+      plan.dataset.runs = p.runs;
+      submit.disabled = Boolean(p.max_work && p.work > p.max_work);
+    } catch (error) {
+      if (ticket !== asked) return;
+      plan.textContent = "";
+      plan.dataset.runs = "";
+      submit.disabled = true;
+      if (error.status === 422 && Array.isArray(error.detail)) showErrors(error.detail);
+      else message.replaceChildren(errorBox(error));
+    }
+  }
+
+  function replan() {
+    clearTimeout(timer);
+    timer = setTimeout(askPlan, 350);
+  }
+
+  form.addEventListener("input", replan);
+  form.addEventListener("change", replan);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    clearErrors();
+    let body;
+    try { body = study(); } catch (e) { if (e.field) e.field.textContent = e.message; else message.replaceChildren(errorBox(e)); return; }
+    try {
+      const created = await api("/v1/studies", { method: "POST", body });
+      location.hash = `#/studies/${created.id}`;
+    } catch (error) {
+      if (error.status === 422 && Array.isArray(error.detail)) showErrors(error.detail);
+      else message.replaceChildren(errorBox(error));
+    }
+  });
+
+  (async () => {
+    const from = routeQuery().from;
+    let base = DEFAULT_BASE;
+    if (from) {
+      try {
+        const source = await api(`/v1/experiments/${from}`);
+        base = { ...source.spec };
+        delete base.name;
+        main.querySelector("h1").textContent = `New study (sweep from ${source.name || from.slice(0, 8)})`;
+      } catch (error) {
+        message.replaceChildren(errorBox(error));
+      }
+    }
+    baseText.value = JSON.stringify(base, null, 2);
+    const paths = Object.keys(base.params || {}).map((k) => `params.${k}`);
+    form.append(h("datalist#axis-paths", [...new Set(["params.lr", "params.weight_decay", "params.momentum", ...paths])]
+      .map((p) => h("option", { value: p }))));
+    addAxis("params.lr", "logspace", "0.025, 0.1, 3");
+    addAxis("params.weight_decay", "list", "0.005, 0.01");
+    askPlan();
+  })();
+  return () => clearTimeout(timer);
+}

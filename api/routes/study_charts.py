@@ -1,0 +1,287 @@
+"""A study's charts as data (JSON), for pages that draw them interactively: the content of the overlay,
+heatmap and scatter PNGs of :mod:`api.routes.studies` — measured values beside their theory — in one
+request per chart, never one per child.
+
+- ``GET /v1/studies/{id}/charts``: what can be drawn now: the metrics with series (overlays), the measured
+  summaries (scatter, heatmap), the axes and derived values, the overlay's time axes, and the axes whose
+  values vary (what names a point).
+- ``…/charts/overlay``: every started child's series of one metric (running ones as far as they got),
+  its point, seed and axis values, and its theory series.
+- ``…/charts/scatter``: per point the mean over seeds, its standard error and the theory value; the
+  theory as a curve along x, one per value of a ``by`` axis.
+- ``…/charts/heatmap``: the measured grid, its standard errors and the theory grid, and whether the iso-ηλ
+  diagonals apply (x and y are the learning rate and the weight decay).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from api.deps import DbDep, StudyDep
+from api.responses import query_error
+from api.routes.studies import (
+    MAX_LINE_POINTS,
+    STUDY_NOT_FOUND,
+    _axes,
+    _checked,
+    _metrics,
+    _not_applicable,
+    _number,
+    _placed,
+    _point_rows,
+    _span,
+)
+from api.schemas import ErrorOut
+from smdengine import OVERLAY_X, json_safe, output_names, theory_curve, theory_of, time_axis
+from smdrender.downsample import downsample_indices
+from store import series, studies
+from store.models import Experiment
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/studies", tags=["studies"])
+
+ISO_AXES = ("params.lr", "params.weight_decay")
+STARTED = ("running", "succeeded", "failed", "cancelled")   # a child with (some) series
+CHART_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **STUDY_NOT_FOUND,
+    422: {"model": ErrorOut, "description": "A metric or axis that does not apply to this study (a validation "
+                                            "error whose msg lists those that do)."}}
+
+
+class ChartOptions(BaseModel):
+    """What a study's charts can show now."""
+
+    series_metrics: list[str] = Field(..., description="Metrics recorded as series by the children's kinds: "
+                                                       "what an overlay draws (running children included).")
+    summary_metrics: list[str] = Field(..., description="Measured summary values of the succeeded children: "
+                                                        "what a scatter or heatmap draws (theory and inputs "
+                                                        "excluded). Empty until a child succeeds.")
+    axes: list[str] = Field(..., description="The study's axes and the derived values (ηλ, η/λ, …) present: "
+                                             "x, y and colour-by choices.")
+    varying: list[str] = Field(..., description="The axes whose values differ between points: a point is named "
+                                                "by these.")
+    overlay_x: list[str] = Field(..., description="The time axes of an overlay.")
+    theory: dict[str, str] = Field(default_factory=dict, description="Each metric's theory name, where it has one.")
+
+
+class OverlayLine(BaseModel):
+    experiment_id: str
+    point: int
+    seed: int
+    status: str
+    values: dict[str, Any] = Field(..., description="The child's axis values, by dotted path.")
+    x: list[float]
+    y: list[float | None]
+    theory: list[float | None] | None = Field(None, description="The metric's theory at the same x (null: none).")
+
+
+class OverlayChart(BaseModel):
+    metric: str
+    x: str
+    theory: str | None = Field(None, description="The theory drawn against the metric (null: none).")
+    lines: list[OverlayLine]
+
+
+class ScatterPoint(BaseModel):
+    point: int
+    values: dict[str, Any]
+    x: float
+    mean: float | None = Field(None, description="Mean over the point's succeeded children.")
+    se: float | None = Field(None, description="Standard error of that mean (null with one seed).")
+    n: int = Field(..., description="Succeeded children of the point.")
+    theory: float | None = None
+
+
+class TheoryCurve(BaseModel):
+    by: Any = Field(None, description="The value of the colour-by axis this curve is for (null: no such axis).")
+    x: list[float]
+    y: list[float | None]
+
+
+class ScatterChart(BaseModel):
+    metric: str
+    x: str
+    by: str | None
+    theory: str | None
+    points: list[ScatterPoint]
+    curves: list[TheoryCurve] = Field(default_factory=list, description="The theory along x (from a child's "
+                                                                        "spec, x set to each value).")
+
+
+class HeatmapChart(BaseModel):
+    metric: str
+    x: str
+    y: str
+    theory: str | None
+    xs: list[Any]
+    ys: list[Any]
+    z: list[list[float | None]] = Field(..., description="z[j][i]: the mean at (xs[i], ys[j]); null: no value.")
+    se: list[list[float | None]]
+    theory_z: list[list[float | None]] | None = None
+    iso: bool = Field(..., description="x and y are the learning rate and the weight decay: iso-ηλ lines apply.")
+
+
+def _series_metrics(children: list[Experiment]) -> list[str]:
+    """The measured series names the started children's kinds record (their theory names left out),
+    first seen first."""
+    names: dict[str, None] = {}
+    theory: set[str] = set()
+    for child in children:
+        if child.status in STARTED:
+            names.update(dict.fromkeys(n for n in output_names(child.spec) if n != "step"))
+            theory.update(child.theory or {})
+    return [n for n in names if n not in theory]
+
+
+def _values(child: Experiment) -> dict[str, Any]:
+    return dict(child.study_values or {})
+
+
+@router.get("/{study_id}/charts", response_model=ChartOptions, operation_id="getStudyChartOptions",
+            responses=STUDY_NOT_FOUND)
+def chart_options(study: StudyDep, db: DbDep) -> ChartOptions:
+    """What the study's charts can draw now (the page asks once, then per chart)."""
+    children, rows = _point_rows(db, study)
+    axes = _axes(study, rows)
+    varying = [a for a in study.axes if len({repr(r.get(a)) for r in rows}) > 1]
+    series_metrics = _series_metrics(children)
+    summary = _metrics(children)
+    theory: dict[str, str] = {}
+    for child in children[:1]:
+        for metric in dict.fromkeys([*series_metrics, *summary]):
+            name = theory_of(child.kind, child.spec, metric)
+            if name:
+                theory[metric] = name
+    return ChartOptions(series_metrics=series_metrics, summary_metrics=summary, axes=axes, varying=varying,
+                        overlay_x=list(OVERLAY_X), theory=theory)
+
+
+@router.get("/{study_id}/charts/overlay", response_model=OverlayChart, operation_id="getStudyOverlayData",
+            responses=CHART_RESPONSES)
+def overlay_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_length=200)],
+                 x: Annotated[str, Query(description=f"The time axis: {', '.join(OVERLAY_X)}.")] = "step"):
+    """Every started child's series of ``metric`` against ``x`` (at most 2000 points a line), its theory."""
+    children = studies.children(db, study.id)
+    metrics = _series_metrics(children)
+    if metric not in metrics:
+        raise _not_applicable("metric", metric, metrics)
+    if x not in OVERLAY_X:
+        raise _not_applicable("x", x, list(OVERLAY_X))
+    lines, theory_name = [], None
+    for child in children:
+        if child.status not in STARTED:
+            continue
+        stored = series.read_series(db, child.id)
+        steps = stored.get("step", [])
+        if metric not in stored or not steps:
+            continue
+        name = theory_of(child.kind, child.spec, metric)
+        theory_name = theory_name or name
+        full_theory = child.theory or {}
+        try:
+            xs = time_axis(child.spec, steps, x, full_theory)
+        except ValueError as exc:
+            raise _not_applicable("x", x, list(OVERLAY_X), f" ({exc})") from None
+        keep = downsample_indices(len(steps), MAX_LINE_POINTS) if len(steps) > MAX_LINE_POINTS else range(len(steps))
+        ys = stored.get(metric, [])
+        given = full_theory.get(name) if name else None
+        theory = given if isinstance(given, list) else [given] * len(steps) if _number(given) else None
+        _index, point, values, seed = _placed(study, child)   # a compare study's member: its own point
+        lines.append(OverlayLine(
+            experiment_id=child.id, point=point, seed=seed, status=child.status, values=json_safe(dict(values)),
+            x=[float(xs[i]) for i in keep],
+            y=[_finite(ys[i]) if i < len(ys) else None for i in keep],
+            theory=None if theory is None else [_finite(theory[i]) if i < len(theory) else None for i in keep]))
+    return OverlayChart(metric=metric, x=x, theory=theory_name, lines=lines)
+
+
+@router.get("/{study_id}/charts/scatter", response_model=ScatterChart, operation_id="getStudyScatterData",
+            responses=CHART_RESPONSES)
+def scatter_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_length=200)],
+                 x: Annotated[str, Query(max_length=200, description="An axis or derived value.")],
+                 by: Annotated[str | None, Query(max_length=200, description="An axis to colour by: one theory "
+                                                                             "curve per value.")] = None):
+    """The tail metric per point (mean ± standard error over seeds) against ``x``, the theory per point
+    and as curves along x."""
+    children, rows = _point_rows(db, study)
+    checked = {"x": x, **({"by": by} if by else {})}
+    theory = _checked(study, children, rows, metric, **checked)
+    points = [ScatterPoint(point=r["point"], values={a: r.get(a) for a in study.axes}, x=float(r[x]),
+                           mean=_finite(r.get(metric)), se=_finite(r.get(f"{metric}_se")), n=r.get("n", 0),
+                           theory=_finite(r.get(theory)) if theory else None)
+              for r in json_safe(rows) if _number(r.get(x))]
+    return ScatterChart(metric=metric, x=x, by=by, theory=theory, points=points,
+                        curves=_curves(children, rows, metric, x, by))
+
+
+def _curves(children: list[Experiment], rows: list[dict[str, Any]], metric: str, x: str,
+            by: str | None) -> list[TheoryCurve]:
+    """The theory of ``metric`` along x from one succeeded child per value of ``by`` (one curve without it)."""
+    xs = [float(r[x]) for r in rows if _number(r.get(x))]
+    done = [c for c in children if c.status == "succeeded"]
+    if not xs or not done or theory_of(done[0].kind, done[0].spec, metric) is None:
+        return []
+    grid = _span(min(xs), max(xs))
+    representatives: dict[str, tuple[Any, Experiment]] = {}
+    for child in done:
+        value = _values(child).get(by) if by else None
+        representatives.setdefault(repr(value), (value, child))
+    curves = []
+    for value, child in list(representatives.values())[:12]:   # more colour groups than that: no curves
+        if len(representatives) > 12:
+            break
+        try:
+            ys = theory_curve(child.spec, x, metric, grid)
+        except (ValueError, KeyError, IndexError, TypeError) as exc:  # no theory along this axis
+            log.info("no theory curve of %s along %s (%s)", metric, x, exc)
+            return []
+        if ys is not None:
+            curves.append(TheoryCurve(by=json_safe(value), x=grid, y=[_finite(v) for v in ys]))
+    return curves
+
+
+@router.get("/{study_id}/charts/heatmap", response_model=HeatmapChart, operation_id="getStudyHeatmapData",
+            responses=CHART_RESPONSES)
+def heatmap_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_length=200)],
+                 x: Annotated[str, Query(max_length=200, description="An axis or derived value.")],
+                 y: Annotated[str, Query(max_length=200, description="Another axis or derived value.")]):
+    """The tail metric over two axes (means over seeds and their standard errors) and the theory grid.
+    A point whose y value varies with x lands in its own cell (the grid spans the values present)."""
+    children, rows = _point_rows(db, study)
+    theory = _checked(study, children, rows, metric, x=x, y=y)
+    if x == y:
+        raise query_error("y", f"expected another axis than x, got {y!r} for both")
+    rows = json_safe(rows)
+    xs = _levels(rows, x)
+    ys = _levels(rows, y)
+
+    def grid(column: str | None) -> list[list[float | None]]:
+        cells: dict[tuple[str, str], list[float]] = {}
+        for r in rows:
+            if column and _number(r.get(column)):
+                cells.setdefault((repr(r.get(x)), repr(r.get(y))), []).append(float(r[column]))
+        return [[_mean(cells.get((repr(xv), repr(yv)))) for xv in xs] for yv in ys]
+
+    return HeatmapChart(metric=metric, x=x, y=y, theory=theory, xs=xs, ys=ys, z=grid(metric),
+                        se=grid(f"{metric}_se"), theory_z=grid(theory) if theory else None,
+                        iso={x, y} == set(ISO_AXES))
+
+
+def _levels(rows: list[dict[str, Any]], key: str) -> list[Any]:
+    values = {repr(r.get(key)): r.get(key) for r in rows if r.get(key) is not None}
+    return sorted(values.values(), key=lambda v: (not _number(v), v if _number(v) else str(v)))
+
+
+def _mean(values: list[float] | None) -> float | None:
+    return math.fsum(values) / len(values) if values else None
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if _number(value) else None
+
+
+__all__ = ["router"]

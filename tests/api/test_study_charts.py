@@ -1,0 +1,112 @@
+"""A study's charts as data (/v1/studies/{id}/charts…), in process on SQLite with the real engine and
+runner: the options follow the study's progress, and the overlay, scatter and heatmap carry the same
+measured values and theory as the table and the PNGs."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.api.test_studies import run_all, sqlite_env, study_spec, submit  # noqa: F401 — the fixture
+from worker.runner import execute_next
+
+
+def test_options_before_and_after_the_children_run(sqlite_env):  # noqa: F811
+    client, settings = sqlite_env
+    study = submit(client, study_spec())
+    base = f"/v1/studies/{study['id']}/charts"
+    before = client.get(base).json()
+    # nothing started: no series, no summaries; the axes are known and both vary
+    assert before["series_metrics"] == [] and before["summary_metrics"] == []
+    assert before["varying"] == ["params.lr", "params.weight_decay"]
+    assert client.get(f"{base}/overlay", params={"metric": "risk"}).status_code == 422
+    execute_next(settings, ["cpu"])   # one child done: series and summaries of its kind
+    after = client.get(base).json()
+    assert "risk" in after["series_metrics"] and "au_rms" in after["series_metrics"]
+    assert "risk" in after["summary_metrics"] and "risk_stationary" not in after["summary_metrics"]
+    assert after["theory"]["risk"] == "risk_stationary"
+    assert {"params.lr", "params.weight_decay", "intrinsic_lr"} <= set(after["axes"])
+    assert after["overlay_x"] == ["step", "lr_time", "tau", "intrinsic_time"]
+
+
+def test_overlay_scatter_and_heatmap_carry_the_table_and_theory(sqlite_env):  # noqa: F811
+    client, settings = sqlite_env
+    study = submit(client, study_spec())
+    run_all(settings)
+    sid = study["id"]
+    base = f"/v1/studies/{sid}/charts"
+    table = client.get(f"/v1/studies/{sid}/table", params={"group": "point"}).json()["rows"]
+
+    overlay = client.get(f"{base}/overlay", params={"metric": "risk", "x": "intrinsic_time"}).json()
+    assert overlay["theory"] == "risk_stationary" and len(overlay["lines"]) == 8
+    line = overlay["lines"][0]
+    assert {line["seed"] for line in overlay["lines"]} == {1, 2}
+    assert len(line["x"]) == len(line["y"]) == len(line["theory"]) == 10
+    assert line["x"][1] == pytest.approx(20 * line["values"]["params.lr"] * line["values"]["params.weight_decay"])
+
+    scatter = client.get(f"{base}/scatter", params={"metric": "risk", "x": "params.lr",
+                                                    "by": "params.weight_decay"}).json()
+    assert scatter["theory"] == "risk_stationary" and len(scatter["points"]) == 4
+    for point in scatter["points"]:
+        row = next(r for r in table if r["point"] == point["point"])
+        assert point["mean"] == pytest.approx(row["risk"]) and point["se"] == pytest.approx(row["risk_se"])
+        assert point["theory"] == pytest.approx(row["risk_stationary"]) and point["n"] == 2
+    # one theory curve per weight decay, each through its points' theory values (the curve's ends are the
+    # two learning rates: the grid spans min..max)
+    assert sorted(c["by"] for c in scatter["curves"]) == [0.01, 0.02]
+    for curve in scatter["curves"]:
+        ends = [p for p in scatter["points"] if p["values"]["params.weight_decay"] == curve["by"]]
+        low, high = sorted(ends, key=lambda p: p["x"])
+        assert curve["x"][0] == pytest.approx(low["x"]) and curve["x"][-1] == pytest.approx(high["x"])
+        assert curve["y"][0] == pytest.approx(low["theory"], rel=1e-9)
+        assert curve["y"][-1] == pytest.approx(high["theory"], rel=1e-9)
+
+    heat = client.get(f"{base}/heatmap", params={"metric": "risk", "x": "params.lr",
+                                                 "y": "params.weight_decay"}).json()
+    assert heat["xs"] == [0.05, 0.1] and heat["ys"] == [0.01, 0.02] and heat["iso"] is True
+    for j, wd in enumerate(heat["ys"]):
+        for i, lr in enumerate(heat["xs"]):
+            row = next(r for r in table if r["params.lr"] == lr and r["params.weight_decay"] == wd)
+            assert heat["z"][j][i] == pytest.approx(row["risk"])
+            assert heat["se"][j][i] == pytest.approx(row["risk_se"])
+            assert heat["theory_z"][j][i] == pytest.approx(row["risk_stationary"])
+            assert math.isfinite(heat["z"][j][i])
+
+
+def test_chart_arguments_that_do_not_apply_are_422_naming_the_field(sqlite_env):  # noqa: F811
+    client, settings = sqlite_env
+    study = submit(client, study_spec(seeds=[1]))
+    run_all(settings)
+    base = f"/v1/studies/{study['id']}/charts"
+
+    def refused(path, **params):
+        r = client.get(f"{base}/{path}", params=params)
+        assert r.status_code == 422, r.text
+        (error,) = r.json()["detail"]
+        return error["loc"], error["msg"]
+
+    loc, msg = refused("overlay", metric="risk_stationary")
+    assert loc == ["query", "metric"] and "available: risk" in msg
+    loc, _ = refused("overlay", metric="risk", x="banana")
+    assert loc == ["query", "x"]
+    loc, _ = refused("scatter", metric="risk", x="params.lr", by="params.momentum")
+    assert loc == ["query", "by"]
+    loc, msg = refused("heatmap", metric="risk", x="params.lr", y="params.lr")
+    assert loc == ["query", "y"] and "another axis" in msg
+    assert client.get("/v1/studies/nope/charts").status_code == 404
+
+
+def test_a_plan_counts_runs_and_work_and_stores_nothing(sqlite_env):  # noqa: F811
+    from tests.api.test_studies import counts
+
+    client, settings = sqlite_env
+    r = client.post("/v1/studies/plan", json=study_spec())
+    assert r.status_code == 200, r.text
+    plan = r.json()
+    # 2 × 2 grid × seeds [1, 2]; each child 16 trials × 200 steps × dim 10
+    assert (plan["runs"], plan["points"], plan["seeds"]) == (8, 4, 2)
+    assert plan["work"] == 8 * 16 * 200 * 10 and plan["max_work"] == settings.max_work
+    assert counts(settings.db_url) == (0, 0)
+    bad = client.post("/v1/studies/plan", json=study_spec(grid={"params.lrr": [0.1]}))
+    assert bad.status_code == 422
+    assert bad.json()["detail"][0]["loc"] == ["body", "axis", "params.lrr"]
