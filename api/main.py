@@ -39,7 +39,7 @@ def _name_tags(errors) -> list:
 
 
 ROUTERS = (experiments.csv_router, experiments.router, exports.router, events.router, queue.router, plots.router, studies.router,
-           study_charts.router,
+           studies.plan_router, study_charts.router,
            presets.router, health.router, ops.router)
 
 

@@ -274,7 +274,7 @@ class StudySubmission(StudySpec, SubmitOptions):
 
 
 class StudyPlan(BaseModel):
-    """What a study would run (POST /v1/studies/plan): nothing stored, nothing queued."""
+    """What a study would run (POST /v1/study-plans): nothing stored, nothing queued."""
 
     runs: int = Field(..., description="Children: points × seeds.")
     points: int
@@ -472,6 +472,10 @@ class PresetSizeOut(BaseModel):
     runs: int = Field(..., description="Children (runs) of the study this size expands to.")
     work: int = Field(..., description="Estimated work, summed over the runs (as the work quota counts it).")
     gpu: bool = Field(..., description="Whether this size needs a GPU worker (device cuda).")
+    estimated_seconds: float | None = Field(None, description="Its work over the work per second of busy time "
+                                                              "of this service's workers of that kind (cpu or "
+                                                              "gpu) in their recent runs; null without "
+                                                              "history.")
 
 
 class PresetSizeDetailOut(PresetSizeOut):

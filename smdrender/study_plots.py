@@ -99,7 +99,8 @@ def draw_lines(fig: Figure, ax, lines: list[dict], metric: str, x: str, log_y: b
         theory = line.get("theory")
         if theory:
             k = min(len(xs), len(theory))
-            ax.plot(xs[:k], _nan(list(theory[:k])), "--", color=color, lw=1.0)
+            # above every measured line (zorder 2): a theory hidden under the data cannot be compared
+            ax.plot(xs[:k], _nan(list(theory[:k])), "--", color=color, lw=1.2, zorder=4)
             has_theory = True
     if has_theory:
         ax.plot([], [], "--", color="0.4", lw=1.0, label="theory (line's colour)")

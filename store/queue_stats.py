@@ -3,7 +3,6 @@ queued job stands in the fair-share order (:func:`store.jobs.queue_order`), with
 start. Read-only; every public function is a unit of work (:func:`store.db.transaction`)."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -55,6 +54,36 @@ def mean_duration(session: Session, queue: str, last: int = DURATION_HISTORY) ->
 
 
 @transaction
+def recent_runs(session: Session, queue: str, last: int = DURATION_HISTORY) -> tuple[list[dict], float]:
+    """The specs of the queue's ``last`` most recently finished succeeded jobs and the time their workers
+    were busy with them: per worker the union of their [start, end] intervals (a fused batch, or a worker's
+    parallel processes, overlap: that time counts once). Work per second of it is what a worker gets done."""
+    rows = session.execute(select(Experiment.spec, Experiment.worker, Experiment.started_at, Experiment.finished_at)
+                           .where(Experiment.queue == queue, Experiment.status == Status.succeeded,
+                                  Experiment.started_at.is_not(None), Experiment.finished_at.is_not(None))
+                           .order_by(Experiment.finished_at.desc(), Experiment.id.desc()).limit(last)).all()
+    spans: dict[str | None, list[tuple[datetime, datetime]]] = {}
+    for _, worker, started, done in rows:
+        spans.setdefault(worker, []).append((as_utc(started), as_utc(done)))
+    return [dict(spec or {}) for spec, *_ in rows], busy_seconds(spans)
+
+
+def busy_seconds(spans: dict[str | None, list[tuple[datetime, datetime]]]) -> float:
+    """Σ over workers of the length of the union of their (start, end) intervals."""
+    busy = 0.0
+    for intervals in spans.values():
+        end: datetime | None = None
+        for start, stop in sorted(intervals):
+            if end is None or start > end:
+                busy += max(0.0, (stop - start).total_seconds())
+                end = stop
+            elif stop > end:
+                busy += (stop - end).total_seconds()
+                end = stop
+    return busy
+
+
+@transaction
 def queue_state(session: Session, queue: str, now: datetime | None = None) -> QueueState:
     now = now or utcnow()
     queued = session.scalar(select(func.count()).select_from(Experiment).where(jobs.claimable([queue])))
@@ -66,22 +95,46 @@ def queue_state(session: Session, queue: str, now: datetime | None = None) -> Qu
     return QueueState(queue, int(queued or 0), int(running or 0), int(workers or 0), mean_duration(session, queue))
 
 
-def estimate_start(position: int, workers: int, mean_seconds: float | None, now: datetime) -> datetime | None:
-    """now + ceil(position / max(1, workers)) × the mean duration: as if each worker ran one job at
-    a time, every job took the mean, and nothing were submitted ahead of it. None without history."""
+def estimate_starts(count: int, running_since: list[datetime], slots: int, mean_seconds: float | None,
+                    now: datetime) -> list[datetime | None]:
+    """The estimated starts of the first ``count`` queued jobs, in order: each of ``slots`` parallel
+    slots frees when its running job (started at ``running_since``) reaches the mean duration (now, if
+    it is past it; an idle slot, now), and each queued job takes the earliest free slot for the mean
+    duration. Anchored on the running jobs' starts, not on the clock: the estimate of a job stays put as
+    time passes while its predecessors run their expected time. None without history."""
     if mean_seconds is None:
-        return None
-    return now + timedelta(seconds=math.ceil(position / max(1, workers)) * mean_seconds)
+        return [None] * count
+    mean = timedelta(seconds=mean_seconds)
+    free = sorted(max(now, as_utc(started) + mean) for started in running_since)[:max(slots, 1)]
+    free += [now] * (max(slots, 1) - len(free))
+    out: list[datetime | None] = []
+    for _ in range(count):
+        free.sort()
+        start = free[0]
+        out.append(start)
+        free[0] = start + mean
+    return out
 
 
 @transaction
-def snapshot(session: Session, owner_id: str | None = None, *, everyone: bool = False) -> Snapshot:
+def snapshot(session: Session, owner_id: str | None = None, *, everyone: bool = False,
+             now: datetime | None = None) -> Snapshot:
     """The state of every queue, and the queued and running jobs of ``owner_id`` (of every user
-    with ``everyone``), running ones first, then queued ones in the order they would start."""
-    now = utcnow()
+    with ``everyone``), running ones first, then queued ones in the order they would start (their
+    estimated starts: :func:`estimate_starts`)."""
+    now = now or utcnow()
     states = {queue: queue_state(session, queue, now) for queue in QUEUES}
-    positions = {experiment_id: index + 1 for queue in QUEUES
-                 for index, experiment_id in enumerate(jobs.queue_order(session, queue))}
+    orders = {queue: jobs.queue_order(session, queue) for queue in QUEUES}
+    positions = {experiment_id: index + 1 for queue in QUEUES for index, experiment_id in enumerate(orders[queue])}
+    starts: dict[str, list[datetime | None]] = {}
+    for queue, state in states.items():
+        running_since = [as_utc(t) for t in session.scalars(
+            select(Experiment.started_at).where(Experiment.queue == queue, Experiment.status == Status.running,
+                                                Experiment.started_at.is_not(None)))]
+        # parallel slots: busy processes (running jobs) or live workers, whichever is larger, since one
+        # worker with concurrency N holds N leases under one name
+        starts[queue] = estimate_starts(len(orders[queue]), running_since, max(state.workers, state.running),
+                                        state.mean_duration_seconds, now)
     query = select(Experiment).where(Experiment.status.in_(ACTIVE))
     if not everyone:
         query = query.where(jobs.by_owner(owner_id))
@@ -94,10 +147,7 @@ def snapshot(session: Session, owner_id: str | None = None, *, everyone: bool = 
             continue
         # None: cancel requested (it will never start), or submitted after the order was read
         position = positions.get(experiment.id)
-        # parallel slots: busy processes (running jobs) or live workers, whichever is larger, since one
-        # worker with concurrency N holds N leases under one name
-        estimate = (estimate_start(position, max(state.workers, state.running), state.mean_duration_seconds, now)
-                    if position is not None and state is not None else None)
+        estimate = starts[experiment.queue][position - 1] if position is not None and state is not None else None
         out.append(JobState(experiment, position, estimate))
     out.sort(key=lambda j: (j.experiment.queue, j.position is not None, j.position or 0,
                             as_utc(j.experiment.started_at or j.experiment.created_at), j.experiment.id))

@@ -17,6 +17,7 @@ from api.routes.studies import _body_errors, submit
 from api.schemas import ErrorOut, PresetDetailOut, PresetOut, PresetRun, StudyOut, StudySubmission
 from smdengine import StudyError
 from smdrender import presets
+from store import queue_stats
 
 router = APIRouter(prefix="/v1/presets", tags=["presets"])
 
@@ -33,18 +34,44 @@ def _preset(preset_id: str) -> Any:
 
 
 @router.get("", response_model=list[PresetOut], operation_id="listPresets", responses=UNAUTHORIZED)
-def list_presets(user: CurrentUserDep):
+def list_presets(user: CurrentUserDep, db: DbDep):
     """Every preset: id, title, seed and figure, what it shows, its kinds, tier, the checks it makes,
-    its figure's panels, and for each size the number of runs, the estimated work and whether it
-    needs a GPU."""
-    return [presets.catalog_entry(preset) for preset in smdengine.PRESETS.values()]
+    its figure's panels, and for each size the number of runs, the estimated work, whether it needs a
+    GPU and its estimated run time on this service's workers."""
+    rates = _rates(db)
+    return [_timed(presets.catalog_entry(preset), rates) for preset in smdengine.PRESETS.values()]
 
 
 @router.get("/{preset_id}", response_model=PresetDetailOut, operation_id="getPreset",
             responses={**UNAUTHORIZED, **NOT_FOUND})
-def get_preset(user: CurrentUserDep, preset_id: Annotated[str, PRESET_ID]):
+def get_preset(user: CurrentUserDep, db: DbDep, preset_id: Annotated[str, PRESET_ID]):
     """One preset, as listed, plus the study spec each size expands to."""
-    return presets.catalog_entry(_preset(preset_id), details=True)
+    return _timed(presets.catalog_entry(_preset(preset_id), details=True), _rates(db))
+
+
+def _rates(db: str) -> dict[str, float | None]:
+    """Work per second of busy time of each queue's workers over its recent succeeded runs
+    (store.queue_stats.recent_runs; None without history)."""
+    rates: dict[str, float | None] = {}
+    for queue in ("cpu", "gpu"):
+        specs, seconds = queue_stats.recent_runs(db, queue)
+        work = 0
+        for spec in specs:
+            try:
+                work += smdengine.parse_spec(spec).work
+            except (ValidationError, ValueError):   # a spec this engine no longer reads: left out
+                continue
+        rates[queue] = work / seconds if seconds > 0 and work > 0 else None
+    return rates
+
+
+def _timed(entry: dict[str, Any], rates: dict[str, float | None]) -> dict[str, Any]:
+    """Each size's ``estimated_seconds``: its work over the rate of the queue it runs on (None without
+    history there): on one worker, fused as the worker fuses them."""
+    for size in entry["sizes"].values():
+        rate = rates["gpu" if size["gpu"] else "cpu"]
+        size["estimated_seconds"] = size["work"] / rate if rate else None
+    return entry
 
 
 def _override_loc(loc: tuple | list, overrides: dict[str, Any] | None) -> list[Any]:

@@ -74,6 +74,8 @@ from worker.queue import queue_for, ring
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/studies", tags=["studies"])
+# its own path: under /v1/studies, "plan" would also be read as a study id by GET and DELETE
+plan_router = APIRouter(prefix="/v1/study-plans", tags=["studies"])
 
 ENDED = ("succeeded", "failed", "cancelled", "partial")
 RING_AT_ONCE = 32   # doorbells sent per queue at submission; the sweeper rings for the rest
@@ -169,7 +171,7 @@ def _expand(submission: StudySubmission, settings: Settings) -> list[Any]:
             [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()])) from None
 
 
-@router.post("/plan", response_model=StudyPlan, operation_id="planStudy",
+@plan_router.post("", response_model=StudyPlan, operation_id="planStudy",
              responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
                         **UNAUTHORIZED,
                         422: {"description": "Invalid study, as POST /v1/studies answers it: each error names "
@@ -705,7 +707,9 @@ def _span(low: float, high: float) -> list[float]:
                        **UNAUTHORIZED,
                        404: {"model": ErrorOut, "description": "No study with that id that you may see, or a "
                                                                "study not made from a preset."}})
-def get_figure(study: StudyDep, db: DbDep, fmt: PlotFormat):
+def get_figure(study: StudyDep, db: DbDep, fmt: PlotFormat,
+               checks: Annotated[bool, Query(description="Print the checks' verdicts under the panels (false: the "
+                                                         "panels alone, for a page that tables the checks).")] = True):
     """A preset study's figure, laid out like the seed's: each panel a metric of its runs against
     step, ηt, τ or t·ηλ with the theory dashed, and under the panels one line per check (claim,
     predicted, measured ± tolerance, verdict; pending while a child is active)."""
@@ -715,11 +719,11 @@ def get_figure(study: StudyDep, db: DbDep, fmt: PlotFormat):
             f"study {study.id} was not made from a preset, so it has no figure: draw its overlay, heatmap or "
             f"scatter (/v1/studies/{study.id}/plots/...)" if study.preset is None else
             f"study {study.id} was made from preset {study.preset!r}, which this service no longer has"))
-    checks = study_checks(db, study)
+    verdicts = study_checks(db, study)
     wanted = None if any(p.points is None for p in preset.panels) else {i for p in preset.panels for i in p.points}
     children = [presets.figure_child(c.study_index or 0, c.study_point or 0,
                                      c.study_seed if c.study_seed is not None else int(c.spec.get("seed", 0)),
                                      c.study_values or {}, result_document(db, c))
                 for c in studies.children(db, study.id)
                 if c.status == "succeeded" and (wanted is None or c.study_point in wanted)]
-    return _image(presets.render_figure(preset, children, checks, fmt.value, study.preset_size), fmt)
+    return _image(presets.render_figure(preset, children, verdicts if checks else None, fmt.value, study.preset_size), fmt)

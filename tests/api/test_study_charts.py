@@ -100,13 +100,13 @@ def test_a_plan_counts_runs_and_work_and_stores_nothing(sqlite_env):  # noqa: F8
     from tests.api.test_studies import counts
 
     client, settings = sqlite_env
-    r = client.post("/v1/studies/plan", json=study_spec())
+    r = client.post("/v1/study-plans", json=study_spec())
     assert r.status_code == 200, r.text
     plan = r.json()
     # 2 × 2 grid × seeds [1, 2]; each child 16 trials × 200 steps × dim 10
     assert (plan["runs"], plan["points"], plan["seeds"]) == (8, 4, 2)
     assert plan["work"] == 8 * 16 * 200 * 10 and plan["max_work"] == settings.max_work
     assert counts(settings.db_url) == (0, 0)
-    bad = client.post("/v1/studies/plan", json=study_spec(grid={"params.lrr": [0.1]}))
+    bad = client.post("/v1/study-plans", json=study_spec(grid={"params.lrr": [0.1]}))
     assert bad.status_code == 422
     assert bad.json()["detail"][0]["loc"] == ["body", "axis", "params.lrr"]

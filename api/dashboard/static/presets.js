@@ -3,7 +3,7 @@
 
 import { api, imageUrl } from "./api.js";
 import { checksTable } from "./studies.js";
-import { errorBox, fmtNumber, h, progressBar, statusBadge } from "./util.js";
+import { errorBox, fmtDuration, fmtNumber, h, progressBar, statusBadge } from "./util.js";
 
 const DONE = new Set(["succeeded", "failed", "cancelled", "partial"]);
 
@@ -48,8 +48,7 @@ export function render(main) {
       h("h3", p.title),
       h("div.muted", `seed ${p.seed} · ${p.figure} · tier ${p.tier}${p.exploratory ? " · exploratory" : ""} · ${p.kinds.join(", ")}`),
       h("p", p.description),
-      h("div.estimate", quick ? `quick: ${quick.runs} runs, work ${fmtNumber(quick.work)}${quick.gpu ? " (GPU)" : ""}` : "",
-        p.sizes.paper ? ` · paper: ${p.sizes.paper.runs} runs, work ${fmtNumber(p.sizes.paper.work)}${p.sizes.paper.gpu ? " (GPU)" : ""}` : ""),
+      h("div.estimate", quick ? `quick: ${cost(quick)}` : "", p.sizes.paper ? ` · paper: ${cost(p.sizes.paper)}` : ""),
       h("details", h("summary", `${p.checks.length} checks`), h("ul", p.checks.map((c) => h("li", c.claim)))),
       h("div.toolbar", quick ? run : ""), result);
   }
@@ -61,13 +60,29 @@ export function render(main) {
     return box;
   }
 
+  // The figure large, its checks in the table beside it (not printed again in the image); a click
+  // opens it at full size.
   function figure(study) {
     const img = h("img.figure", { alt: `figure of ${study.preset}` });
-    imageUrl(`/v1/studies/${study.id}/plots/figure.png`).then((url) => { img.src = url; })
-      .catch((error) => img.replaceWith(errorBox(error)));
-    return img;
+    const link = h("a.figure-link", { href: "#", title: "open the figure at full size" }, img);
+    imageUrl(`/v1/studies/${study.id}/plots/figure.png?checks=false`).then((url) => {
+      img.src = url;
+      link.href = url;
+      link.target = "_blank";
+    }).catch((error) => img.replaceWith(errorBox(error)));
+    return link;
   }
 
   load();
   return () => clearTimeout(timer);
+}
+
+// A size's cost: runs and estimated time on this service's workers of its kind (work when no run has
+// finished there yet to measure their speed).
+function cost(size) {
+  const where = size.gpu ? "GPU" : "CPU";
+  const time = size.estimated_seconds === null || size.estimated_seconds === undefined
+    ? `work ${fmtNumber(size.work)} (no ${where} run finished yet to time it)`
+    : `~${fmtDuration(size.estimated_seconds)} on one ${where} worker`;
+  return `${size.runs} runs, ${time}`;
 }

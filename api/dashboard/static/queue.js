@@ -11,10 +11,14 @@ export function render(main) {
     try {
       const q = await api("/v1/queue");
       body.replaceChildren(
-        h("table.list#queues", h("tr", h("th", "queue"), h("th", "queued"), h("th", "running"), h("th", "workers busy"),
+        h("div.scroll", h("table.list#queues", h("tr", h("th", "queue"), h("th", "queued"),
+          h("th", { title: "jobs running: each child of a fused batch counts" }, "running"),
+          h("th", { title: "worker processes holding a running job (one runs a whole fused batch)" }, "workers"),
           h("th", "mean run time")),
         Object.entries(q.queues).map(([name, info]) => h("tr", h("td", name), h("td", info.queued), h("td", info.running),
-          h("td", info.workers), h("td", fmtDuration(info.mean_duration_seconds))))),
+          h("td", info.workers), h("td", fmtDuration(info.mean_duration_seconds)))))),
+        h("p.muted", "running counts jobs, each child of a fused batch included; workers counts the processes running "
+          + "them. A start estimate: each slot frees when its job reaches the mean run time."),
         h("h2", "Your queued and running jobs"),
         q.jobs.length ? h("table.list#my-jobs", h("tr", h("th", "job"), h("th", "status"), h("th", "queue"),
           h("th", "position"), h("th", "priority"), h("th", "start (estimate)")),

@@ -38,12 +38,20 @@ export function verdictBadge(verdict) {
 
 export function checksTable(checks) {
   if (!checks?.length) return h("p.muted", "No checks (yet).");
-  return h("table.list.checks", h("tr", h("th", "claim"), h("th", "predicted"), h("th", "measured"),
-    h("th", "tolerance"), h("th", "verdict")),
+  return h("div.scroll", h("table.list.checks", h("tr", h("th", "claim"), h("th", "predicted"), h("th", "measured"),
+    h("th", { title: "measured / predicted − 1" }, "rel. error"), h("th", "tolerance"), h("th", "verdict")),
   checks.map((c) => h("tr", h("td", c.claim, c.note ? h("details.muted", h("summary", "note"), c.note) : ""),
-    h("td", show(c.predicted)), h("td", show(c.measured)),
+    h("td", show(c.predicted)), h("td", show(c.measured)), h("td.rel-error", relativeError(c)),
     h("td", show(c.tolerance), c.tolerance_rule ? h("details.muted", h("summary", "rule"), c.tolerance_rule) : ""),
-    h("td", verdictBadge(c.verdict)))));
+    h("td", verdictBadge(c.verdict))))));
+}
+
+// measured / predicted − 1, as a signed percentage, where both are numbers and the prediction is not 0.
+function relativeError(check) {
+  const { measured: m, predicted: p } = check;
+  if (typeof m !== "number" || typeof p !== "number" || p === 0) return "";
+  const r = m / p - 1;
+  return `${r >= 0 ? "+" : ""}${(100 * r).toPrecision(Math.abs(r) < 0.01 ? 2 : 3)}%`;
 }
 
 function show(value) {
@@ -104,7 +112,7 @@ export function renderStudy(main, [id]) {
       if (STUDY_DONE.has(s.status)) {
         const img = h("img.figure", { alt: `figure of ${s.preset}` });
         const link = h("a", { href: "#", title: "open at full size" }, img);
-        imageUrl(`${base}/plots/figure.png`).then((url) => { img.src = url; link.href = url; link.target = "_blank"; })
+        imageUrl(`${base}/plots/figure.png?checks=false`).then((url) => { img.src = url; link.href = url; link.target = "_blank"; })
           .catch((e) => img.replaceWith(errorBox(e)));
         figure.append(link);
       } else {

@@ -1,6 +1,6 @@
 // New study: a base spec (an experiment's, "sweep from here" as #/studies/new?from=ID, or written), axes
 // (a grid or zipped, values as a list or a linspace/logspace) and seeds. Before submitting, the page
-// asks the server for the plan (POST /v1/studies/plan: runs and work, nothing stored) and shows its
+// asks the server for the plan (POST /v1/study-plans: runs and work, nothing stored) and shows its
 // 422 next to the axis it names.
 
 import { api } from "./api.js";
@@ -121,7 +121,7 @@ export function render(main) {
       return;
     }
     try {
-      const p = await api("/v1/studies/plan", { method: "POST", body });
+      const p = await api("/v1/study-plans", { method: "POST", body });
       if (ticket !== asked) return;
       const limit = p.max_work ? ` of your limit ${fmtNumber(p.max_work)}` : "";
       plan.replaceChildren(h("strong", `${p.points} points × ${p.seeds} seeds = ${p.runs} runs`),

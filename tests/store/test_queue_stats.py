@@ -1,0 +1,38 @@
+"""Estimated starts of queued jobs (store.queue_stats.estimate_starts): slots free as their running jobs
+reach the mean duration, queued jobs take the earliest free slot, and an estimate stays put while time
+passes (it moved with the clock before: 10 s in 8 s)."""
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from store.queue_stats import estimate_starts
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_queued_jobs_take_the_earliest_free_slot():
+    running = [T0, T0 + timedelta(seconds=10)]   # two slots busy, mean 30 s: free at 30 and 40 s
+    starts = estimate_starts(4, running, slots=2, mean_seconds=30.0, now=T0 + timedelta(seconds=5))
+    assert [(s - T0).total_seconds() for s in starts] == [30, 40, 60, 70]
+
+
+def test_an_estimate_does_not_move_with_the_clock_while_its_predecessors_run_their_time():
+    running = [T0]
+    first = estimate_starts(3, running, slots=1, mean_seconds=30.0, now=T0 + timedelta(seconds=2))
+    later = estimate_starts(3, running, slots=1, mean_seconds=30.0, now=T0 + timedelta(seconds=10))
+    assert first == later == [T0 + timedelta(seconds=s) for s in (30, 60, 90)]
+
+
+def test_an_overdue_job_frees_its_slot_now_and_idle_slots_are_free_now():
+    now = T0 + timedelta(seconds=100)   # the running job is 70 s past the mean: its slot frees now
+    assert estimate_starts(2, [T0], slots=2, mean_seconds=30.0, now=now) == [now, now]
+    assert estimate_starts(1, [], slots=1, mean_seconds=None, now=now) == [None]
+
+
+def test_busy_time_counts_a_fused_batch_or_parallel_processes_once_per_worker():
+    from store.queue_stats import busy_seconds
+
+    at = lambda s: T0 + timedelta(seconds=s)  # noqa: E731
+    # w1: a fused batch of three children (overlapping 0–10 s), then a run 20–25 s; w2: 0–4 s
+    spans = {"w1": [(at(0), at(10)), (at(1), at(9)), (at(0), at(10)), (at(20), at(25))], "w2": [(at(0), at(4))]}
+    assert busy_seconds(spans) == 10 + 5 + 4
