@@ -127,14 +127,14 @@ def snapshot(session: Session, owner_id: str | None = None, *, everyone: bool = 
     orders = {queue: jobs.queue_order(session, queue) for queue in QUEUES}
     positions = {experiment_id: index + 1 for queue in QUEUES for index, experiment_id in enumerate(orders[queue])}
     starts: dict[str, list[datetime | None]] = {}
-    for queue, state in states.items():
+    for queue, queue_now in states.items():
         running_since = [as_utc(t) for t in session.scalars(
             select(Experiment.started_at).where(Experiment.queue == queue, Experiment.status == Status.running,
-                                                Experiment.started_at.is_not(None)))]
+                                                Experiment.started_at.is_not(None))) if t is not None]
         # parallel slots: busy processes (running jobs) or live workers, whichever is larger, since one
         # worker with concurrency N holds N leases under one name
-        starts[queue] = estimate_starts(len(orders[queue]), running_since, max(state.workers, state.running),
-                                        state.mean_duration_seconds, now)
+        starts[queue] = estimate_starts(len(orders[queue]), running_since, max(queue_now.workers, queue_now.running),
+                                        queue_now.mean_duration_seconds, now)
     query = select(Experiment).where(Experiment.status.in_(ACTIVE))
     if not everyone:
         query = query.where(jobs.by_owner(owner_id))
