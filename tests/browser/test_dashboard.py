@@ -278,6 +278,44 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     assert [e for e in page.console.errors if not EXPECTED_4XX.search(e)] == []
 
 
+def test_runs_tables_choose_columns_filter_and_sort_and_three_axes_draw_parallel_coordinates(service, page):
+    response = httpx.post(f"{service}/v1/studies", timeout=30, json={
+        "name": "three axes", "base": {"kind": "nrq", "params": SMALL}, "seeds": [0],
+        "grid": {"params.lr": [0.05, 0.1], "params.weight_decay": [0.005, 0.01], "params.momentum": [0.0, 0.5]}})
+    assert response.status_code == 202, response.text
+    study_id = response.json()["id"]
+    wait_ended(service, f"/v1/studies/{study_id}")
+    table = httpx.get(f"{service}/v1/studies/{study_id}/table", timeout=30).json()["rows"]
+    page.goto(f"{service}/#/studies/{study_id}")
+    page.wait_for_function(f"{PLOT}?.length > 0")
+    parallel = chart(page, "parallel")
+    assert parallel[0]["type"] == "parcoords"
+    dims = page.evaluate(f"{PLOT}[0].dimensions.map(d => d.label)")
+    assert dims == ["lr", "weight_decay", "momentum", page.locator('select[name="chart-metric"]').input_value()]
+    page.fill("#row-filter", "risk<0.07 params.momentum=0.5")   # the children table, filtered in the page
+    page.locator("#row-filter").press("Enter")
+    want = sorted(r["index"] for r in table if r["risk"] < 0.07 and r["params.momentum"] == 0.5)
+    page.wait_for_function(f"document.querySelectorAll('#children-table tbody tr').length === {len(want)}")
+    assert sorted(int(i) for i in page.evaluate(COLUMN, "index")) == want
+    page.locator("#column-chooser summary").click()
+    page.locator('#column-chooser input[value="loss"]').uncheck()
+    page.wait_for_function("!document.querySelector('#children-table th[data-column=\"loss\"]')")
+    screenshot(page, "study-parallel-and-table")
+
+    # the experiments list: the API's filters, chosen columns, sorted by a summary value on the server
+    page.goto(f"{service}/#/experiments?name=three%20axes&columns=params.lr,summary.au_rms"
+              "&order_by=-summary.au_rms&where=param.params.momentum.eq%3D0.5")
+    page.wait_for_function("document.querySelectorAll('#experiments-table tbody tr[data-id]').length === 4")
+    index = page.evaluate("[...document.querySelectorAll('#experiments-table th')].findIndex(th => "
+                          "th.dataset.column === 'summary.au_rms')")
+    shown = page.evaluate(f"[...document.querySelectorAll('#experiments-table tbody tr')].map(r => "
+                          f"Number(r.children[{index}].textContent))")
+    expected = sorted((r["au_rms"] for r in table if r["params.momentum"] == 0.5), reverse=True)
+    assert shown == pytest.approx(expected, rel=1e-3)   # as shown: 4 significant digits
+    screenshot(page, "experiments-columns")
+    assert page.console.errors == []
+
+
 def test_compare_overlays_the_selected_experiments(service, page):
     ids = [submit(service, {"kind": "nrq", "name": f"compare lr {lr}", "params": {**SMALL, "lr": lr}})
            for lr in (0.05, 0.2)]

@@ -2,7 +2,7 @@
 // and "compare" (a study grouping the selected experiments: POST /v1/studies {"experiments": [...]}).
 
 import { api } from "./api.js";
-import { errorBox, fmtTime, h, progressBar, routeQuery, statusBadge, TERMINAL } from "./util.js";
+import { errorBox, fmtNumber, fmtTime, h, progressBar, routeQuery, statusBadge, TERMINAL } from "./util.js";
 
 const STATUSES = ["", "queued", "running", "succeeded", "failed", "cancelled"];
 const KINDS = ["", "nrq", "sde", "train"];
@@ -12,6 +12,11 @@ export function render(main) {
   // the filters live in the address (#/?kind=sde&tag=…): Back from an experiment finds them again
   const query = routeQuery();
   const filters = { status: query.status || "", kind: query.kind || "", name: query.name || "", tag: query.tag || "" };
+  // the API's own filters (param.<path>[.op]=v, summary.<name>[.op]=v), columns of spec paths and summary
+  // values, and the order (order_by=[-]summary.<name>): all kept in the address too
+  let where = query.where || "";
+  let columns = (query.columns || "").split(",").map((c) => c.trim()).filter(Boolean);
+  let orderBy = query.order_by || "";
   const cursors = [null]; // cursor of each page visited, for "previous"
   const selected = new Set();
   const shown = new Map(); // id → name of the experiments listed so far (to name a comparison)
@@ -33,17 +38,36 @@ export function render(main) {
   const tagInput = h("input", { type: "search", name: "tag", placeholder: "tag", value: filters.tag,
     oninput: debounce((e) => { filters.tag = e.target.value.trim(); restart(); }, 300) });
 
+  const whereInput = h("input#where", { type: "search", name: "where", value: where, size: 44,
+    placeholder: "summary.au_rms.lt=0.02 param.params.lr.ge=0.1",
+    title: "the API's filters, space separated: param.<spec path>[.eq|ne|lt|le|gt|ge|in]=value, summary.<name>[.op]=value",
+    oninput: debounce((e) => { where = e.target.value.trim(); restart(); }, 500) });
+  const columnsInput = h("input#columns", { type: "text", name: "columns", value: columns.join(", "), size: 36,
+    placeholder: "params.lr, summary.au_rms", title: "extra columns: spec paths (params.lr) and summary.<name>",
+    onchange: (e) => { columns = e.target.value.split(",").map((c) => c.trim()).filter(Boolean); restart(); } });
+  const head = h("thead");
+
   main.append(h("h1", "Experiments"),
     h("div.toolbar", select("status", STATUSES), select("kind", KINDS), nameInput, tagInput,
       h("a.button", { href: "#/new" }, "New experiment"), compare),
+    h("div.toolbar", h("label", "where ", whereInput), h("label", "columns ", columnsInput)),
     message,
-    h("table.list#experiments-table", h("thead", h("tr", h("th", ""), h("th", "name"), h("th", "kind"),
-      h("th", "status"), h("th", "progress"), h("th", "tags"), h("th", "owner"), h("th", "created"))), body),
+    h("div.scroll", h("table.list#experiments-table", head, body)),
     h("div.pager", prev, info, next));
+
+  function drawHead() {
+    const sortable = (c) => c.startsWith("summary.");
+    head.replaceChildren(h("tr", h("th", ""), h("th", "name"), h("th", "kind"), h("th", "status"), h("th", "progress"),
+      h("th", "tags"), h("th", "owner"), h("th", "created"),
+      columns.map((c) => h("th", { dataset: { column: c }, title: sortable(c) ? "sort (server side, every page)" : "",
+        onclick: sortable(c) ? () => { orderBy = orderBy === c ? `-${c}` : c; restart(); } : undefined },
+      c, orderBy === c ? " ▲" : orderBy === `-${c}` ? " ▼" : ""))));
+  }
 
   function restart() {
     cursors.length = 1;
-    const kept = new URLSearchParams(Object.entries(filters).filter(([, v]) => v));
+    const kept = new URLSearchParams(Object.entries({ ...filters, where, columns: columns.join(","), order_by: orderBy })
+      .filter(([, v]) => v));
     const text = String(kept);
     history.replaceState(null, "", `#/${text ? `?${text}` : ""}`);
     load();
@@ -53,6 +77,13 @@ export function render(main) {
     clearTimeout(timer);
     const query = new URLSearchParams({ limit: "25" });
     for (const [key, value] of Object.entries(filters)) if (value) query.set(key, value);
+    for (const term of where.split(/\s+/).filter(Boolean)) {
+      const at = term.indexOf("=");
+      if (at > 0) query.append(term.slice(0, at), term.slice(at + 1));
+    }
+    if (columns.some((c) => c.startsWith("summary.")) || orderBy) query.set("include", "summary");
+    if (orderBy) query.set("order_by", orderBy);
+    drawHead();
     const cursor = cursors[cursors.length - 1];
     if (cursor) query.set("cursor", cursor);
     let page;
@@ -67,7 +98,7 @@ export function render(main) {
     }
     if (stopped) return;
     body.replaceChildren(...page.items.map(row));
-    if (!page.items.length) body.append(h("tr", h("td.muted", { colSpan: 8 }, "No experiments match.")));
+    if (!page.items.length) body.append(h("tr", h("td.muted", { colSpan: 8 + columns.length }, "No experiments match.")));
     info.textContent = `${page.total} experiment${page.total === 1 ? "" : "s"}`;
     prev.disabled = cursors.length <= 1;
     next.disabled = !page.next_cursor;
@@ -89,7 +120,8 @@ export function render(main) {
       h("td.tags", (e.tags || []).map((t) => h("button.tag", { type: "button", title: `only "${t}"`,
         onclick: () => { filters.tag = t; tagInput.value = t; restart(); } }, t))),
       h("td", e.owner || ""),
-      h("td", fmtTime(e.created_at)));
+      h("td", fmtTime(e.created_at)),
+      columns.map((c) => h("td.number", fmtNumber(valueAt(e, c)))));
   }
 
   function updateCompare() {
@@ -115,4 +147,12 @@ export function render(main) {
 function debounce(fn, ms) {
   let t;
   return (...args) => { clearTimeout(t); t = setTimeout(() => fn(...args), ms); };
+}
+
+// A column's value: summary.<name> from the summary, any other path from the spec (params.lr).
+function valueAt(e, column) {
+  if (column.startsWith("summary.")) return e.summary?.[column.slice(8)];
+  let node = e.spec;
+  for (const part of column.split(".")) node = node?.[part];
+  return node !== null && typeof node === "object" ? JSON.stringify(node) : node;
 }

@@ -2,7 +2,7 @@
 // heatmap / scatter charts with the axes and metric chosen in the page, and its checks with verdicts.
 
 import { api, download, follow, imageUrl } from "./api.js";
-import { drawHeatmap, drawOverlay, drawScatter } from "./studycharts.js";
+import { drawHeatmap, drawOverlay, drawParallel, drawScatter } from "./studycharts.js";
 import { errorBox, fmtNumber, fmtTime, h, progressBar, statusBadge, TERMINAL } from "./util.js";
 
 const STUDY_DONE = new Set(["succeeded", "failed", "cancelled", "partial"]);
@@ -146,7 +146,8 @@ export function renderStudy(main, [id]) {
     const axes = options.axes;
     const varying = options.varying;
     const types = [...(series.length ? ["overlay"] : []), ...(summary.length && !compared && axes.length ? ["scatter"] : []),
-      ...(summary.length && !compared && axes.length >= 2 ? ["heatmap"] : [])];
+      ...(summary.length && !compared && axes.length >= 2 ? ["heatmap"] : []),
+      ...(summary.length && !compared && study.axes.length >= 3 ? ["parallel"] : [])];
     // by default: a heatmap of two varying axes, a scatter of one, an overlay while nothing is summarized
     const preferred = types.find((t) => t === (varying.length >= 2 ? "heatmap" : "scatter")) ?? types[0];
     if (!chosen.has("type") || !types.includes(choice.type)) choice.type = preferred;
@@ -174,10 +175,10 @@ export function renderStudy(main, [id]) {
       controls.push(pick("time", options.overlay_x), pick("seeds", ["mean", "all"], { mean: "mean ± SE", all: "each seed" }),
         pick("log", ["true", "false"], { true: "log", false: "linear" }));
     }
-    if (choice.type !== "overlay") controls.push(pick("x", axes));
+    if (choice.type !== "overlay" && choice.type !== "parallel") controls.push(pick("x", axes));
     if (choice.type === "heatmap") controls.push(pick("y", axes.filter((a) => a !== choice.x)),
       pick("view", ["side", "ratio"], { side: "theory beside", ratio: "measured / theory" }));
-    if (choice.type !== "heatmap" && !compared) controls.push(pick("by", colourBy));
+    if ((choice.type === "overlay" || choice.type === "scatter") && !compared) controls.push(pick("by", colourBy));
     chartCard.replaceChildren(h("h3", "Chart"), h("div.toolbar", controls),
       h("div.chart#study-plot", { dataset: { type: choice.type } }), h("p.muted.caption", CAPTIONS[choice.type]));
     drawChart();
@@ -186,6 +187,11 @@ export function renderStudy(main, [id]) {
   async function drawChart() {
     const div = chartCard.querySelector("#study-plot");
     const ticket = ++drawing;
+    if (choice.type === "parallel") {   // the points' means, from the table grouped by point
+      const grouped = await api(`${base}/table?group=point`).catch((error) => { div.replaceChildren(errorBox(error)); });
+      if (grouped && ticket === drawing) await drawParallel(div, grouped.rows, study.axes, choice.metric);
+      return;
+    }
     const query = { metric: choice.metric };
     if (choice.type === "overlay") query.x = choice.time;
     else query.x = choice.x;
@@ -217,9 +223,21 @@ export function renderStudy(main, [id]) {
     }
   }
 
+  // The children table: sort by any column, choose the columns shown, filter rows ("risk<0.05 params.lr>=0.1").
+  // A comparison starts on the columns whose values differ between its runs.
+  let hidden = null;
+  let rowFilter = "";
   function drawTable() {
-    const rows = [...table.rows].sort((a, b) => compare(a[sortBy.column], b[sortBy.column]) * (sortBy.descending ? -1 : 1));
-    const columns = table.columns.filter((c) => c !== "experiment_id");
+    const all = table.columns.filter((c) => c !== "experiment_id");
+    if (hidden === null) {
+      const same = (c) => new Set(table.rows.map((r) => JSON.stringify(r[c] ?? null))).size <= 1;
+      const keep = new Set(["index", "status", "name"]);
+      hidden = new Set(all.filter((c) => !keep.has(c) && (study.kind === "compare" || c === "warnings") && same(c)));
+    }
+    const columns = all.filter((c) => !hidden.has(c));
+    let rows = [...table.rows].sort((a, b) => compare(a[sortBy.column], b[sortBy.column]) * (sortBy.descending ? -1 : 1));
+    let filterError = "";
+    try { rows = rows.filter(rowMatcher(rowFilter)); } catch (error) { filterError = error.message; }
     const header = columns.map((c) => h("th", { dataset: { column: c }, onclick: () => {
       sortBy = { column: c, descending: sortBy.column === c ? !sortBy.descending : false };
       drawTable();
@@ -230,7 +248,17 @@ export function renderStudy(main, [id]) {
       return r[c] !== null && typeof r[c] === "object" ? h("code.small", JSON.stringify(r[c])) : fmtNumber(r[c]);
     };
     const body = rows.map((r) => h("tr", columns.map((c) => h("td", cell(r, c)))));
-    tableCard.replaceChildren(h("h3", `Children (${rows.length})`),
+    const chooser = h("details#column-chooser", h("summary", `columns (${columns.length} of ${all.length})`),
+      h("div.column-list", all.map((c) => h("label", h("input", { type: "checkbox", name: "column", value: c,
+        checked: !hidden.has(c), onchange: (e) => { e.target.checked ? hidden.delete(c) : hidden.add(c); drawTable(); } }),
+      ` ${c}`))));
+    const filterInput = h("input#row-filter", { type: "search", value: rowFilter, size: 40,
+      placeholder: "risk<0.05 params.lr>=0.1", title: "space-separated: column<op>value, op one of < <= > >= = !=",
+      onchange: (e) => { rowFilter = e.target.value.trim(); drawTable(); } });
+    const open = tableCard.querySelector("#column-chooser")?.open;
+    if (open) chooser.open = true;
+    tableCard.replaceChildren(h("h3", `Children (${rows.length}${rows.length !== table.rows.length ? ` of ${table.rows.length}` : ""})`),
+      h("div.toolbar", chooser, h("label", "filter ", filterInput), filterError ? h("span.field-error", filterError) : ""),
       h("div.scroll", h("table.list.sortable#children-table", h("thead", h("tr", header)), h("tbody", body))));
   }
 
@@ -250,6 +278,7 @@ const CAPTIONS = {
     + "its theory dashed in the same colour.",
   scatter: "Each point: the mean over its seeds ± one standard error (filled), its theory (open circle); dashed: the "
     + "theory along x, one curve per colour.",
+  parallel: "One line per point (the mean over its seeds), an axis per study axis and the metric last, coloured by it.",
   heatmap: "Cells: the mean over seeds (± standard error). Theory beside on the same colour scale (blank: no theory "
     + "there), or measured / theory. Dotted: cells of equal ηλ.",
 };
@@ -268,4 +297,19 @@ function compare(a, b) {
   if (a === null || a === undefined || a === "") return 1;
   if (b === null || b === undefined || b === "") return -1;
   return typeof a === "number" && typeof b === "number" ? a - b : String(a).localeCompare(String(b));
+}
+
+// A row predicate from "col<op>value …" terms (all must hold); throws naming a term it cannot read.
+function rowMatcher(text) {
+  const terms = text.split(/\s+/).filter(Boolean).map((term) => {
+    const m = /^([^<>=!]+)(<=|>=|!=|<|>|=)(.+)$/.exec(term);
+    if (!m) throw new Error(`filter: expected column<op>value (op < <= > >= = !=), got "${term}"`);
+    const [, column, op, raw] = m;
+    const value = Number.isFinite(Number(raw)) ? Number(raw) : raw;
+    return { column, op, value };
+  });
+  const holds = { "<": (a, b) => a < b, "<=": (a, b) => a <= b, ">": (a, b) => a > b, ">=": (a, b) => a >= b,
+    "=": (a, b) => a === b || String(a) === String(b), "!=": (a, b) => !(a === b || String(a) === String(b)) };
+  return (row) => terms.every(({ column, op, value }) => row[column] !== undefined && row[column] !== null
+    && holds[op](row[column], value));
 }

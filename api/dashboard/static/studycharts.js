@@ -214,3 +214,20 @@ function isoLines(data, xs, ys, [xaxis, yaxis]) {
     line: { color: "rgba(255,255,255,0.8)", dash: "dot", width: 1.2 }, hovertemplate: `ηλ = ${fmtNumber(Number(product))}<extra></extra>`,
     name: "iso-ηλ", showlegend: k === 0 && xaxis === "x", meta: "iso" }));
 }
+
+// Parallel coordinates of a study of three or more axes: one line per point (means over seeds), an axis per
+// study axis and the metric last, coloured by the metric.
+export async function drawParallel(div, rows, axes, metric) {
+  const shown = rows.filter((r) => typeof r[metric] === "number");
+  const dimension = (name) => {
+    const values = shown.map((r) => r[name]);
+    if (numeric(values)) return { label: shortName(name), values };
+    const levels = [...new Set(values.map(String))];
+    return { label: shortName(name), values: values.map((v) => levels.indexOf(String(v))), tickvals: levels.map((_, i) => i),
+      ticktext: levels };
+  };
+  const metricValues = shown.map((r) => r[metric]);
+  await plotly(div, [{ type: "parcoords", dimensions: [...axes.map(dimension), { label: metric, values: metricValues }],
+    line: { color: metricValues, colorscale: "Viridis", showscale: true, colorbar: { title: { text: metric } } } }],
+  { height: 440, margin: { l: 60, r: 60, t: 40, b: 30 } });
+}
