@@ -195,6 +195,7 @@ def test_a_study_page_shows_theory_grouped_seeds_and_colour_live_and_after(servi
     study_id = response.json()["id"]
     page.goto(f"{service}/#/studies/{study_id}")
     page.locator("#study-actions #study-delete").wait_for()
+    screenshot(page, "study-running")
     wait_ended(service, f"/v1/studies/{study_id}")
     # once summaries exist, a study of two varying axes opens on its heatmap; it follows the study's events
     page.wait_for_function(f"{PLOT}?.[0]?.type === 'heatmap' && document.querySelector('.badge.status-succeeded')")
@@ -413,6 +414,15 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         page.wait_for_timeout(300)
         screenshot(page, name)
         assert page.console.errors == [], (name, page.console.errors)
+    page.set_viewport_size({"width": 420, "height": 900})   # every page usable on a small screen
+    for name, (fragment, ready) in {**pages, "new-study": ("#/studies/new", "#study-plan[data-runs]")}.items():
+        page.goto(f"{service}/{fragment}")
+        page.locator(ready).first.wait_for()
+        page.wait_for_timeout(300)
+        # no sideways scrolling of the page: tables scroll inside their card, the header wraps
+        assert page.evaluate("document.documentElement.scrollWidth") <= 420, name
+        screenshot(page, f"{name}-420px")
+    assert page.console.errors == [], page.console.errors
 
 
 def test_with_auth_on_a_wrong_key_brings_the_prompt_back(tmp_path, page):

@@ -146,7 +146,8 @@ export function renderStudy(main, [id]) {
     const axes = options.axes;
     const varying = options.varying;
     const types = [...(series.length ? ["overlay"] : []), ...(summary.length && !compared && axes.length ? ["scatter"] : []),
-      ...(summary.length && !compared && axes.length >= 2 ? ["heatmap"] : []),
+      // a heatmap over two of the study's axes (a derived value that varies with x would leave most cells empty)
+      ...(summary.length && !compared && study.axes.length >= 2 ? ["heatmap"] : []),
       ...(summary.length && !compared && study.axes.length >= 3 ? ["parallel"] : [])];
     // by default: a heatmap of two varying axes, a scatter of one, an overlay while nothing is summarized
     const preferred = types.find((t) => t === (varying.length >= 2 ? "heatmap" : "scatter")) ?? types[0];
@@ -176,7 +177,7 @@ export function renderStudy(main, [id]) {
         pick("log", ["true", "false"], { true: "log", false: "linear" }));
     }
     if (choice.type !== "overlay" && choice.type !== "parallel") controls.push(pick("x", axes));
-    if (choice.type === "heatmap") controls.push(pick("y", axes.filter((a) => a !== choice.x)),
+    if (choice.type === "heatmap") controls.push(pick("y", axes.filter((a) => a !== choice.x && (studyAxes.includes(a) || chosen.has("y")))),
       pick("view", ["side", "ratio"], { side: "theory beside", ratio: "measured / theory" }));
     if ((choice.type === "overlay" || choice.type === "scatter") && !compared) controls.push(pick("by", colourBy));
     chartCard.replaceChildren(h("h3", "Chart"), h("div.toolbar", controls),
