@@ -26,6 +26,29 @@ PHASES=("$@")
 [ ${#PHASES[@]} -eq 0 ] && PHASES=(env tests serve bench sde study)
 SUMMARY=()
 note() { SUMMARY+=("$1"); echo "== $1"; }
+# `smd serve` (embedded SQLite and broker, auth off) in its own process group on port $1, state in $2, log $3;
+# back once /healthz answers (≤ 40 s). serve_stop ends the group.
+serve_start() {
+  export SMD_PORT=$1 SMD_STATE_DIR=$2 SMD_AUTH=off
+  rm -rf "$SMD_STATE_DIR"
+  setsid python3 -m smdcli.main serve > "$3" 2>&1 &
+  server=$!
+  python3 - <<'PY'
+import os, time, httpx
+for _ in range(200):
+    try:
+        if httpx.get(f"http://127.0.0.1:{os.environ['SMD_PORT']}/healthz", timeout=5).status_code == 200:
+            break
+    except httpx.TransportError:
+        pass
+    time.sleep(0.2)
+PY
+}
+serve_stop() {
+  kill -- -"$server" 2>/dev/null
+  for _ in $(seq 20); do kill -0 "$server" 2>/dev/null || break; sleep 0.5; done
+  kill -9 -- -"$server" 2>/dev/null
+}
 
 if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -73,20 +96,11 @@ PY
     ;;
   serve)
     # device: cuda jobs go to the gpu queue (worker/queue.py); the embedded worker listens to cpu alone by default
-    export SMD_STATE_DIR=/tmp/smd-gpu SMD_PORT=8765 SMD_AUTH=off SMD_WORKER_QUEUES=cpu,gpu
-    rm -rf "$SMD_STATE_DIR"
-    setsid python3 -m smdcli.main serve > "$OUT/serve.log" 2>&1 &   # its own process group: the server and its worker
-    server=$!
+    export SMD_WORKER_QUEUES=cpu,gpu
+    serve_start 8765 /tmp/smd-gpu "$OUT/serve.log"
     timeout 50 python3 - <<'PY' 2>&1 | tee "$OUT/serve.txt"
 import os, time, httpx
 c = httpx.Client(base_url="http://127.0.0.1:8765", timeout=10)
-for _ in range(200):
-    try:
-        if c.get("/healthz").status_code == 200:
-            break
-    except httpx.TransportError:
-        pass
-    time.sleep(0.2)
 params = {"dim": 100, "trials": int(os.environ.get("CHECK_TRIALS", 10000)), "steps": 2000, "record_every": 50, "lr": 0.1, "weight_decay": 0.01,
           "noise_std": 1.0, "dtype": "float32"}
 ids = {dev: c.post("/v1/experiments", json={"kind": "nrq", "seed": 0, "device": dev, "params": params}).json()["id"]
@@ -103,9 +117,7 @@ for dev, i in ids.items():
     print(f"device {dev}: {status}; ran on {prov.get('device')} ({prov.get('device_name')}); "
           f"au_rms {s.get('au_rms')} vs au_equilibrium {s.get('au_equilibrium')}", flush=True)
 PY
-    kill -- -"$server" 2>/dev/null
-    for _ in $(seq 20); do kill -0 "$server" 2>/dev/null || break; sleep 0.5; done
-    kill -9 -- -"$server" 2>/dev/null
+    serve_stop
     note "serve: $(tr '\n' ' ' < "$OUT/serve.txt" | cut -c1-400)"
     ;;
   bench)
@@ -129,20 +141,11 @@ PY
     note "sde (rc $rc): $(grep -m1 '^ *100 *float32' "$OUT/sde_vs_torchsde.txt" | tr -s ' ')"
     ;;
   study)
-    export SMD_STATE_DIR=/tmp/smd-study SMD_PORT=8766 SMD_AUTH=off SMD_WORKER_QUEUES=gpu,cpu
-    rm -rf "$SMD_STATE_DIR"
-    setsid python3 -m smdcli.main serve > "$OUT/study-serve.log" 2>&1 &
-    server=$!
+    export SMD_WORKER_QUEUES=gpu,cpu
+    serve_start 8766 /tmp/smd-study "$OUT/study-serve.log"
     timeout 140 python3 - <<'PY' 2>&1 | tee "$OUT/study.txt"
 import os, time, httpx
 c = httpx.Client(base_url="http://127.0.0.1:8766", timeout=30)
-for _ in range(200):
-    try:
-        if c.get("/healthz").status_code == 200:
-            break
-    except httpx.TransportError:
-        pass
-    time.sleep(0.2)
 lrs = [0.01 * 2 ** (i / 2) for i in range(8)]
 wds = [1e-3 * 2 ** (i / 2) for i in range(8)]
 for device in os.environ.get("CHECK_STUDY_DEVICES", "cuda cpu").split():
@@ -163,9 +166,7 @@ for device in os.environ.get("CHECK_STUDY_DEVICES", "cuda cpu").split():
     print(f"study device {device}: {doc['status']} in {wall:.1f} s (64 points × 1000 trials × 2000 steps, p = 10); "
           f"counts {doc.get('counts')}", flush=True)
 PY
-    kill -- -"$server" 2>/dev/null
-    for _ in $(seq 20); do kill -0 "$server" 2>/dev/null || break; sleep 0.5; done
-    kill -9 -- -"$server" 2>/dev/null
+    serve_stop
     note "study: $(tr '\n' ' ' < "$OUT/study.txt" | cut -c1-500)"
     ;;
   *) echo "unknown phase $phase (env, invariance, tests, serve, bench, sde, study)"; exit 2 ;;

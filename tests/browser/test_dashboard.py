@@ -19,6 +19,7 @@ pytestmark = pytest.mark.integration
 # the job followed live: ~10 s on an idle 2-core machine, flushed every 0.3 s (SMD_FLUSH_SECONDS)
 LIVE = {"steps": 20_000, "trials": 2000, "record_every": 20}
 SMALL = {"steps": 2000, "trials": 200, "record_every": 50}
+TINY = {"steps": 600, "trials": 64, "record_every": 30}   # the charts' studies: 20 records a run, seconds in all
 COLUMN = """column => {   // a column of the children table, top to bottom, as shown
     const index = [...document.querySelectorAll('#children-table th')].findIndex(th => th.dataset.column === column);
     return [...document.querySelectorAll('#children-table tbody tr')].map(r => r.children[index].textContent); }"""
@@ -189,7 +190,7 @@ def test_a_study_page_shows_theory_grouped_seeds_and_colour_live_and_after(servi
     page.on("request", lambda r: requests.append(r.url.replace(service, "")))
     page.on("response", lambda r: failures.append((r.status, r.url)) if r.status >= 400 else None)
     response = httpx.post(f"{service}/v1/studies", timeout=30, json={
-        "name": "lr × momentum", "base": {"kind": "nrq", "params": SMALL},
+        "name": "lr × momentum", "base": {"kind": "nrq", "params": TINY},
         "grid": {"params.lr": [0.05, 0.1], "params.momentum": [0.0, 0.5]}, "seeds": [0, 1]})
     assert response.status_code == 202, response.text
     study_id = response.json()["id"]
@@ -281,7 +282,7 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
 
 def test_runs_tables_choose_columns_filter_and_sort_and_three_axes_draw_parallel_coordinates(service, page):
     response = httpx.post(f"{service}/v1/studies", timeout=30, json={
-        "name": "three axes", "base": {"kind": "nrq", "params": SMALL}, "seeds": [0],
+        "name": "three axes", "base": {"kind": "nrq", "params": TINY}, "seeds": [0],
         "grid": {"params.lr": [0.05, 0.1], "params.weight_decay": [0.005, 0.01], "params.momentum": [0.0, 0.5]}})
     assert response.status_code == 202, response.text
     study_id = response.json()["id"]
@@ -293,7 +294,7 @@ def test_runs_tables_choose_columns_filter_and_sort_and_three_axes_draw_parallel
     assert parallel[0]["type"] == "parcoords"
     dims = page.evaluate(f"{PLOT}[0].dimensions.map(d => d.label)")
     assert dims == ["lr", "weight_decay", "momentum", page.locator('select[name="chart-metric"]').input_value()]
-    page.fill("#row-filter", "risk<0.07 params.momentum=0.5")   # the children table, filtered in the page
+    page.fill("#row-filter", "risk<0.07 param.params.momentum.eq=0.5")   # the children table, filtered in the page
     page.locator("#row-filter").press("Enter")
     want = sorted(r["index"] for r in table if r["risk"] < 0.07 and r["params.momentum"] == 0.5)
     page.wait_for_function(f"document.querySelectorAll('#children-table tbody tr').length === {len(want)}")

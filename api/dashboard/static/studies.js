@@ -254,7 +254,8 @@ export function renderStudy(main, [id]) {
         checked: !hidden.has(c), onchange: (e) => { e.target.checked ? hidden.delete(c) : hidden.add(c); drawTable(); } }),
       ` ${c}`))));
     const filterInput = h("input#row-filter", { type: "search", value: rowFilter, size: 40,
-      placeholder: "risk<0.05 params.lr>=0.1", title: "space-separated: column<op>value, op one of < <= > >= = !=",
+      placeholder: "risk<0.05 params.lr>=0.1", title: "space-separated: column<op>value (op < <= > >= = !=), or the "
+        + "API's summary.<name>[.op]=value and param.<spec path>[.op]=value",
       onchange: (e) => { rowFilter = e.target.value.trim(); drawTable(); } });
     const open = tableCard.querySelector("#column-chooser")?.open;
     if (open) chooser.open = true;
@@ -300,11 +301,17 @@ function compare(a, b) {
   return typeof a === "number" && typeof b === "number" ? a - b : String(a).localeCompare(String(b));
 }
 
-// A row predicate from "col<op>value …" terms (all must hold); throws naming a term it cannot read.
+// A row predicate from "col<op>value …" terms, or the API's own filters (summary.<name>[.op]=value,
+// param.<spec path>[.op]=value; op eq ne lt le gt ge), all of which must hold; throws naming a term it
+// cannot read.
+const API_OPS = { eq: "=", ne: "!=", lt: "<", le: "<=", gt: ">", ge: ">=" };
+
 function rowMatcher(text) {
   const terms = text.split(/\s+/).filter(Boolean).map((term) => {
-    const m = /^([^<>=!]+)(<=|>=|!=|<|>|=)(.+)$/.exec(term);
-    if (!m) throw new Error(`filter: expected column<op>value (op < <= > >= = !=), got "${term}"`);
+    const api = /^(summary|param)\.(.+?)(?:\.(eq|ne|lt|le|gt|ge))?=(.+)$/.exec(term);
+    const m = api ? [term, api[2], API_OPS[api[3] ?? "eq"], api[4]]   // the table's column: risk, params.lr
+      : /^([^<>=!]+)(<=|>=|!=|<|>|=)(.+)$/.exec(term);
+    if (!m) throw new Error(`filter: expected column<op>value (op < <= > >= = !=) or summary.<name>.lt=value, got "${term}"`);
     const [, column, op, raw] = m;
     const value = Number.isFinite(Number(raw)) ? Number(raw) : raw;
     return { column, op, value };
