@@ -29,6 +29,9 @@ from matplotlib.figure import Figure
 from matplotlib.layout_engine import PlaceHolderLayoutEngine
 from matplotlib.ticker import MaxNLocator, NullFormatter, NullLocator
 
+from smdrender.grid import cell_means
+from smdrender.grid import levels as _levels
+from smdrender.grid import numeric as _numeric
 from smdrender.plots import MEDIA_TYPES, _nan, _note, encode
 
 __all__ = ["MEDIA_TYPES", "X_LABELS", "draw_lines", "figure", "heatmap", "overlay", "scatter"]
@@ -225,37 +228,10 @@ def heatmap(rows: list[dict], x: str, y: str, metric: str, theory: str | None, f
     return encode(fig, fmt)
 
 
-def _levels(rows: list[dict], key: str) -> list[Any]:
-    """The distinct values of a column, numbers ascending (else first seen first)."""
-    values = list(dict.fromkeys(_hashable(r.get(key)) for r in rows if r.get(key) is not None))
-    if _numeric(values):
-        return sorted(values)
-    return values
-
-
-def _hashable(value: Any) -> Any:
-    return value if isinstance(value, (int, float, str, bool)) else repr(value)
-
-
-def _numeric(values: Sequence[Any]) -> bool:
-    return bool(values) and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                                for v in values)
-
-
 def _grid(rows: list[dict], x: str, y: str, column: str, xs: list, ys: list) -> np.ndarray:
     """grid[j, i] = mean of ``column`` over the rows at (xs[i], ys[j]); NaN where none has a number."""
-    sums = np.zeros((len(ys), len(xs)))
-    counts = np.zeros((len(ys), len(xs)))
-    xi = {v: i for i, v in enumerate(xs)}
-    yi = {v: j for j, v in enumerate(ys)}
-    for row in rows:
-        value = row.get(column)
-        kx, ky = _hashable(row.get(x)), _hashable(row.get(y))
-        if kx in xi and ky in yi and _number(value) and math.isfinite(value):
-            sums[yi[ky], xi[kx]] += value
-            counts[yi[ky], xi[kx]] += 1
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    return np.array([[math.nan if v is None else v for v in row] for row in cell_means(rows, x, y, column, xs, ys)],
+                    dtype=float).reshape(len(ys), len(xs))
 
 
 def _edges(levels: list) -> tuple[np.ndarray, bool]:

@@ -10,6 +10,7 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
@@ -607,25 +608,42 @@ def get_overlay(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
     for child in children:
         if child.status != "succeeded":
             continue
-        stored = series.read_series(db, child.id)
-        if metric not in stored:   # a compare study's member of another kind or model
-            continue
-        steps = stored.get("step", [])
-        theory_name = theory_of(child.kind, child.spec, metric)
-        keep = downsample_indices(len(steps), MAX_LINE_POINTS) if len(steps) > MAX_LINE_POINTS else range(len(steps))
-        full_theory = child.theory or {}
-        try:
-            xs = time_axis(child.spec, steps, x, full_theory)
-        except ValueError as exc:
-            raise _not_applicable("x", x, list(OVERLAY_X), f" (child {_placed(study, child)[0]}: {exc})") from None
-        ys = stored.get(metric, [])
-        given = full_theory.get(theory_name) if theory_name else None
-        theory = (given if isinstance(given, list) else [given] * len(steps) if _number(given) else None)
-        lines.append({"label": labels[child.id], "x": [xs[i] for i in keep],
-                      "y": [_float(ys[i]) if i < len(ys) else math.nan for i in keep],
-                      "theory": None if theory is None else [_float(theory[i]) if i < len(theory) else math.nan
-                                                             for i in keep]})
+        line = overlay_line(study, child, series.read_series(db, child.id), metric, x)
+        if line is not None:   # None: a compare study's member of another kind or model
+            lines.append({"label": labels[child.id], "x": line.x, "y": line.y, "theory": line.theory})
     return _image(_renderers().overlay(lines, metric, x, fmt.value), fmt)
+
+
+@dataclass(frozen=True)
+class Line:
+    """One child's line of an overlay: x on the time axis, the metric and its theory (NaN where none), at
+    most MAX_LINE_POINTS of its records; ``theory_name`` None when the metric has no theory."""
+
+    x: list[float]
+    y: list[float]
+    theory: list[float] | None
+    theory_name: str | None
+
+
+def overlay_line(study: StudyView, child: Experiment, stored: dict[str, list], metric: str, x: str) -> Line | None:
+    """The child's line of ``metric`` from its stored series (None when it records none); a 422 naming x
+    when the child's spec has no such time axis. Shared by the overlay PNG and its JSON."""
+    steps = stored.get("step", [])
+    if metric not in stored or not steps:
+        return None
+    theory_name = theory_of(child.kind, child.spec, metric)
+    keep = downsample_indices(len(steps), MAX_LINE_POINTS) if len(steps) > MAX_LINE_POINTS else range(len(steps))
+    full_theory = child.theory or {}
+    try:
+        xs = time_axis(child.spec, steps, x, full_theory)
+    except ValueError as exc:
+        raise _not_applicable("x", x, list(OVERLAY_X), f" (child {_placed(study, child)[0]}: {exc})") from None
+    ys = stored.get(metric, [])
+    given = full_theory.get(theory_name) if theory_name else None
+    theory = given if isinstance(given, list) else [given] * len(steps) if _number(given) else None
+    return Line(x=[float(xs[i]) for i in keep], y=[_float(ys[i]) if i < len(ys) else math.nan for i in keep],
+                theory=None if theory is None else [_float(theory[i]) if i < len(theory) else math.nan for i in keep],
+                theory_name=theory_name)
 
 
 def _float(value: Any) -> float:
@@ -674,19 +692,40 @@ def get_scatter(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
     overlaid."""
     children, rows = _point_rows(db, study)
     theory = _checked(study, children, rows, metric, x=x)
-    xs = [float(row[x]) for row in rows if _number(row.get(x))]
-    curve = None
-    done = next(c for c in children if c.status == "succeeded")
-    if xs and theory_of(done.kind, done.spec, metric) is not None:
-        grid = _span(min(xs), max(xs))
-        try:
-            ys = theory_curve(done.spec, x, metric, grid)
-        except (ValueError, KeyError, IndexError, TypeError) as exc:  # no theory along this axis
-            log.info("study %s: no theory curve of %s along %s (%s)", study.id, metric, x, exc)
-            ys = None
-        if ys is not None:
-            curve = (grid, ys)
+    curves = theory_curves(children, rows, metric, x)
+    curve = (curves[0][1], curves[0][2]) if curves else None
     return _image(_renderers().scatter(json_safe(rows), x, metric, theory, curve, fmt.value), fmt)
+
+
+MAX_CURVES = 12   # colour groups: more, and no theory curves are drawn
+
+
+def theory_curves(children: list[Experiment], rows: list[dict[str, Any]], metric: str, x: str,
+                  by: str | None = None) -> list[tuple[Any, list[float], list[float | None]]]:
+    """The theory of ``metric`` along x over the span of the rows' x values, as (by-value, xs, ys): one
+    curve from a succeeded child's spec, or one per value of the axis ``by`` (at most MAX_CURVES). Empty
+    when the metric has no theory or none along x. Shared by the scatter PNG and its JSON."""
+    xs = [float(row[x]) for row in rows if _number(row.get(x))]
+    done = [c for c in children if c.status == "succeeded"]
+    if not xs or not done or theory_of(done[0].kind, done[0].spec, metric) is None:
+        return []
+    grid = _span(min(xs), max(xs))
+    representatives: dict[str, tuple[Any, Experiment]] = {}
+    for child in done:
+        value = (child.study_values or {}).get(by) if by else None
+        representatives.setdefault(repr(value), (value, child))
+    if len(representatives) > MAX_CURVES:
+        return []
+    curves = []
+    for value, child in representatives.values():
+        try:
+            ys = theory_curve(child.spec, x, metric, grid)
+        except (ValueError, KeyError, IndexError, TypeError) as exc:  # no theory along this axis
+            log.info("no theory curve of %s along %s (%s)", metric, x, exc)
+            return []
+        if ys is not None:
+            curves.append((value, grid, ys))
+    return curves
 
 
 def _span(low: float, high: float) -> list[float]:

@@ -14,8 +14,6 @@ request per chart, never one per child.
 """
 from __future__ import annotations
 
-import logging
-import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -24,7 +22,6 @@ from pydantic import BaseModel, Field
 from api.deps import DbDep, StudyDep
 from api.responses import query_error
 from api.routes.studies import (
-    MAX_LINE_POINTS,
     STUDY_NOT_FOUND,
     _axes,
     _checked,
@@ -33,15 +30,15 @@ from api.routes.studies import (
     _number,
     _placed,
     _point_rows,
-    _span,
+    overlay_line,
+    theory_curves,
 )
 from api.schemas import ErrorOut
-from smdengine import OVERLAY_X, json_safe, output_names, theory_curve, theory_of, time_axis
-from smdrender.downsample import downsample_indices
+from smdengine import OVERLAY_X, json_safe, output_names, theory_of
+from smdrender import grid
 from store import series, studies
 from store.models import Experiment
 
-log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/studies", tags=["studies"])
 
 ISO_AXES = ("params.lr", "params.weight_decay")
@@ -137,10 +134,6 @@ def _series_metrics(children: list[Experiment]) -> list[str]:
     return [n for n in names if n not in theory]
 
 
-def _values(child: Experiment) -> dict[str, Any]:
-    return dict(child.study_values or {})
-
-
 @router.get("/{study_id}/charts", response_model=ChartOptions, operation_id="getStudyChartOptions",
             responses=STUDY_NOT_FOUND)
 def chart_options(study: StudyDep, db: DbDep) -> ChartOptions:
@@ -175,27 +168,15 @@ def overlay_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_le
     for child in children:
         if child.status not in STARTED:
             continue
-        stored = series.read_series(db, child.id)
-        steps = stored.get("step", [])
-        if metric not in stored or not steps:
+        line = overlay_line(study, child, series.read_series(db, child.id), metric, x)
+        if line is None:
             continue
-        name = theory_of(child.kind, child.spec, metric)
-        theory_name = theory_name or name
-        full_theory = child.theory or {}
-        try:
-            xs = time_axis(child.spec, steps, x, full_theory)
-        except ValueError as exc:
-            raise _not_applicable("x", x, list(OVERLAY_X), f" ({exc})") from None
-        keep = downsample_indices(len(steps), MAX_LINE_POINTS) if len(steps) > MAX_LINE_POINTS else range(len(steps))
-        ys = stored.get(metric, [])
-        given = full_theory.get(name) if name else None
-        theory = given if isinstance(given, list) else [given] * len(steps) if _number(given) else None
+        theory_name = theory_name or line.theory_name
         _index, point, values, seed = _placed(study, child)   # a compare study's member: its own point
         lines.append(OverlayLine(
             experiment_id=child.id, point=point, seed=seed, status=child.status, values=json_safe(dict(values)),
-            x=[float(xs[i]) for i in keep],
-            y=[_finite(ys[i]) if i < len(ys) else None for i in keep],
-            theory=None if theory is None else [_finite(theory[i]) if i < len(theory) else None for i in keep]))
+            x=line.x, y=[_finite(v) for v in line.y],
+            theory=None if line.theory is None else [_finite(v) for v in line.theory]))
     return OverlayChart(metric=metric, x=x, theory=theory_name, lines=lines)
 
 
@@ -214,34 +195,9 @@ def scatter_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_le
                            mean=_finite(r.get(metric)), se=_finite(r.get(f"{metric}_se")), n=r.get("n", 0),
                            theory=_finite(r.get(theory)) if theory else None)
               for r in json_safe(rows) if _number(r.get(x))]
-    return ScatterChart(metric=metric, x=x, by=by, theory=theory, points=points,
-                        curves=_curves(children, rows, metric, x, by))
-
-
-def _curves(children: list[Experiment], rows: list[dict[str, Any]], metric: str, x: str,
-            by: str | None) -> list[TheoryCurve]:
-    """The theory of ``metric`` along x from one succeeded child per value of ``by`` (one curve without it)."""
-    xs = [float(r[x]) for r in rows if _number(r.get(x))]
-    done = [c for c in children if c.status == "succeeded"]
-    if not xs or not done or theory_of(done[0].kind, done[0].spec, metric) is None:
-        return []
-    grid = _span(min(xs), max(xs))
-    representatives: dict[str, tuple[Any, Experiment]] = {}
-    for child in done:
-        value = _values(child).get(by) if by else None
-        representatives.setdefault(repr(value), (value, child))
-    curves = []
-    for value, child in list(representatives.values())[:12]:   # more colour groups than that: no curves
-        if len(representatives) > 12:
-            break
-        try:
-            ys = theory_curve(child.spec, x, metric, grid)
-        except (ValueError, KeyError, IndexError, TypeError) as exc:  # no theory along this axis
-            log.info("no theory curve of %s along %s (%s)", metric, x, exc)
-            return []
-        if ys is not None:
-            curves.append(TheoryCurve(by=json_safe(value), x=grid, y=[_finite(v) for v in ys]))
-    return curves
+    curves = [TheoryCurve(by=json_safe(value), x=xs, y=[_finite(v) for v in ys])
+              for value, xs, ys in theory_curves(children, rows, metric, x, by)]
+    return ScatterChart(metric=metric, x=x, by=by, theory=theory, points=points, curves=curves)
 
 
 @router.get("/{study_id}/charts/heatmap", response_model=HeatmapChart, operation_id="getStudyHeatmapData",
@@ -256,28 +212,11 @@ def heatmap_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_le
     if x == y:
         raise query_error("y", f"expected another axis than x, got {y!r} for both")
     rows = json_safe(rows)
-    xs = _levels(rows, x)
-    ys = _levels(rows, y)
-
-    def grid(column: str | None) -> list[list[float | None]]:
-        cells: dict[tuple[str, str], list[float]] = {}
-        for r in rows:
-            if column and _number(r.get(column)):
-                cells.setdefault((repr(r.get(x)), repr(r.get(y))), []).append(float(r[column]))
-        return [[_mean(cells.get((repr(xv), repr(yv)))) for xv in xs] for yv in ys]
-
-    return HeatmapChart(metric=metric, x=x, y=y, theory=theory, xs=xs, ys=ys, z=grid(metric),
-                        se=grid(f"{metric}_se"), theory_z=grid(theory) if theory else None,
+    xs, ys = grid.levels(rows, x), grid.levels(rows, y)
+    cells = lambda column: grid.cell_means(rows, x, y, column, xs, ys)  # noqa: E731 — the PNG's cells
+    return HeatmapChart(metric=metric, x=x, y=y, theory=theory, xs=xs, ys=ys, z=cells(metric),
+                        se=cells(f"{metric}_se"), theory_z=cells(theory) if theory else None,
                         iso={x, y} == set(ISO_AXES))
-
-
-def _levels(rows: list[dict[str, Any]], key: str) -> list[Any]:
-    values = {repr(r.get(key)): r.get(key) for r in rows if r.get(key) is not None}
-    return sorted(values.values(), key=lambda v: (not _number(v), v if _number(v) else str(v)))
-
-
-def _mean(values: list[float] | None) -> float | None:
-    return math.fsum(values) / len(values) if values else None
 
 
 def _finite(value: Any) -> float | None:

@@ -207,7 +207,7 @@ def spec(seed: int = 1, **params) -> dict:
 SCHEDULE = [{"step": 12, "lr_factor": 0.1, "weight_decay_factor": 2.0, "rescale": True}]
 
 
-def test_a_run_names_the_counter_stream_and_records_the_last_window(device):
+def test_a_run_names_the_counter_stream_and_records_every_window(device):
     s = spec(lr_schedule=SCHEDULE, momentum=0.9)
     assert smdengine.provenance(s)["noise_stream"] == _multistep.NOISE_STREAM
     result = smdengine.run(s)
