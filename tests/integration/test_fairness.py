@@ -81,7 +81,10 @@ def test_one_users_burst_does_not_hold_back_anothers_job(stack):
         wait_idle(90)
         assert root.get(f"/v1/experiments/{warm}").json()["status"] == "succeeded", logs(folder)
 
-        a_ids = [submit(alice, name=f"a{i + 1}") for i in range(A_JOBS)]
+        # a1 long enough (~10× SHORT) to outlast the submission of A's other jobs and B's over HTTP: with a1 as
+        # short as the rest, a2 and a3 could start before b1 even exists (seen: a1 ran 0.14 s, b1 came 0.42 s later)
+        long_first = {**SHORT["params"], "steps": 10 * SHORT["params"]["steps"]}
+        a_ids = [submit(alice, name=f"a{i + 1}", **({"params": long_first} if i == 0 else {})) for i in range(A_JOBS)]
         b_id = submit(bob, name="b1")
         # through the real server: B's job is next (A already has one running or served) or already running
         [b_job] = bob.get("/v1/queue").json()["jobs"]
