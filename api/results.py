@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 def result_document(db: str, experiment: Experiment, fields: list[str] | None = None,
                     max_points: int | None = None, since_step: int | None = None,
                     until_step: int | None = None, downsample: str = "even") -> dict[str, Any]:
-    """The design §3 document. Flat stored series named ``"<layer>/<metric>"`` (per-layer metrics
+    """The docs/measurements.md document. Flat stored series named ``"<layer>/<metric>"`` (per-layer metrics
     of the ``train`` kind) go to ``layers: {layer: {metric: [...]}}``, the others to ``series``;
     ``layers`` is ``{}`` for kinds without layers. While running, series and layer series hold the
     points written so far and theory series are cut to the same length, so everything stays

@@ -266,7 +266,7 @@ class ReadyOut(BaseModel):
 
 
 class StudySubmission(StudySpec, SubmitOptions):
-    """A study (design §5): a base experiment spec expanded over parameter axes into child experiments
+    """A study (README: Studies): a base experiment spec expanded over parameter axes into child experiments
     (grid row-major in the order written × zip × seeds, or an explicit list of points). Every child is
     validated before anything is stored. visibility and priority apply to every child."""
 

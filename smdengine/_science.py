@@ -5,7 +5,7 @@ summary rules.
 Schedules (``nrq``'s ``lr_schedule``, ``train``'s ``schedule``) are lists of entries with ``step``,
 ``lr_factor``, ``weight_decay_factor`` and ``rescale``: from ``step`` on, the rates in force are
 multiplied by the factors (cumulative), and ``rescale`` multiplies the scale-invariant weights by
-(lr_factor/weight_decay_factor)^¼, straight to the new equilibrium (design §4).
+(lr_factor/weight_decay_factor)^¼, straight to the new equilibrium (docs/theory.md).
 """
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ EQUILIBRIUM_BAND = 0.1   # b: the tracked AU is at equilibrium within ±10% of �
 
 
 def relaxation_time(lr: float, weight_decay: float, momentum: float = 0.0) -> float:
-    """τ = (1−α)/(4λη), in updates: |w|⁴ approaches its equilibrium like e^{−t/τ} (design §4)."""
+    """τ = (1−α)/(4λη), in updates: |w|⁴ approaches its equilibrium like e^{−t/τ} (docs/theory.md)."""
     return (1.0 - momentum) / (4.0 * weight_decay * lr)
 
 
@@ -121,7 +121,7 @@ def norm4_decay(prev: Phase, phase: Phase) -> float:
 
 
 def predicted_equilibrium_steps(k: float, phase: Phase, momentum: float = 0.0) -> int | None:
-    """⌈ln k·(1−α)/(4λη)⌉ (design §4: at least this many updates to the new equilibrium after η ÷ k; 0
+    """⌈ln k·(1−α)/(4λη)⌉ (docs/theory.md: at least this many updates to the new equilibrium after η ÷ k; 0
     with rescale, k = 1). None where it does not apply: k < 1 (the phase raises the equilibrium norm)
     or λ = 0 (no equilibrium)."""
     if abs(k - 1.0) <= 1e-9:   # a rescale's k, 1 up to rounding

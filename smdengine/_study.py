@@ -1,6 +1,6 @@
 """Studies: one base spec fanned out over parameter axes into child experiment specs (torch-free).
 
-A study spec (design §5)::
+A study spec (README: Studies)::
 
     {"name": ..., "base": {<experiment spec>},
      "grid": {"<dotted.path>": [v1, v2, ...] | {"linspace"|"logspace": [a, b], "num": n}, ...},
@@ -329,7 +329,7 @@ def _final_rates(params: Any) -> tuple[float, float] | None:
 def derived_values(spec: AnySpec) -> dict[str, float]:
     """The derived axes of a child: ``intrinsic_lr`` (ηλ of the final phase), ``lr_over_wd`` (η/λ) and,
     for a model with momentum α, ``effective_intrinsic_lr`` = ηλ/(1−α), on which the NRQ's stationary
-    risk depends (design §4). Absent where the model has no such rates (λ = 0: no ``lr_over_wd``)."""
+    risk depends (docs/theory.md). Absent where the model has no such rates (λ = 0: no ``lr_over_wd``)."""
     rates = _final_rates(spec.params)
     if rates is None:
         return {}

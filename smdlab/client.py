@@ -80,7 +80,7 @@ class Client:
     def study(self, base: dict[str, Any], *, grid: dict[str, Any] | None = None, zip: dict[str, Any] | None = None,
               points: list[dict[str, Any]] | None = None, seeds: list[int] | None = None,
               name: str | None = None, **options: Any) -> Study:
-        """POST a study (design §5): ``base`` spec over ``grid``/``zip`` axes or explicit ``points``,
+        """POST a study (README: Studies): ``base`` spec over ``grid``/``zip`` axes or explicit ``points``,
         each with every one of ``seeds``; ``options``: ``visibility``, ``priority``, ``fuse``."""
         body: dict[str, Any] = {"base": base, **options}
         for key, value in (("grid", grid), ("zip", zip), ("points", points), ("seeds", seeds), ("name", name)):

@@ -132,7 +132,7 @@ class Experiment(_Submitted, Base):
     priority: Mapped[int] = mapped_column(Integer, default=PRIORITIES["normal"])
     # bumped by every change a client can see (status, progress, points, cancel flag): ETags and events
     revision: Mapped[int] = mapped_column(Integer, default=0)
-    # a study's child (design §5): its study, index in expansion order, point (index of its axis
+    # a study's child (README: Studies): its study, index in expansion order, point (index of its axis
     # values), those values ({path: value}) and seed; all null for a single experiment
     study_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("studies.id", ondelete="CASCADE"),
                                                  index=True)
@@ -169,7 +169,7 @@ STUDY_KINDS = ("expand", "compare")
 
 
 class Study(_Submitted, Base):
-    """A study (design §5). ``expand``: one request expanded into child experiments (rows of
+    """A study (README: Studies). ``expand``: one request expanded into child experiments (rows of
     ``experiments`` with ``study_id``), all created with it; ``finished_at`` is set when its last
     child ends. ``compare``: existing experiments grouped without rerunning them, its members listed
     in ``study_members`` (an experiment keeps its own ``study_id``). Either way its status, counts

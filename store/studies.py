@@ -1,4 +1,4 @@
-"""Studies (design §5): a study row and its children, ordinary experiments tagged with the study.
+"""Studies (README: Studies): a study row and its children, ordinary experiments tagged with the study.
 
 All children are created with the study in one transaction, with one ``created_at``, so that within
 their owner's share they are claimed in expansion order (``store.jobs._OWN_ORDER``); no child is

@@ -1,4 +1,4 @@
-"""The web dashboard (design §6): static files of this package, served at ``/`` by the API app.
+"""The web dashboard (README: Dashboard): static files of this package, served at ``/`` by the API app.
 
 The pages are plain ES modules talking only to the public ``/v1`` API; the charting library is the
 Plotly.js bundle shipped inside the pinned ``plotly`` wheel (installed with the project, nothing

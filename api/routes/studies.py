@@ -1,4 +1,4 @@
-"""The studies resource (design §5): submit, list, read, follow, cancel, delete; the comparison table
+"""The studies resource (README: Studies): submit, list, read, follow, cancel, delete; the comparison table
 (JSON, CSV, Parquet) and plots. A study's children are ordinary experiments (/v1/experiments/{id}).
 
 A compare study (``kind`` compare, store.studies) groups existing experiments: the same reads serve

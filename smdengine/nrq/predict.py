@@ -1,4 +1,4 @@
-"""Theory series of an ``nrq`` run, aligned on its record steps (design §4)."""
+"""Theory series of an ``nrq`` run, aligned on its record steps (docs/theory.md)."""
 from __future__ import annotations
 
 from typing import Any

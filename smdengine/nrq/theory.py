@@ -1,4 +1,4 @@
-"""Closed forms for the Noisy Rayleigh Quotient (seed 000; shared/design.md §4).
+"""Closed forms for the Noisy Rayleigh Quotient (seed 000; docs/theory.md).
 
 Notation: p = dim, σ = noise_std, η = lr, λ = weight_decay, α = momentum, t in updates.
 """

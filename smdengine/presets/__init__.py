@@ -1,9 +1,9 @@
-"""Presets: named studies over the seeds' figures, at sizes, with checks (design §5; shared/presets.md §3).
+"""Presets: named studies over the seeds' figures, at sizes, with checks (README: Studies; docs/presets.md).
 
 A preset is a study spec per size (``quick``: minutes on a 2-core CPU; ``paper``: the seed's own scale)
 and a list of checks. Each check is one claim of a seed (one sentence with its reference); after the
 study's children have ended, :func:`evaluate_checks` computes for each the ``predicted`` value from
-theory (the formulas of design §4, by code), the ``measured`` value from the children's results, a
+theory (the formulas of docs/theory.md, by code), the ``measured`` value from the children's results, a
 ``tolerance`` from the Monte-Carlo error of that measurement, and a verdict:
 
 - ``reproduced`` when |measured − predicted| ≤ tolerance (a one-sided claim says so in its rule);

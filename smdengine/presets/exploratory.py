@@ -1,4 +1,4 @@
-"""Presets on the ``train`` kind whose effect at CPU scale is unverified (tier 3 of shared/presets.md §3, flagged
+"""Presets on the ``train`` kind whose effect at CPU scale is unverified (tier 3 of docs/presets.md, flagged
 ``exploratory``): pseudo-overfitting after an LR decay and its removal by the rescale (seed 000 Fig. 3e–h),
 full-batch GD + WD never staying at 100% train accuracy (seed 001 Fig. 5b–c), and the test accuracy after
 an LR decay rising with the decay time long after the norm's plateau (seed 002 Fig. 1b).
@@ -373,7 +373,7 @@ def _decay_preset():
     checks = _checkdefs(
         ("plateau", "The norm and the AU plateau early: every layer's AU enters the ±10% band of √(2λη) after "
                     "τ·x_b(k) updates, τ = 1/(4λη), k = (|w₀|/|w*|)⁴ from the initial norm (seed 002 Fig. 1a, "
-                    "O(1/λ_e); design §4)."),
+                    "O(1/λ_e); docs/theory.md)."),
         ("acc-trend", "The test accuracy after decaying the LR increases with the decay time t_d after the plateau: "
                       "its slope against log₂ t_d, over the t_d after the plateau (predicted or measured, the later), "
                       "is above 0 (seed 002 Fig. 1b)."))

@@ -1,5 +1,5 @@
 """Presets on the ``train`` kind: the angular update of every scale-invariant weight across architectures and
-normalizations (seed 003 App. C.4 Fig. 9, seed 004 App. G Fig. 8). Tier 2 of shared/presets.md §3.
+normalizations (seed 003 App. C.4 Fig. 9, seed 004 App. G Fig. 8). Tier 2 of docs/presets.md.
 
 The seed shows MobileNet-V2 and ShuffleNet-V2+ on ImageNet: every scale-invariant weight's AU sits on
 √(2λη/(1+α)). Here the same claim is checked on digits for the ``train`` kind's three models (mlp, cnn,

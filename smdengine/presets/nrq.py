@@ -1,7 +1,7 @@
 """Presets on the ``nrq`` kind (seed 000's Noisy Rayleigh Quotient; seed 004 App. E; seed 001 App. E).
 
 Every predicted number is computed here from the spec of the child it is compared with, by the formulas of
-design §4 (:mod:`smdengine.nrq.theory`, :func:`smdengine._science.au_equilibrium`); nothing is typed from
+docs/theory.md (:mod:`smdengine.nrq.theory`, :func:`smdengine._science.au_equilibrium`); nothing is typed from
 the catalog. Each point runs with several seeds, and tolerances are the standard error over them.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from smdengine.presets._checks import Missing, Outcome, Stat, Study, over_seeds, ratio
 
-# shared by the tier-1 NRQ presets (shared/presets.md §3): p 10, a (1, 2), σ 1, float64, record every 100
+# shared by the tier-1 NRQ presets (docs/presets.md): p 10, a (1, 2), σ 1, float64, record every 100
 NRQ_BASE: dict[str, Any] = {"dim": 10, "eig_low": 1.0, "eig_high": 2.0, "noise_std": 1.0, "dtype": "float64",
                             "record_every": 100}
 QUICK_SEEDS = list(range(8))
@@ -41,7 +41,7 @@ def final_rates(p: Any) -> tuple[float, float]:
 
 
 def predicted_risk(p: Any) -> float:
-    """r* of the final phase by quadrature; with momentum α the SGD formula at η/(1−α) (design §4)."""
+    """r* of the final phase by quadrature; with momentum α the SGD formula at η/(1−α) (docs/theory.md)."""
     from smdengine.nrq import theory
     levels = p.two_level()
     if levels is None:
@@ -71,7 +71,7 @@ def _gap(values: dict[int, float], point: int) -> float:
 # The equilibrium formulas (r* of the SDE's stationary law, √(2ηλ/(1+α))) are continuous-time limits: the
 # discrete SGD/SGDM the simulator runs departs from them at order ηλ/(1−α) (at the quick sizes, measured: the
 # tail risk 0.8% above r* at ηλ 4·10⁻³, the AU 0.35% above its theory at α 0.9), which thousands of trials
-# resolve. The checks of an equilibrium level therefore accept the catalog's bands (shared/presets.md §3: tail
+# resolve. The checks of an equilibrium level therefore accept the catalog's bands (docs/presets.md: tail
 # risk within 3% of r*, AU within 1%) when the Monte-Carlo tolerance is narrower, and say which applied.
 LIMIT_BANDS = {"risk": 0.03, "au_rms": 0.01}
 
@@ -138,7 +138,7 @@ def _tradeoff_checks():
         checks.append(CheckDef(f"tail-risk-{i}", (
             f"At η = {lr:g}, λ = {TRADEOFF_WD:g} the tail risk equals the stationary risk r* of ρ*(f) ∝ "
             "e^{2κf} f^{−½}(1−f)^{(p−3)/2}, κ = (a_h−a_l)√(p−1)/(2σ√(2ηλ)), by quadrature "
-            "(seed 000, Thm 2 / Cor 1, Fig. 2a–d; κ corrected in design §4).")))
+            "(seed 000, Thm 2 / Cor 1, Fig. 2a–d; κ corrected in docs/theory.md).")))
         checks.append(CheckDef(f"au-rms-{i}", (
             f"At η = {lr:g}, λ = {TRADEOFF_WD:g} the root-mean-square angular update at equilibrium is √(2ηλ) "
             "(seed 000 Lemma 1 / Fig. 2a–d; seed 003 Thm 3).")))
@@ -221,7 +221,7 @@ def _momentum_preset():
                                    "update at equilibrium is √(2ηλ/(1+α)) (seed 003 Thm 3; seed 004 eq. 145)."),
                    (f"tail-risk-{i}", f"With momentum α = {a:g} the tail risk is the SGD stationary risk at η/(1−α): "
                                       "momentum lowers the angular update but raises the limiting risk (seed 004 "
-                                      "App. E; design §4).")]
+                                      "App. E; docs/theory.md).")]
     common = {"lr": lr, "weight_decay": wd, "steps": 20_000}
     return _preset(
         id="nrq-momentum-risk", title="NRQ: momentum lowers the angular update but raises the limiting risk",
@@ -248,7 +248,7 @@ FLOAT64_IDENTITY = 1e-8
 
 def _step0_au(p: Any) -> float:
     """Root-mean-square angle of update 0 from X₀ ~ N(0, s²I): tan Δ = η|PAX̄ + σPε|/((1−ηλ)|X₀|²) (seed 000
-    eq. 13 with the 1−ηλ; presets.md T1), with |X₀|² = s²χ²_p independent of X̄ uniform on the sphere:
+    eq. 13 with the 1−ηλ; docs/theory.md, the SGD step identity), with |X₀|² = s²χ²_p independent of X̄ uniform on the sphere:
     E tan²Δ = η²/(1−ηλ)² · (E|PAX̄|² + (p−1)σ²) · E[1/|X₀|⁴], E[(χ²_p)⁻²] = 1/((p−2)(p−4)),
     E|PAX̄|² = Σa²/p − (2Σa² + (Σa)²)/(p(p+2)). Δ ≈ tan Δ (the angle is ≪ 1 here)."""
     a, n = p.spectrum(), p.dim
@@ -406,7 +406,7 @@ def _relaxation_times(s: Study, point: int) -> tuple[list[float], float, float]:
     """Per seed, the measured time ln k/ρ, ρ the rate of (|X|²)² ≈ A e^{−ρt} + c fitted over the final phase
     (the offset c free: the target |X|⁴ moves with the unit-gradient norm L = |PAX̄|² + (p−1)σ², which
     follows the risk), then refitted over the first 4/ρ steps. Predicted: |X|⁴'s excess shrinks by
-    (1−η′λ′)⁴ per update (presets.md T4), the time ln k/(−4 ln(1−η′λ′)) ≈ ln k/(4λ′η′)."""
+    (1−η′λ′)⁴ per update (docs/theory.md, relaxation), the time ln k/(−4 ln(1−η′λ′)) ≈ ln k/(4λ′η′)."""
     import numpy as np
     p = s.params(point)
     old, new = p.phases()[-2], p.phases()[-1]
@@ -526,8 +526,8 @@ def _early_points() -> list[dict[str, Any]]:
 
 
 def norm_sq_mean_field(p: Any) -> Any:
-    """E|X_t|² at every update t = 0 … steps by the deterministic recursion M ← (1−ηλ)²M + η²L/M (presets.md
-    T1, the noise's unit-gradient norm L = (p−1)σ², |PAX̄|² neglected), the rates of the phase in force and X ×
+    """E|X_t|² at every update t = 0 … steps by the deterministic recursion M ← (1−ηλ)²M + η²L/M (docs/theory.md, the SGD step
+    identity; the noise's unit-gradient norm L = (p−1)σ², |PAX̄|² neglected), the rates of the phase in force and X ×
     rescale at a phase's start (M × rescale²), averaged over the law of M₀ = s²χ²_p (quadrature,
     :func:`smdengine.nrq.theory.init_norm_sq_law`: no Jensen bias from starting at E M₀)."""
     import numpy as np
@@ -635,7 +635,7 @@ def _early_preset():
         ("settle-2", f"With the rescale X ÷ {k:g}^¼ at the decay the final equilibrium is reached at the decay itself "
                      "(seed 001 App. E; seed 003 Cor 3.1's rescale strategy)."),
         ("slope", "Far above equilibrium ln|X|² falls linearly at 2 ln(1−ηλ) ≈ −2ηλ per update (seed 001 Fig. 8 "
-                  "norm panel, App. E; SGD step identity, presets.md T1)."),
+                  "norm panel, App. E; SGD step identity, docs/theory.md, the SGD step identity)."),
     )
     params = {"init_std": e["init_std"], "weight_decay": e["weight_decay"], "lr": e["lr"], "steps": e["steps"]}
     return _preset(

@@ -1,10 +1,10 @@
 """Presets on the ``train`` kind over LR/WD schedules: the equilibrium depends on the intrinsic LR λ_e = ηλ only,
-not on the way there (seed 001 Figs 1, 3a, 4, 11; Table 1). Tier 2 of shared/presets.md §3.
+not on the way there (seed 001 Figs 1, 3a, 4, 11; Table 1). Tier 2 of docs/presets.md.
 
 The helpers, sizes and the model-error band are those of :mod:`smdengine.presets.train` (its module note: on
 digits an equilibrium level is checked against max(the Monte-Carlo tolerance, the catalog's 10%), a time
 against the Monte-Carlo error and the record spacing). Every predicted number is computed from the specs of the
-children compared, by the formulas of design §4 (:func:`smdengine._science.au_equilibrium`,
+children compared, by the formulas of docs/theory.md (:func:`smdengine._science.au_equilibrium`,
 :func:`norm4_decay`, :func:`relaxation_time`, :func:`band_entry`, and the equilibrium |w|⁴ =
 ηL/(λ(1−α)(2−λη/(1+α))) with the same unit-gradient norm L in the runs compared). The runs of a preset differ
 only in their schedule, so the same seed gives the same initialisation and batch order: ratios and
@@ -43,7 +43,7 @@ from smdengine.presets.train import (
 
 
 def norm4(phase: Any, momentum: float = 0.0) -> float:
-    """The equilibrium |w|⁴ of a phase per unit of L: η/(λ(1−α)(2−λη/(1+α))) (seed 003 Thm 1/2; design §4)."""
+    """The equilibrium |w|⁴ of a phase per unit of L: η/(λ(1−α)(2−λη/(1+α))) (seed 003 Thm 1/2; docs/theory.md)."""
     lr, wd = phase.lr, phase.weight_decay
     return lr / (wd * (1.0 - momentum) * (2.0 - wd * lr / (1.0 + momentum)))
 
@@ -476,7 +476,7 @@ def _recovery_preset():
             f"step {change['step']} the LR is divided by 10 and the WD multiplied by 10, so λ_e is kept but the AU "
             "and the effective LR drop to a tenth (|w| has not moved). They return to the same equilibrium after "
             "τ·x_b(100) = ln(99/((1−0.1)^−2 − 1))/(4λ_e) updates (the ±10% band entry of |w|⁴ relaxing 100× down, "
-            "design §4): the recovery time × λ_e is constant. The seed: VGG16 on CIFAR-10, λ_e not stated. Quick: "
+            "docs/theory.md): the recovery time × λ_e is constant. The seed: VGG16 on CIFAR-10, λ_e not stated. Quick: "
             f"width 64, 1 trial × 6 seeds, {RECOVERY['steps']} steps, a record every {BASE['record_every']} updates "
             "(the time's resolution); paper: width 256, 4 trials × 6 seeds."),
         kinds=("train",), tier=2, exploratory=False, gpu_sizes=("paper",),

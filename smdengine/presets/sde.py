@@ -1,6 +1,6 @@
 """Presets on the ``sde`` kind's models (seed 000 Thm 2, seed 001 Fig. 5a, seed 002 Fig. 2, seed 004 App. G).
 
-Every predicted number is computed here from the spec of the child it is compared with (design §4;
+Every predicted number is computed here from the spec of the child it is compared with (docs/theory.md;
 :mod:`smdengine.nrq.theory`, :mod:`smdengine.sde.norm_map`, :mod:`smdengine.sde.normalized_linear`); tolerances
 are Student-t multiples of a Monte-Carlo standard error (over seeds, or over the independent trials of one run),
 except where a run is deterministic, and then the rule says what bounds the error instead.
@@ -121,7 +121,7 @@ def _stationary_preset():
     checks = []
     for i, dt in enumerate(STATIONARY_DTS):
         checks += [(f"tail-risk-{i}", f"With Euler–Maruyama step dt = {dt:g} the SDE's tail risk 1 − E f is the "
-                                      "stationary r* = ∫(1−f)ρ* (seed 000 Thm 2, Cor 1; κ corrected in design §4)."),
+                                      "stationary r* = ∫(1−f)ρ* (seed 000 Thm 2, Cor 1; κ corrected in docs/theory.md)."),
                    (f"f-law-{i}", f"With dt = {dt:g} the law of f = X̄₁² over the tail is ρ*(f) ∝ e^{{2κf}} f^{{−½}}"
                                   "(1−f)^{(p−3)/2}: the histogram's total variation from ρ* is within its Monte-Carlo "
                                   "null (seed 000 Thm 2).")]
@@ -281,9 +281,9 @@ def _noise_equilibrium(s: Study, point: int) -> Outcome:
 
 def _relaxation_time(s: Study, point: int) -> Outcome:
     """Per seed, the time constant 1/ρ of (norm_sq)² ≈ A e^{−ρt} + c fitted over the first 5 time constants (noise
-    point: independent noise per seed). |w|⁴, not |w|², relaxes exponentially from far away (design §4: u = x² obeys
+    point: independent noise per seed). |w|⁴, not |w|², relaxes exponentially from far away (docs/theory.md: u = x² obeys
     u ← (1−4λη)u + 2Lη² up to O(λ²η²)). Predicted: −1/ln ρ, ρ the spectral radius of the map linearized at its fixed
-    point (code); design §4's (1−α)/(4λη) is its first order in λη/(1−α)."""
+    point (code); docs/theory.md's (1−α)/(4λη) is its first order in λη/(1−α)."""
     import numpy as np
 
     from smdengine._science import relaxation_time
@@ -302,7 +302,7 @@ def _relaxation_time(s: Study, point: int) -> Outcome:
     return Outcome(predicted, stat.mean, stat.tolerance, stat.rule() + "; each seed's time from a least-squares fit "
                    "of norm_sq² = A e^{−t/T} + c over T/2 ≤ t ≤ 6T (T predicted)", predicted / 2,
                    "half the time constant (a factor-2 error, as between the seeds' bounds)",
-                   note=f"design §4's first-order (1−α)/(4λη) = {first_order:.1f}")
+                   note=f"docs/theory.md's first-order (1−α)/(4λη) = {first_order:.1f}")
 
 
 def _lag(p: Any) -> tuple[float, float]:
@@ -357,7 +357,7 @@ def _norm_map_preset(momentum: float):
         ("equilibrium-constant", f"With L_t = 10 the {name} norm map settles at its fixed point x* = {fixed} "
                                  "(seed 004 App. G, Fig. 3–4; seed 003 Thm 1/2)."),
         ("equilibrium-noise", "With L_t = 10 + U(−3, 3) the mean norm settles at x* of E L = 10 (seed 004 App. G)."),
-        ("relaxation-time", f"|w|⁴ relaxes to x*² with time constant ≈ {tau} (seed 003/004, design §4; exactly −1/ln ρ of "
+        ("relaxation-time", f"|w|⁴ relaxes to x*² with time constant ≈ {tau} (seed 003/004, docs/theory.md; exactly −1/ln ρ of "
                             "the linearized map), measured by an exponential fit to the noisy run's series."),
         ("tracks-slow-drive", "With L_t = 10 + sin(2πt/period) the norm tracks x*(L_t) with the linear-response lag "
                               "of its relaxation time (seed 004 App. G, Fig. 3–4: the norm follows a slowly varying L)."),
@@ -522,7 +522,7 @@ def _scaling_preset():
             "smallest η runs to τ = 1.5 (~0.5M steps; paper: τ = 4, about 0.9M steps on a GPU). The check compares "
             "η = 1e−3 with 1e−4 at the smallest η's last record, at equal τ (agreement within the Monte-Carlo "
             "error over trials) and at equal ηt (the predicted disagreement). Finding: η = 1e−2 (ηλ = 5e−4) is not "
-            "in the small-ηλ limit: design §4 measured its circular variance 4–19% above η = 1e−3's at equal τ (the "
+            "in the small-ηλ limit: docs/theory.md measured its circular variance 4–19% above η = 1e−3's at equal τ (the "
             "off-manifold spread, ∝ √(ηλ), shrinks the circle's projected radius). In this project's quick run "
             "(300 trials, τ = 1.59) the difference was −9.9% at 1.0 standard error, not resolved at that size; "
             "each run's measured value is in the note of the equal-τ check."),

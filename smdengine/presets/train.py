@@ -1,8 +1,8 @@
 """Presets on the ``train`` kind: the angular update and norm of real (small) networks on digits (seed 003
-Figs 2–3, seed 000 Fig. 3a–d, seed 001 Obs. 1.1). Tier 2 of shared/presets.md §3.
+Figs 2–3, seed 000 Fig. 3a–d, seed 001 Obs. 1.1). Tier 2 of docs/presets.md.
 
 Every predicted number is computed here from the spec of the child it is compared with, by the formulas of
-design §4 (:func:`smdengine._science.au_equilibrium`, :func:`relaxation_time`, :func:`band_entry`,
+docs/theory.md (:func:`smdengine._science.au_equilibrium`, :func:`relaxation_time`, :func:`band_entry`,
 :func:`predicted_equilibrium_steps`); nothing is typed from the catalog. A ``train`` child records one
 series per scale-invariant layer (``doc["layers"][layer][metric]``, summary ``summary["layers"][layer]``),
 and its au_rms is already the RMS over the trials of a run, so the independent replicates are the seeds:
@@ -24,7 +24,7 @@ from typing import Any
 
 from smdengine.presets._checks import Missing, Outcome, Stat, Study, over_seeds
 
-MODEL_BAND = 0.10   # the catalog's band for an equilibrium level on digits (presets.md §3 tier 2)
+MODEL_BAND = 0.10   # the catalog's band for an equilibrium level on digits (docs/presets.md tier 2)
 
 # quick: MLP width 64 (measured here: width 256 × 4 trials, 81 ms per update with the 2 cores shared; width
 # 64 × 1 trial, 1 ms per update alone and up to 30 ms shared), one trial per child, 6 seeds (the seeds are the Monte-Carlo replicates); paper: the catalog's
@@ -198,7 +198,7 @@ def _sgdm_preset():
                                  "with L the running mean of h̃ = (|g|² + 2α⟨v_{t−1}, g⟩)|w|², the unit-gradient norm² "
                                  "for SGD (seed 003 Thm 1/2, Fig. 2).")]
     checks.append(("sgdm-sooner", "SGDM reaches the equilibrium sooner: the ratio of the settling times SGDM/SGD "
-                                  "is that of τ·x_b(k), τ = (1−α)/(4λη) (seed 003 Fig. 2, Thm 2; design §4)."))
+                                  "is that of τ·x_b(k), τ = (1−α)/(4λη) (seed 003 Fig. 2, Thm 2; docs/theory.md)."))
     points = [{"params.momentum": a} for a in MOMENTA]
     return Preset(
         id="train-au-sgd-vs-sgdm", title="Digits MLP: angular update and norm at equilibrium, SGD vs SGDM",

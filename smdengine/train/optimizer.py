@@ -1,4 +1,4 @@
-"""SGD / heavy-ball SGDM + weight decay over trial-batched parameters (design §4):
+"""SGD / heavy-ball SGDM + weight decay over trial-batched parameters (docs/theory.md):
 v = g + λw (α = 0) or v ← αv + g + λw, then w ← w − ηv.
 
 Tracked parameters (the scale-invariant weights) live in one storage per parameter, rows

@@ -1,4 +1,4 @@
-"""Statistics of the ``nrq`` engine against design §4, with fixed seeds (issue acceptance 1 and 2).
+"""Statistics of the ``nrq`` engine against docs/theory.md, with fixed seeds (issue acceptance 1 and 2).
 
 Tolerances are the issue's. The Monte-Carlo standard error (SE) of each checked quantity is
 estimated from the data: besides the 1000-trial run the issue asks for, the same experiment is run
@@ -108,7 +108,7 @@ def test_sgd_tail_au_rms_within_1_5_percent(sgd, sgd_reps):
 
 
 def test_sgd_au_mean_below_rms_by_the_chi_factor(sgd, sgd_reps):
-    # isotropic noise: au_mean/au_rms ≈ E[χ_{p−1}]/√(p−1) = √2 Γ(5)/Γ(4.5)/3 ≈ 0.9727 (design §4)
+    # isotropic noise: au_mean/au_rms ≈ E[χ_{p−1}]/√(p−1) = √2 Γ(5)/Γ(4.5)/3 ≈ 0.9727 (docs/theory.md)
     factor = math.sqrt(2) * math.exp(math.lgamma(5.0) - math.lgamma(4.5)) / 3.0
     ratio_se = standard_error(sgd_reps, "au_mean") / sgd.summary["au_rms"]
     check(sgd.summary["au_mean"] / sgd.summary["au_rms"], factor, 0.01, ratio_se, "au_mean/au_rms")
@@ -134,7 +134,7 @@ def test_sgdm_tail_au_rms_within_2_percent(sgdm, sgdm_reps):
 
 
 def test_sgdm_tail_risk_is_sgd_formula_with_effective_lr(sgdm, sgdm_reps):
-    # design §4: with momentum α the stationary risk is the SGD formula with η → η/(1−α) (0.2195),
+    # docs/theory.md: with momentum α the stationary risk is the SGD formula with η → η/(1−α) (0.2195),
     # although the AU is smaller: momentum lowers the AU but raises the limiting risk.
     r_star = theory.risk_stationary(theory.kappa(1.0, 2.0, 10, 1.0, LR / (1 - 0.9), WD), 10)
     assert r_star == pytest.approx(0.2195, abs=5e-4)
@@ -282,7 +282,7 @@ def test_decay_norm_sq_follows_theory(which, decay_plain, decay_rescaled):
 
 
 def test_decay_pseudo_overfitting_only_without_rescale(decay_plain, decay_rescaled):
-    # design §4, Corollary 2: after the decay without rescale the small AU lets the risk dip below
+    # docs/theory.md, Corollary 2: after the decay without rescale the small AU lets the risk dip below
     # the new r* and then escape back up; with rescale it goes straight to r* (new κ = 106, r* = 0.0213).
     r_new = decay_plain.theory["risk_stationary"][-1]
     assert r_new == pytest.approx(theory.risk_stationary(theory.kappa(1, 2, 10, 1, LR / 10, WD), 10))

@@ -135,7 +135,7 @@ def test_without_weight_decay_the_theory_is_the_lambda_to_zero_limit(r0):
 def test_runs_without_weight_decay_and_every_theory_line_is_finite():
     """λ = 0 is accepted; no theory line needs λ > 0 (each has its λ → 0 limit), so all three are there
     and finite. The norm follows |x|⁴ = R₀⁴ + 2η²·tr Σ·t with the model's tr Σ(x̄) = (D−1)σ̂² = 0.81
-    (``norm_scale`` assumes tr Σ = 1, design §4 / T19). Measured (seed 0, 400 trials, η = 0.05): mean |x|
+    (``norm_scale`` assumes tr Σ = 1, docs/theory.md / T19). Measured (seed 0, 400 trials, η = 0.05): mean |x|
     within 0.4% of that law at every record (the η⁴ term of the discrete update and the residual loss
     gradient off Γ₁; the trial spread of |x| is ≈ 0.1% SE), while ``norm_scale`` is 5% above it."""
     lr, sigma, dim = 0.05, 0.3, 10

@@ -1,4 +1,4 @@
-"""Reference problems with known answers for smdengine.nrq.theory (design §4).
+"""Reference problems with known answers for smdengine.nrq.theory (docs/theory.md).
 
 Each check uses a method independent of the implementation under test: closed forms
 (Bessel functions for p = 2, Dawson's integral for p = 3), a brute-force composite Simpson rule on
@@ -128,7 +128,7 @@ def test_risk_stationary_high_dim(p, kappa):
 
 
 def test_risk_stationary_reference_problem():
-    # design §4: p=10, a=(1,2), σ=1, η=0.1, λ=0.01 → r* ≈ 0.0676
+    # docs/theory.md: p=10, a=(1,2), σ=1, η=0.1, λ=0.01 → r* ≈ 0.0676
     r = theory.risk_stationary(theory.kappa(**REF), 10)
     assert r == pytest.approx(0.0676, abs=5e-5)
 
@@ -172,7 +172,7 @@ def test_risk_stationary_rejects_nonpositive_kappa(bad):
 # dM/dt ≈ −2ηλM + η²L/M, so with L ≈ (p−1)σ² (near the optimum)
 #     dM²/dt = −4λη M² + 2(p−1)σ²η²,         equilibrium M*² = (p−1)σ²η/(2λ).
 # (The brief wrote the source term as 2(p−1)σ²η; that ODE would have equilibrium (p−1)σ²/(2λ),
-# contradicting design §4's M*² = (p−1)σ²η/(2λ) — the η² above is the consistent one, and it is
+# contradicting docs/theory.md's M*² = (p−1)σ²η/(2λ) — the η² above is the consistent one, and it is
 # what a simulation with λ = 0 shows: M² grows by 2(p−1)σ²η² per step.)
 
 
