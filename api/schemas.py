@@ -371,7 +371,7 @@ class StudyChildOut(BaseModel):
     _warnings = field_validator("warnings", mode="before")(_no_warnings)
 
 
-Verdict = Literal["reproduced", "not_reproduced", "inconclusive", "pending", "error"]
+Verdict = Literal["reproduced", "not_reproduced", "inconclusive", "finding", "pending", "error"]
 
 
 class CheckOut(BaseModel):
@@ -388,7 +388,9 @@ class CheckOut(BaseModel):
     tolerance_rule: str | None = Field(None, description="How the tolerance was computed (standard error over "
                                                          "trials or seeds, × how many).")
     verdict: Verdict = Field(..., description=(
-        "reproduced | not_reproduced | inconclusive (the tolerance is wider than the effect tested); pending "
+        "reproduced | not_reproduced | inconclusive (the tolerance is wider than the effect tested) | finding "
+        "(the claim does not hold on this model at this size, for a cause the preset's diagnostic checks show; "
+        "docs/presets.md explains each); pending "
         "while a child is queued or running; error when the engine could not evaluate it (the note says why; "
         "not stored, so a later read tries again)."))
     note: str | None = None

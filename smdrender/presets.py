@@ -166,7 +166,7 @@ def value_text(value: Any) -> str:
     return str(value)
 
 
-VERDICT_MARKS = {"reproduced": "✓", "not_reproduced": "✗", "inconclusive": "?", "pending": "…", "error": "!"}
+VERDICT_MARKS = {"reproduced": "✓", "not_reproduced": "✗", "inconclusive": "?", "finding": "◆", "pending": "…", "error": "!"}
 
 
 def verdict_text(check: Mapping[str, Any]) -> str:

@@ -134,7 +134,7 @@ def draw_lines(fig: Figure, ax, lines: list[dict], metric: str, x: str, log_y: b
 # ----------------------------------------------------------------------------- preset figure
 
 VERDICT_COLOURS = {"reproduced": "#1a7f37", "not_reproduced": "#cf222e", "inconclusive": "#9a6700",
-                   "pending": "0.45", "error": "#cf222e"}
+                   "finding": "#0550ae", "pending": "0.45", "error": "#cf222e"}
 FIGURE_COLUMNS = 4          # panels per row, as the seeds lay theirs out (000 Fig. 2: four per row)
 VERDICT_WRAP = 150          # characters per line of a verdict
 
