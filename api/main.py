@@ -5,6 +5,8 @@ from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI, Request
+from fastapi.datastructures import DefaultPlaceholder
+from fastapi.dependencies.utils import get_flat_params
 from fastapi.encoders import jsonable_encoder as jsonable
 from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
@@ -16,6 +18,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import dashboard
+from api.responses import INVALID
 from api.routes import events, experiments, exports, health, ops, plots, presets, queue, studies, study_charts
 from api.schemas import ErrorOut
 from smdengine import json_safe
@@ -128,15 +131,39 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
                                                f"retry in {DB_RETRY_AFTER_SECONDS} s"})
 
     for router in ROUTERS:
-        for route in router.routes:  # documented on every route that reads or writes the database
-            if isinstance(route, APIRoute) and 503 not in route.responses and "503" not in route.responses:
-                route.responses[503] = DB_UNAVAILABLE[503]
-        app.include_router(router)
+        for route in router.routes:
+            if isinstance(route, APIRoute):
+                _document_errors(route)
+        app.include_router(router)   # copies each route, its responses' models included
     app.include_router(dashboard.router)
     app.add_middleware(_RequestPatience, seconds=settings.db_request_retry_seconds)
     if settings.auth == "off":
         app.openapi = lambda: _without_auth(app)
     return app
+
+
+def _document_errors(route: APIRoute) -> None:
+    """Every error a route answers documented as JSON with its model, so that a generated client parses it: the
+    503 of an unreachable database (on every route that reads or writes it), the 422 (ValidationErrorOut: FastAPI
+    would otherwise document its own HTTPValidationError beside the service's declared 422s, or none); and on a
+    route whose 200 is not JSON (CSV, Parquet), its errors as application/json, which is what it sends (FastAPI
+    would give a model's response the route's media type)."""
+    route.responses = dict(route.responses)   # often a shared constant (NOT_FOUND, ...): never changed in place
+    declared = {str(code) for code in route.responses}
+    if "503" not in declared:
+        route.responses[503] = DB_UNAVAILABLE[503]
+    if "422" not in declared and (get_flat_params(route.dependant) or route.body_field is not None):
+        route.responses[422] = INVALID[422]
+    response_class = route.response_class
+    if isinstance(response_class, DefaultPlaceholder):
+        response_class = response_class.value
+    if getattr(response_class, "media_type", None) in (None, "application/json"):
+        return
+    for code, response in list(route.responses.items()):
+        model = response.get("model")
+        if model is not None and not str(code).startswith("2"):
+            route.responses[code] = {**{k: v for k, v in response.items() if k != "model"}, "content": {
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}
 
 
 def _without_auth(app: FastAPI) -> dict:

@@ -5,7 +5,7 @@ from typing import Any, Literal
 
 from fastapi import HTTPException
 
-from api.schemas import ErrorOut
+from api.schemas import ErrorOut, ValidationErrorOut
 
 Responses = dict[int | str, dict[str, Any]]
 
@@ -18,6 +18,15 @@ FORBIDDEN: Responses = {403: {"model": ErrorOut,
 NOT_MODIFIED: Responses = {304: {"description": "Not modified: the If-None-Match tag is still current (no body)."}}
 STUDY_NOT_FOUND: Responses = {**UNAUTHORIZED,
                               404: {"model": ErrorOut, "description": "No study with that id that you may see."}}
+
+
+def invalid(description: str) -> Responses:
+    """A documented 422: its body is always ValidationErrorOut (FastAPI's own validation errors and the service's
+    alike: a list of errors, each with loc, msg and type)."""
+    return {422: {"model": ValidationErrorOut, "description": description}}
+
+
+INVALID: Responses = invalid("A parameter or the body is invalid: each error names where (loc) and why (msg).")
 
 
 def query_error(key: str, reason: str) -> HTTPException:

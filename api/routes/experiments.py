@@ -12,7 +12,7 @@ from api import cursors, etag, search
 from api.cursors import SortedCursorQuery
 from api.deps import CurrentUserDep, DbDep, ExperimentDep, ManagedExperimentDep, SettingsDep
 from api.provenance import provenance_of
-from api.responses import FORBIDDEN, NOT_FOUND, NOT_MODIFIED, UNAUTHORIZED, over_quota, quota_response
+from api.responses import FORBIDDEN, NOT_FOUND, NOT_MODIFIED, UNAUTHORIZED, invalid, over_quota, quota_response
 from api.results import result_document
 from api.schemas import (
     SERVICE_FIELDS,
@@ -52,7 +52,7 @@ def _links(status: str, *operations: str) -> dict:
              responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
                         **UNAUTHORIZED,
                         403: {"model": ErrorOut, "description": "priority high is for admins only."},
-                        422: {"description": "Invalid spec: each error names the field and the reason."},
+                        **invalid("Invalid spec: each error names the field and the reason."),
                         **quota_response("Over a quota (the detail says which); "
                                          "Retry-After says when to try again.")},
              openapi_extra=_links("202", "getExperiment", "getResults", "listAttempts", "cancelExperiment"))
@@ -103,8 +103,8 @@ def _queue(db: str, settings: Settings, user: User, response: Response, parsed: 
              responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
                         **UNAUTHORIZED, **NOT_FOUND,
                         403: {"model": ErrorOut, "description": "priority high is for admins only."},
-                        422: {"description": "An override names no field of the spec (the nearest valid paths are "
-                                             "listed), or makes it invalid: each error names the field."},
+                        **invalid("An override names no field of the spec (the nearest valid paths are listed), "
+                                  "or makes it invalid: each error names the field."),
                         **quota_response("Over a quota (the detail says which).")},
              openapi_extra=_links("202", "getExperiment", "getResults", "cancelExperiment"))
 def rerun_experiment(experiment: ExperimentDep, body: RerunIn, db: DbDep, settings: SettingsDep,
@@ -172,7 +172,7 @@ ListQueryDep = Annotated[ListQuery, Depends()]
 
 
 @router.get("", response_model=ExperimentPage, operation_id="listExperiments",
-            responses={**UNAUTHORIZED, 422: {"description": LIST_422}},
+            responses={**UNAUTHORIZED, **invalid(LIST_422)},
             description="List the experiments you may see (yours and lab-visible ones; all for admins), newest "
                         "first (or by a summary value). " + FILTERS_DESCRIPTION)
 def list_experiments(request: Request, response: Response, db: DbDep, user: CurrentUserDep, query: ListQueryDep,
@@ -198,7 +198,7 @@ CSV_LIMIT = 10_000
 
 @csv_router.get("/v1/experiments.csv", response_class=Response, operation_id="exportExperimentsCsv",
             responses={200: {"content": {"text/csv": {}}, "description": "One row per experiment."}, **UNAUTHORIZED,
-                       422: {"description": LIST_422}},
+                       **invalid(LIST_422)},
             description="The runs table of the experiments the same filters select (at most 10 000, in the same "
                         "order): id, name, tags, kind, status, created_at, every spec field flattened (params.lr, "
                         "…) and every summary value (summary.au_rms, …). " + FILTERS_DESCRIPTION)
@@ -211,7 +211,7 @@ def export_experiments_csv(db: DbDep, user: CurrentUserDep, query: ListQueryDep)
 @router.patch("/{experiment_id}", response_model=ExperimentOut, operation_id="patchExperiment",
               responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
                          **UNAUTHORIZED, **NOT_FOUND, **FORBIDDEN,
-                         422: {"description": "A field is invalid (named with the reason)."}})
+                         **invalid("A field is invalid (named with the reason).")})
 def patch_experiment(experiment: ManagedExperimentDep, body: ExperimentPatch, db: DbDep):
     """Change the name, the tags (the list replaces the old one) or the note; owner or admin. Only the
     fields given change; ``"note": null`` clears the note."""
@@ -303,7 +303,7 @@ def cancel_experiment(experiment: ManagedExperimentDep, db: DbDep):
                         **UNAUTHORIZED, **NOT_FOUND, **FORBIDDEN,
                         409: {"model": ErrorOut, "description": "Not continuable: it did not succeed, has no kept "
                                                                 "checkpoint, or its kind's runs depend on their length."},
-                        422: {"description": "steps missing or out of range, or the longer spec is invalid."},
+                        **invalid("steps missing or out of range, or the longer spec is invalid."),
                         **quota_response("Over a quota (the detail says which).")})
 def continue_experiment(experiment: ManagedExperimentDep, body: ContinueIn, db: DbDep, settings: SettingsDep,
                         user: CurrentUserDep):

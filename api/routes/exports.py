@@ -24,13 +24,10 @@ _COLUMNS = ("Columns: step, the global series, per-layer series as <layer>/<metr
 
 
 def _responses(media_type: str, what: str) -> Responses:
-    """200 in the export's media type; errors stay JSON (401, 404 as ErrorOut; 422, an unknown field
-    or a bad parameter, as FastAPI's HTTPValidationError, which it documents by itself)."""
-    json_errors = {code: {"description": response["description"],
-                          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
-                   for code, response in NOT_FOUND.items()}
+    """200 in the export's media type; errors stay JSON (401, 404, 503 as ErrorOut; 422, an unknown field or a
+    bad parameter, as ValidationErrorOut), which api.main._document_errors documents as application/json."""
     return {200: {"description": what, "content": {media_type: {"schema": {"type": "string", "format": "binary"}}}},
-            **json_errors, **NOT_MODIFIED}
+            **NOT_FOUND, **NOT_MODIFIED}
 
 
 class CsvResponse(Response):

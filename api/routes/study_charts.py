@@ -33,7 +33,7 @@ from api.routes.studies import (
     overlay_line,
     theory_curves,
 )
-from api.schemas import ErrorOut
+from api.schemas import ValidationErrorOut
 from smdengine import OVERLAY_X, json_safe, output_names, theory_of
 from smdrender import grid
 from store import series, studies
@@ -45,8 +45,9 @@ ISO_AXES = ("params.lr", "params.weight_decay")
 STARTED = ("running", "succeeded", "failed", "cancelled")   # a child with (some) series
 CHART_RESPONSES: dict[int | str, dict[str, Any]] = {
     **STUDY_NOT_FOUND,
-    422: {"model": ErrorOut, "description": "A metric or axis that does not apply to this study (a validation "
-                                            "error whose msg lists those that do)."}}
+    422: {"description": "A metric or axis that does not apply to this study (a validation error whose msg lists "
+                         "those that do).",
+          "model": ValidationErrorOut}}
 
 
 class ChartOptions(BaseModel):
