@@ -77,11 +77,18 @@ class Client:
             params = {**params, "cursor": page["next_cursor"]}
 
     # studies and presets
-    def study(self, base: dict[str, Any], *, grid: dict[str, Any] | None = None, zip: dict[str, Any] | None = None,
-              points: list[dict[str, Any]] | None = None, seeds: list[int] | None = None,
-              name: str | None = None, **options: Any) -> Study:
+    def study(self, base: dict[str, Any] | str, *, grid: dict[str, Any] | None = None,
+              zip: dict[str, Any] | None = None, points: list[dict[str, Any]] | None = None,
+              seeds: list[int] | None = None, name: str | None = None, **options: Any) -> Study:
         """POST a study (README: Studies): ``base`` spec over ``grid``/``zip`` axes or explicit ``points``,
-        each with every one of ``seeds``; ``options``: ``visibility``, ``priority``, ``fuse``."""
+        each with every one of ``seeds``; ``options``: ``visibility``, ``priority``, ``fuse``. Given a study's
+        id instead of a spec, reopen that study (as :meth:`get_study`)."""
+        if isinstance(base, str):
+            given = [k for k, v in (("grid", grid), ("zip", zip), ("points", points), ("seeds", seeds),
+                                    ("name", name), *options.items()) if v is not None]
+            if given:
+                raise TypeError(f"study: expected a spec to submit or a study id alone, got an id with {given}")
+            return self.get_study(base)
         body: dict[str, Any] = {"base": base, **options}
         for key, value in (("grid", grid), ("zip", zip), ("points", points), ("seeds", seeds), ("name", name)):
             if value is not None:
