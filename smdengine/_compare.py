@@ -150,9 +150,11 @@ def theory_value(spec: Any, name: str) -> float | None:
     if not isinstance(value, list) or not value:
         return None
     params = spec.params
-    steps = record_steps(params.steps, params.record_every)
+    # the regular records, as summaries average them: the last entry is the final row's (Simulator.final_row)
+    regular = value[:-1] or value
+    steps = record_steps(params.steps, params.record_every)[:len(regular)]
     start = params.tail_start() if hasattr(params, "tail_start") else steps[-1]
-    return tail_means({"step": steps}, {name: value}, start).get(name)
+    return tail_means({"step": steps}, {name: regular}, start).get(name)
 
 
 def theory_curve(spec: Mapping[str, Any], x: str, metric: str, xs: Sequence[float]) -> list[float | None] | None:

@@ -1,7 +1,7 @@
 """The one run loop of every simulator, :func:`run` (as torchsde writes ``integrate`` once and each
 method only ``step``): resolve device and dtype, seed the generator, build the simulator, resume from
 a checkpoint, then step, record, emit progress, poll for cancellation and take checkpoints, and at the
-end flush, predict (less the theory names the spec's out-of-regime warnings omit:
+end record the final state (every series ends at ``steps``), flush, predict (less the theory names the spec's out-of-regime warnings omit:
 :func:`smdengine._registry.spec_warnings`) and summarise. The simulator protocol is :mod:`smdengine._simulator`.
 
 Checkpoint contract, enforced here: a resume is refused unless its fingerprint matches this spec and
@@ -161,9 +161,10 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
             if report is not None:
                 report(Progress(step=step, total_steps=total, points=points))
 
-    def _checkpoint(c: int, done: int) -> Checkpoint:
-        return Checkpoint(step=done, n_points=len(series[c]["step"]), state=sim.member_state(c),
-                          series={k: list(v) for k, v in series[c].items()}, fingerprint=hooks[c].fingerprint,
+    def _checkpoint(c: int, done: int, points: dict[str, list] | None = None) -> Checkpoint:
+        points = series[c] if points is None else points
+        return Checkpoint(step=done, n_points=len(points["step"]), state=sim.member_state(c),
+                          series={k: list(v) for k, v in points.items()}, fingerprint=hooks[c].fingerprint,
                           lineage=hooks[c].lineage)
 
     step, span, clock = sim.step_members, sim.span, time.monotonic
@@ -193,15 +194,28 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
                     assert save is not None
                     save(_checkpoint(c, done))
                 last_save = clock()
+    finals = sim.final_members()   # the state after the last update: every series ends at `total`
+    for c in live:
+        row = finals[c]
+        if set(row) != set(names):
+            raise RuntimeError(f"final row: expected the names {sorted(names)}, got {sorted(row)}")
+        buffered[c]["step"].append(total)
+        for name in names:
+            buffered[c][name].append(row[name])
     flush(total)
+    # what precedes the final row: a continuation's checkpoint (its longer run records a regular row at
+    # `total`, or none), and what summaries average (Simulator.final_row)
+    regular = {c: {k: v[:-1] for k, v in series[c].items()} for c in live}
     for c in live:   # the state after the last update, to continue from (CheckpointHooks.final)
         save = hooks[c].save
         if hooks[c].final and save is not None:
-            save(_checkpoint(c, total))
+            save(_checkpoint(c, total, regular[c]))
     results: list[RunResult | None] = [None] * len(specs)
     for c in live:
         theory = _in_regime(sim.member_theory(c), specs[c])
-        results[c] = RunResult(series=series[c], theory=theory, summary=sim.member_summary(c, series[c], theory),
+        points = len(series[c]["step"])
+        aligned = {k: v[:-1] if isinstance(v, list) and len(v) == points else v for k, v in theory.items()}
+        results[c] = RunResult(series=series[c], theory=theory, summary=sim.member_summary(c, regular[c], aligned),
                                distributions=sim.member_distributions(c))
     return results
 

@@ -47,8 +47,9 @@ def phase_at(all_phases: Sequence[Phase], step: int) -> Phase:
 
 
 def record_steps(steps: int, record_every: int) -> list[int]:
-    """Steps n at which a run records: 0, r, 2r, … < steps."""
-    return list(range(0, steps, record_every))
+    """Steps n at which a run records: 0, r, 2r, … < steps (the regular records), then ``steps`` itself
+    (the final row: the state after the last update; :mod:`smdengine._simulator`)."""
+    return [*range(0, steps, record_every), steps]
 
 
 def tail_start(all_phases: Sequence[Phase], steps: int) -> float:

@@ -8,6 +8,11 @@ generator), builds its state, and then implements only what is its own:
   of :attr:`names`) or None. A row is labelled with the step ``n − n % record_every``: a simulator
   that measures the state before update n returns it when ``record`` is true; one that aggregates a
   window [m, m + r) returns it at the window's last update.
+- ``final_row()``: the row of the state after the last update, labelled ``steps`` (every series ends
+  there). It holds the metrics of a state (risk, norm, test accuracy, …); those of an update or a
+  window (angular updates, train loss over a window) are NaN in it (null in a result document).
+  Summaries average the regular rows only (``steps`` need not be a multiple of ``record_every``, and an
+  end point would weigh the tail unevenly), so the final row changes no summary value.
 - ``span(n)`` (optional, default 1): how many updates ``step(n, record)`` makes, n … n + span − 1, for a
   simulator that advances several updates at once; a span never crosses a multiple of
   ``record_every`` (the driver checkpoints, reports and polls between spans).
@@ -81,6 +86,10 @@ class Simulator(ABC, Generic[SpecT]):
     @abstractmethod
     def step(self, n: int, record: bool) -> Row | None: ...
 
+    @abstractmethod
+    def final_row(self) -> Row:
+        """The state after the last update, a row over every name (module docstring)."""
+
     def span(self, n: int) -> int:
         """Updates the next ``step(n, …)`` makes (module docstring)."""
         return 1
@@ -118,6 +127,9 @@ class Simulator(ABC, Generic[SpecT]):
     def step_members(self, n: int, record: bool) -> list[Row] | None:
         row = self.step(n, record)
         return None if row is None else [row]
+
+    def final_members(self) -> list[Row]:
+        return [self.final_row()]
 
     def member_state(self, c: int) -> dict[str, Any]:
         return self.state()

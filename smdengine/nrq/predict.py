@@ -1,6 +1,7 @@
 """Theory series of an ``nrq`` run, aligned on its record steps (docs/theory.md)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -12,21 +13,28 @@ from smdengine.nrq.spec import NRQPhysics
 
 def predict_physics(p: NRQPhysics, momentum: float = 0.0,
                     init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
-    """Theory of the NRQ problem ``p`` run with momentum ``momentum``: ``au_equilibrium`` always;
-    ``norm_sq_theory`` for SGD; ``risk_stationary`` and ``kappa`` for SGD on a two-level spectrum.
+    """Theory of the NRQ problem ``p`` run with momentum ``momentum``: ``au_equilibrium``
+    √(2λη/(1+α)), ``norm_sq_theory``, and on a two-level spectrum ``risk_stationary`` and ``kappa``.
     Each a list aligned on the record steps.
+
+    With momentum α the norm and the risk follow the SGD closed forms at the effective rate
+    η/(1−α) (docs/theory.md, Momentum): heavy-ball v ← αv + g + λX, X ← X − ηv moves X, over times
+    long against 1/(1−α) updates, as SGD with η/(1−α) does — the equilibrium |X|⁴ of seed 003 Thm 2,
+    ηL/(λ(1−α)(2 − λη/(1+α))), is the SGD one at η/(1−α) up to the λη/(1+α) against λη/(1−α) of
+    the discrete step, and its relaxation rate is 4λη/(1−α) — while the angular update is not
+    (√(2λη/(1+α)), not √(2λη/(1−α))). The risk law's κ at η/(1−α) is the measured rule (0.1% at
+    α = 0.9, p = 10; ``nrq-momentum-risk``); the AU is taken at the true η.
 
     ``norm_sq_theory`` averages the closed form over the initial squared norms: the law of
     |X_0|² before a run, the realized ``init_norms_sq`` (one per trial) once it has started.
     """
     steps = record_steps(p.steps, p.record_every)
-    all_phases = p.phases()
+    true_phases = p.phases()
     out: dict[str, Any] = {
-        "au_equilibrium": [au_equilibrium(phase_at(all_phases, n).lr, phase_at(all_phases, n).weight_decay,
+        "au_equilibrium": [au_equilibrium(phase_at(true_phases, n).lr, phase_at(true_phases, n).weight_decay,
                                                  momentum) for n in steps],
     }
-    if momentum != 0.0:
-        return out
+    all_phases = [replace(ph, lr=ph.lr / (1.0 - momentum)) for ph in true_phases]   # effective rates
     if init_norms_sq is None:
         nodes, weights = theory.init_norm_sq_law(p.dim, p.init_std)
     else:   # at most 1024 weighted nodes standing for the sample: sorted, averaged in contiguous groups

@@ -23,7 +23,8 @@ from smdengine.sde._common import params_of, substeps
 
 
 class NRQRun(Simulator[Any]):
-    """Series: means over trials of the state X_n and its update n → n+1 at the record steps; theory
+    """Series: means over trials of the state X_n and its update n → n+1 at the record steps, and of the
+    final state X_steps (its angular updates NaN: no update follows); theory
     :meth:`predict` given the realized initial norms; summary: tail means (last half of the final
     phase) and each phase's time to equilibrium of ``au_rms``. Checkpoint state: the stepper's (X, v,
     the generator, the rates in force).
@@ -129,6 +130,33 @@ class NRQRun(Simulator[Any]):
         names = ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr")
         return [dict(zip(names, row, strict=True)) for row in out]
 
+    def final_members(self) -> list[Row]:
+        """Each member's state after the last update: risk, loss, norm_sq and eff_lr of X (means over its
+        trials, each member's in the order of its run alone), the angular updates NaN (no next update)."""
+        x = self.stepper.x
+        sq = x.square()
+        s, q = sq.sum(dim=1), (sq * self.stepper.a).sum(dim=1)
+        m = self.member_means(torch.stack([x[:, 0].square() / s, q / (2.0 * s), s, self.true_lr() / s], dim=1))
+        nan = torch.full_like(m[0, 0], math.nan)
+        return [{"risk": 1.0 - row[0], "loss": row[1], "au_mean": nan, "au_rms": nan, "norm_sq": row[2],
+                 "eff_lr": row[3]} for row in m]
+
+    def final_row(self) -> Row:
+        return self.final_members()[0]
+
+    def true_lr(self) -> torch.Tensor:
+        """η in force per trial (trials,): the phase's rate, not the Euler–Maruyama drift η·dt."""
+        return self.stepper.column([lr for lr, _ in self.stepper.rates]).squeeze(1)
+
+    def member_means(self, table: torch.Tensor) -> torch.Tensor:
+        """(members, c) means of each member's rows of ``table`` (trials, c), each in the order of its run alone
+        (:func:`smdengine.nrq._multistep.segment_means` with the multi-step kernel, else its own rows)."""
+        stepper = self.stepper
+        if stepper.multistep is not None:
+            from smdengine.nrq._multistep import segment_means
+            return segment_means(table, stepper.starts, stepper.counts)
+        return torch.stack([table[rows].mean(dim=0) for rows in stepper.rows])
+
     @staticmethod
     def member_metrics(before: torch.Tensor, after: torch.Tensor, sq: torch.Tensor, lr: torch.Tensor) -> Row:
         s, q = sq[:, 0], sq[:, 1]
@@ -169,8 +197,8 @@ class NRQRun(Simulator[Any]):
 
     @classmethod
     def predict(cls, spec: Any, init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
-        """``au_equilibrium`` always; ``norm_sq_theory`` for SGD; ``risk_stationary`` and ``kappa``
-        for SGD on a two-level spectrum (:func:`smdengine.nrq.predict.predict_physics`)."""
+        """``au_equilibrium`` and ``norm_sq_theory`` always; ``risk_stationary`` and ``kappa`` on a two-level
+        spectrum; with momentum at the effective rate η/(1−α) (:func:`smdengine.nrq.predict.predict_physics`)."""
         return predict_physics(spec.params, spec.params.momentum, init_norms_sq)
 
     def theory(self) -> dict[str, Any]:
@@ -215,6 +243,15 @@ class NRQSDE(NRQRun):
             "eff_lr": (lr / s).mean(),
             "gamma": (s / lr).square().mean(),
         }]
+
+    def final_members(self) -> list[Row]:
+        """The state after the last update: risk, norm_sq, eff_lr, gamma; au_rms NaN (a rate over an update)."""
+        x = self.stepper.x
+        s = x.square().sum(dim=1)
+        lr = self.true_lr()
+        m = self.member_means(torch.stack([x[:, 0].square() / s, s, lr / s, (s / lr).square()], dim=1))[0]
+        return [{"risk": 1.0 - m[0], "norm_sq": m[1], "au_rms": torch.full_like(m[0], math.nan), "eff_lr": m[2],
+                 "gamma": m[3]}]
 
     def member_summary(self, c: int, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
         """Tail means only (its au_rms is the continuous-time rate, not an angle per update)."""

@@ -103,9 +103,8 @@ class NRQPhysics(StrictModel):
     def regime_omits(self, momentum: float, sde_lines: tuple[str, ...] = ()) -> dict[str, list[str]]:
         """The theory names each out-of-regime condition omits (:func:`smdengine._science.phase_regime`):
         every line for the two without an equilibrium AU; the continuous-time closed forms (M_t, κ, r*,
-        and ``sde_lines``) when λη is beyond the small-ηλ regime. With momentum the only line is the AU."""
-        closed = [] if momentum else ["norm_sq_theory", *sde_lines,
-                                      *(("risk_stationary", "kappa") if self.two_level() is not None else ())]
+        and ``sde_lines``) when λη (with momentum λη/(1−α)) is beyond the small-ηλ regime."""
+        closed = ["norm_sq_theory", *sde_lines, *(("risk_stationary", "kappa") if self.two_level() is not None else ())]
         return {**{code: ["au_equilibrium", *closed] for code in NO_EQUILIBRIUM_AU}, "continuous_time": closed}
 
     def phase_warnings(self, momentum: float, h: float = 1.0, sde_lines: tuple[str, ...] = (),

@@ -34,11 +34,12 @@ Lη²/a² = 1 − α² − β² + 2αβ²/(1 + α) = (1 − α)/(1 + α)·((1 + 
 Relaxation (linearising at the fixed point): SGD x − x* ∝ (1 − 4λη)^t, time 1/(4λη);
 SGDM time ≈ (1 − α)/(4λη).
 
-Recorded at t = 0, r, 2r, … < steps (the state before the update t → t+1), means over trials:
+Recorded at t = 0, r, 2r, … < steps (the state before the update t → t+1) and at t = steps (the final
+state), means over trials:
 ``norm_sq`` = E|w_t|² (= x_t, or X_t[0]) and ``unit_grad_sq_mean`` = E[L_t] (the deterministic drive
 mean at t, not the realised L_t). Theory ``norm_sq_equilibrium`` = the fixed point x* of the map with
 L = E[L_t] at each recorded t (a quasi-static prediction: it lags a varying E[L_t] by about a
-relaxation time). Summary: means over the recorded steps t ≥ steps/2 of every series and of the
+relaxation time). Summary: means over the regular records t ≥ steps/2 of every series and of the
 theory, plus ``rel_error_max_tail`` = max over those steps of |norm_sq/norm_sq_equilibrium − 1|.
 
 Randomness: the uniform noise is drawn in float64 (then cast to the run's dtype, so float32 and
@@ -69,6 +70,7 @@ from pydantic import Field, model_validator
 from smdengine._declare import Model, Outputs, PlotDef
 from smdengine._lazy import lazy_import
 from smdengine._runtime import saved
+from smdengine._science import record_steps
 from smdengine._simulator import Context, Row, Simulator
 from smdengine._spec_base import StrictModel
 from smdengine.sde._common import Recording, params_of
@@ -220,11 +222,22 @@ class NormMap(Simulator["SDESpec"]):
     def step(self, n: int, record: bool) -> Row | None:
         raise NotImplementedError   # the subclass's
 
+    def final_row(self) -> Row:
+        """|w|² after the last update, and E L_t at ``steps`` (the drive's mean, a function of t)."""
+        norm_sq = self.norm_sq()
+        mean_l = _drive_mean(self.p.unit_grad_sq, np.array([self.p.steps], dtype=np.float64))
+        return {"norm_sq": norm_sq.mean(), "unit_grad_sq_mean": torch.tensor(float(mean_l[0]), dtype=norm_sq.dtype,
+                                                                             device=norm_sq.device)}
+
+    def norm_sq(self) -> torch.Tensor:
+        """|w|² of every trial now, (trials,)."""
+        raise NotImplementedError   # the subclass's
+
     @classmethod
     def predict(cls, spec: SDESpec) -> dict[str, Any]:
         """``norm_sq_equilibrium``: the map's fixed point for L = E[L_t] at each recorded step."""
         p = params_of(spec, NormMapParams)
-        t = np.arange(0, p.steps, p.record_every, dtype=np.float64)
+        t = np.asarray(record_steps(p.steps, p.record_every), dtype=np.float64)
         mean_l = _drive_mean(p.unit_grad_sq, t)
         return {"norm_sq_equilibrium": equilibrium(mean_l, p.lr, p.weight_decay, p.momentum).tolist()}
 
@@ -258,6 +271,9 @@ class _SGD(NormMap):
         row = {"norm_sq": x.mean(), "unit_grad_sq_mean": self.means[i]} if record else None
         x.addcdiv_(self.rows[i], x).mul_(self.shrink)
         return row
+
+    def norm_sq(self) -> torch.Tensor:
+        return self.x
 
 
 def _sgdm_increment_matrix(p: NormMapParams) -> list[list[float]]:
@@ -299,6 +315,9 @@ class _SGDMMatmul(NormMap):
     @property
     def y(self) -> torch.Tensor:
         return self.src[0]
+
+    def norm_sq(self) -> torch.Tensor:
+        return self.src[1].squeeze(1)
 
     def step(self, n: int, record: bool) -> Row | None:
         i = n - self.chunk_start
@@ -344,6 +363,9 @@ class _SGDMColumns(NormMap):
         a.add_(da)
         self.q, self.spare = spare, q
         return row
+
+    def norm_sq(self) -> torch.Tensor:
+        return self.a
 
 
 def _drive_mean(g, t: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ c = x̄* − Π_null x̄*. Per step, ε ~ N(0, σ̂²I) adds the loss ⟨x̄, ε
 Every trial starts at x₀ = init_norm·x̄* (θ = 0 on Γ₁); trials differ only by their noise. The
 data (Z, x*) come from ``data_seed`` so that runs with different η share them.
 
-Recorded at t = 0, r, 2r, …: ``theta`` — for the first ``record_trials`` trials, the angle (rad) of
+Recorded at t = 0, r, 2r, … < steps and at t = steps (the final state): ``theta`` — for the first ``record_trials`` trials, the angle (rad) of
 the projection of x̄ on the plane of Γ₁, measured around c from the direction of x̄*;
 ``circular_variance`` 1 − |mean e^{iθ}| over all trials; ``norm`` mean |x|; ``loss`` mean L.
 Theory (seed 002 eq. 11–12, with R(0) = init_norm): ``norm_scale`` R(t), ``tau`` the time change
@@ -32,7 +32,7 @@ from pydantic import Field, model_validator
 from smdengine._declare import Model, Outputs, PlotDef
 from smdengine._lazy import lazy_import
 from smdengine._runtime import saved
-from smdengine._science import REGIME_CODES, Phase, regime_warnings
+from smdengine._science import REGIME_CODES, Phase, record_steps, regime_warnings
 from smdengine._simulator import Context, Row, Simulator
 from smdengine.sde._common import DT_DESCRIPTION, Recording, params_of, substeps
 
@@ -114,19 +114,22 @@ class NormalizedLinear(Simulator["SDESpec"]):
 
     def step(self, n: int, record: bool) -> Row | None:
         x, problem, gen = self.x, self.problem, self.ctx.gen
-        row = None
-        if record:
-            theta, loss = problem.angle(x), problem.loss(x)
-            row = {
-                "theta": theta[:self.shown],
-                "circular_variance": 1.0 - torch.stack([theta.cos().mean(), theta.sin().mean()]).norm(),
-                "norm": torch.linalg.vector_norm(x, dim=1).mean(),
-                "loss": loss.mean(),
-            }
+        row = self.final_row() if record else None
         for _ in range(self.k):
             torch.randn(x.shape, generator=gen, out=self.eps)
             problem.step(x, self.eps, self.drift, self.p.weight_decay, self.noise)
         return row
+
+    def final_row(self) -> Row:
+        """The row of the current state (every metric of this model is one of the state)."""
+        x, problem = self.x, self.problem
+        theta, loss = problem.angle(x), problem.loss(x)
+        return {
+            "theta": theta[:self.shown],
+            "circular_variance": 1.0 - torch.stack([theta.cos().mean(), theta.sin().mean()]).norm(),
+            "norm": torch.linalg.vector_norm(x, dim=1).mean(),
+            "loss": loss.mean(),
+        }
 
     def state(self) -> dict[str, Any]:
         return {"x": saved(self.x), "rng": self.ctx.gen.get_state()}
@@ -139,15 +142,15 @@ class NormalizedLinear(Simulator["SDESpec"]):
     def predict(cls, spec: SDESpec) -> dict[str, Any]:
         """R(t), τ(t) and ηt on the record steps."""
         p = params_of(spec, NormalizedLinearParams)
-        t = np.arange(0, p.steps, p.record_every, dtype=np.float64)
+        t = np.asarray(record_steps(p.steps, p.record_every), dtype=np.float64)
         return {"tau": time_change(t, p.lr, p.weight_decay, p.init_norm).tolist(),
                 "norm_scale": norm_scale(t, p.lr, p.weight_decay, p.init_norm).tolist(),
                 "lr_time": (p.lr * t).tolist()}
 
     def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
-        """Tail means + ``circular_variance_final``."""
+        """Tail means + ``circular_variance_final`` (of the state after the last update)."""
         summary = super().summarize(series, theory)
-        summary["circular_variance_final"] = series["circular_variance"][-1]
+        summary["circular_variance_final"] = float(self.final_row()["circular_variance"])
         return summary
 
 

@@ -9,7 +9,7 @@ integrator "gd":   w ← w − η(∇L(w) + λw), one update per unit time (seed
 integrator "flow": w ← w − η·dt(∇L(w) + λw), k = 1/dt Euler updates per unit time, i.e. Euler for
                    the gradient flow dw/dt = −η(∇L + λw).
 
-Recorded at t = 0, r, 2r, … < steps (before the update t → t+1): with u_i = w_i/|w_i| the unit
+Recorded at t = 0, r, 2r, … < steps (before the update t → t+1) and at t = steps (the final state): with u_i = w_i/|w_i| the unit
 directions and ū their mean over the cloud,
 ``spread`` = √(mean_i |u_i − ū|²) (dimensionless; ≈ the rms angle of the cloud, in radians, when small),
 ``loss`` = mean_i L(w_i) ∈ [0, 1], ``norm_sq`` = mean_i |w_i|².
@@ -51,6 +51,7 @@ from pydantic import Field, model_validator
 
 from smdengine._declare import Model, Outputs, PlotDef
 from smdengine._lazy import lazy_import
+from smdengine._science import record_steps
 from smdengine._simulator import Context, Row, Simulator
 from smdengine.sde._common import Recording, params_of, substeps
 
@@ -153,13 +154,16 @@ class Toy2D(Simulator["SDESpec"]):
         self.w = w
         return row
 
+    def final_row(self) -> Row:
+        return _metrics(self.w)
+
     @classmethod
     def predict(cls, spec: SDESpec) -> dict[str, Any]:
         """``loss_flow`` and ``norm_sq_flow`` (exact gradient flow from the centre) on the record steps,
         and the scalar ``stable_until`` for the spec's integrator."""
         p = params_of(spec, Toy2DParams)
         x0, y0 = p.center
-        t = np.arange(0, p.steps, p.record_every, dtype=np.float64)
+        t = np.asarray(record_steps(p.steps, p.record_every), dtype=np.float64)
         loss, norm_sq = flow_from(x0, y0, p.lr, p.weight_decay, t)
         return {"loss_flow": loss.tolist(), "norm_sq_flow": norm_sq.tolist(),
                 "stable_until": stable_until(x0 * x0 + y0 * y0, p.lr, p.weight_decay, 1.0 / p.substeps())}

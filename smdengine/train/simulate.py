@@ -6,6 +6,8 @@ Recorded on windows of ``record_every`` updates [n, n + r), labelled by their fi
 global ``train_loss``/``train_acc`` (means over the window's minibatches and the trials), ``test_loss``/
 ``test_acc`` (the state at step n, when n is a multiple of ``eval_every``; NaN between), ``lr``,
 ``weight_decay``; per group ``<group>/<metric>`` for the tracker's metrics (spec.LAYER_METRICS).
+Then a final row at ``steps``, the state after the last update (:meth:`TrainRun.final_row`): test loss and
+accuracy, the rates, and per group |w|, η/|w|² and the norm theory; the window metrics NaN there.
 
 Checkpoints may be taken after any update, mid-window included: the state holds the optimizer's
 storage, the normalization buffers, the generator, the batch order, the window's accumulators
@@ -108,6 +110,22 @@ class TrainRun(Simulator[TrainSpec]):
                 row.update({layer_key(g, m): value for m, value in metrics.items()})
         return row
 
+    def final_row(self) -> Row:
+        """The state after the last update: test loss and accuracy, the rates in force and, per group,
+        |w|, η/|w|² and the norm theory; the train loss and accuracy and the update metrics NaN."""
+        phase, net = self.phase, self.net
+        nan = torch.tensor(math.nan, device=self.ctx.device, dtype=torch.float64)
+        test_loss, test_acc = evaluate(net, self.data.x_test, self.data.y_test)
+        row = {"train_loss": nan, "train_acc": nan, "test_loss": test_loss, "test_acc": test_acc,
+               "lr": torch.tensor(phase.lr, dtype=torch.float64),
+               "weight_decay": torch.tensor(phase.weight_decay, dtype=torch.float64)}
+        if self.tracker is not None:
+            with torch.no_grad():
+                ww = torch.stack([self.params[i].flatten(1).square().sum(1) for i in self.optimizer.tracked])
+            for g, metrics in self.tracker.now(ww, phase.lr, phase.weight_decay).items():
+                row.update({layer_key(g, m): value for m, value in metrics.items()})
+        return row
+
     def state(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer.state(), "buffers": {k: saved(b) for k, b in self.net.buffers.items()},
                 "rng": self.ctx.gen.get_state(), "batches": self.batches.state(), "loss_sum": saved(self.loss_sum),
@@ -133,10 +151,11 @@ class TrainRun(Simulator[TrainSpec]):
 
     @classmethod
     def predict(cls, spec: TrainSpec) -> dict[str, Any]:
-        """au_equilibrium on the record steps (the rates in force at each window's first step)."""
+        """au_equilibrium on the record steps (the rates in force at each window's first step, and at the end)."""
         p = spec.params
         all_phases = p.phases()
-        in_force = [phase_at(all_phases, n) for n in range(0, p.total_steps - p.record_every + 1, p.record_every)]
+        windows = range(0, p.total_steps - p.record_every + 1, p.record_every)
+        in_force = [phase_at(all_phases, n) for n in [*windows, p.total_steps]]
         return {"au_equilibrium": [au_equilibrium(ph.lr, ph.weight_decay, p.momentum) for ph in in_force]}
 
     def summarize(self, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:

@@ -131,3 +131,17 @@ class Tracker:
             }
         self.rates = []
         return out
+
+    def now(self, ww: torch.Tensor, lr: float, weight_decay: float) -> dict[str, dict[str, torch.Tensor]]:
+        """Metrics of every group at the state after the last update (the final row): ``norm``, ``eff_lr``
+        and ``norm_theory`` (from the running mean of h̃ so far); those of an update NaN. ww: (P, T), |w|²
+        of each tracked parameter per trial."""
+        ww = ww.to(torch.float64)
+        if self.grouped:
+            ww = torch.zeros(len(self.names), ww.shape[1], dtype=ww.dtype, device=ww.device).index_add_(0, self.index, ww)
+        nan = torch.tensor(math.nan, dtype=torch.float64, device=ww.device)
+        theory = (norm_theory(self.ema, lr, weight_decay, self.momentum) if self.ema is not None
+                  else torch.full_like(ww, math.nan))
+        return {name: {"au_rms": nan, "au_mean": nan, "norm": ww[j].sqrt().mean(), "unit_grad_sq": nan,
+                       "eff_lr": (lr / ww[j]).mean(), "norm_theory": theory[j].mean()}
+                for j, name in enumerate(self.names)}

@@ -26,12 +26,13 @@ def test_a_continued_experiment_ends_as_one_run_of_the_total_length(env):
     queued = r.json()
     assert queued["status"] == "queued" and queued["total_steps"] == 700 and queued["spec"]["params"]["steps"] == 700
     assert client.get(f"/v1/experiments/{experiment_id}/results").json()["series"] == first["series"]   # kept
+    assert first["series"]["step"][-2:] == [280, 300]   # its final row, which the continuation replaces
     assert execute_next(settings, ["cpu"]) == "succeeded"
 
     total = {**spec, "params": {**spec["params"], "steps": 700}}
     one_run = smdengine.run(total).to_document()
     doc = client.get(f"/v1/experiments/{experiment_id}/results").json()
-    assert doc["series"] == one_run["series"] and len(doc["series"]["step"]) == 35
+    assert doc["series"] == one_run["series"] and len(doc["series"]["step"]) == 36   # 0 … 680, 700
     assert doc["summary"] == one_run["summary"] and doc["theory"] == one_run["theory"]
     attempts = client.get(f"/v1/experiments/{experiment_id}/attempts").json()
     assert [(a["outcome"], a["resumed_from_step"]) for a in attempts] == [("succeeded", None), ("succeeded", 300)]

@@ -125,7 +125,7 @@ def test_run_results_and_plots(client, settings):
     doc = client.get(f"/v1/experiments/{exp['id']}/results").json()
     assert doc["status"] == "succeeded" and doc["kind"] == "nrq" and doc["spec"] == exp["spec"]
     steps = doc["series"]["step"]
-    assert steps == list(range(0, 400, 20))
+    assert steps == [*range(0, 400, 20), 400]   # the regular records, then the state after the last update
     for key in ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr"):
         assert len(doc["series"][key]) == len(steps)
     for key in ("au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa"):
@@ -138,7 +138,7 @@ def test_run_results_and_plots(client, settings):
 
     sel = client.get(f"/v1/experiments/{exp['id']}/results", params={"fields": "risk,au_equilibrium", "max_points": 7}).json()
     assert set(sel["series"]) == {"step", "risk"} and set(sel["theory"]) == {"au_equilibrium"}
-    assert len(sel["series"]["step"]) == 7 and sel["series"]["step"][0] == 0 and sel["series"]["step"][-1] == 380
+    assert len(sel["series"]["step"]) == 7 and sel["series"]["step"][0] == 0 and sel["series"]["step"][-1] == 400
     assert sel["series"]["risk"][-1] == doc["series"]["risk"][-1]
     # a zoomed chart's window: since_step < step ≤ until_step, theory cut the same way, then downsampled
     window = client.get(f"/v1/experiments/{exp['id']}/results", params={"since_step": 100, "until_step": 300}).json()

@@ -120,7 +120,7 @@ def assert_parquet_matches(table: pa.Table, doc: dict) -> None:
 def test_nrq_exports_equal_the_json_document(client, settings):
     exp_id = run(client, settings, small_spec(**NRQ))
     doc = results(client, exp_id)
-    assert len(doc["series"]["step"]) == 10
+    assert len(doc["series"]["step"]) == 11
     theory_lists = [name for name, v in doc["theory"].items() if isinstance(v, list)]
     assert theory_lists, doc["theory"]                          # the test covers theory columns too
     r = get_csv(client, exp_id)
@@ -130,7 +130,7 @@ def test_nrq_exports_equal_the_json_document(client, settings):
     assert not any(name in header for name, v in doc["theory"].items() if not isinstance(v, list))
     table = get_parquet(client, exp_id)
     assert_parquet_matches(table, doc)
-    assert table.num_rows == 10
+    assert table.num_rows == 11
 
 
 def test_per_trial_series_are_trial_columns_and_list_columns(client, settings):

@@ -74,7 +74,7 @@ def test_each_model_runs_and_serves_results_and_plots(client, settings, model):
     doc = client.get(f"/v1/experiments/{exp['id']}/results").json()
     assert doc["status"] == "succeeded"
     n = len(doc["series"]["step"])
-    assert n == SMALL[model]["steps"] // SMALL[model]["record_every"]
+    assert n == SMALL[model]["steps"] // SMALL[model]["record_every"] + 1   # and the final row
     names = set(smdengine.output_names(exp["spec"]))
     assert set(doc["series"]) | set(doc["theory"]) | set(doc["distributions"]) <= names
     for key, values in doc["theory"].items():

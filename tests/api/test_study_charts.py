@@ -41,7 +41,7 @@ def test_overlay_scatter_and_heatmap_carry_the_table_and_theory(sqlite_env):  # 
     assert overlay["theory"] == "risk_stationary" and len(overlay["lines"]) == 8
     line = overlay["lines"][0]
     assert {line["seed"] for line in overlay["lines"]} == {1, 2}
-    assert len(line["x"]) == len(line["y"]) == len(line["theory"]) == 10
+    assert len(line["x"]) == len(line["y"]) == len(line["theory"]) == 11   # 10 records and the end
     assert line["x"][1] == pytest.approx(20 * line["values"]["params.lr"] * line["values"]["params.weight_decay"])
 
     scatter = client.get(f"{base}/scatter", params={"metric": "risk", "x": "params.lr",

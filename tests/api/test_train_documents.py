@@ -202,7 +202,7 @@ def test_other_kinds_carry_empty_layers(client, settings):
     assert results(client, exp["id"])["layers"] == {}           # queued
     assert execute(settings, exp["id"]) == "succeeded"
     doc = results(client, exp["id"])
-    assert doc["layers"] == {} and "au_rms" in doc["series"] and len(doc["series"]["step"]) == 10
+    assert doc["layers"] == {} and "au_rms" in doc["series"] and len(doc["series"]["step"]) == 11
     sel = results(client, exp["id"], fields="au_rms", max_points=3)   # nrq's au_rms is a global series
     assert set(sel["series"]) == {"step", "au_rms"} and len(sel["series"]["au_rms"]) == 3 and sel["layers"] == {}
 

@@ -35,12 +35,14 @@ def test_train_runs_and_serves_layers_summary_and_plots(client, settings):
     assert exp["kind"] == "train" and exp["total_steps"] == 60
     assert execute(settings, exp["id"]) == "succeeded"
     doc = client.get(f"/v1/experiments/{exp['id']}/results").json()
-    assert doc["series"]["step"] == [0, 10, 20, 30, 40, 50]
+    assert doc["series"]["step"] == [0, 10, 20, 30, 40, 50, 60]   # six windows, then the final state
     assert set(doc["layers"]) == {"layers.0.weight", "layers.1.weight"}
     for series in doc["layers"].values():
-        assert len(series["au_rms"]) == 6 and all(v > 0 for v in series["au_rms"])
+        assert len(series["au_rms"]) == 7 and all(v > 0 for v in series["au_rms"][:-1]) and series["au_rms"][-1] is None
+        assert series["norm"][-1] > 0
     assert doc["series"]["test_acc"][1] is None and doc["series"]["test_acc"][2] is not None
-    assert len(doc["theory"]["au_equilibrium"]) == 6
+    assert doc["series"]["test_acc"][-1] == pytest.approx(doc["summary"]["test_acc_final"])
+    assert len(doc["theory"]["au_equilibrium"]) == 7
     layer = doc["summary"]["layers"]["layers.0.weight"]
     assert layer["au_equilibrium"] == pytest.approx((2 * 0.5 * 2e-3) ** 0.5)
     assert "equilibrium_step" in layer and 0 < doc["summary"]["test_acc_final"] <= 1

@@ -23,7 +23,7 @@ def test_an_out_of_regime_experiment_is_accepted_with_warnings(env):
     doc = client.get(f"/v1/experiments/{r.json()['id']}/results").json()
     assert doc["theory"] == {}
     assert not set(OMITTED) & set(doc["summary"])
-    assert "risk" in doc["series"] and len(doc["series"]["step"]) == 5
+    assert "risk" in doc["series"] and len(doc["series"]["step"]) == 6
     # in regime: no warnings, every theory line
     ok = client.post("/v1/experiments", json=small_spec(trials=8, steps=100))
     assert ok.status_code == 202 and ok.json()["warnings"] == []

@@ -70,7 +70,7 @@ def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, p
 
     statuses: list[str] = []
     grown: set[int] = set()   # risk-chart point counts seen while running
-    expected = math.ceil(LIVE["steps"] / LIVE["record_every"])   # records at steps 0, R, 2R, … < steps
+    expected = math.ceil(LIVE["steps"] / LIVE["record_every"]) + 1   # records at steps 0, R, 2R, … < steps, and steps
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         state = page.evaluate("""() => ({

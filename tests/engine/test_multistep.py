@@ -211,8 +211,9 @@ def test_a_run_names_the_counter_stream_and_records_every_window(device):
     s = spec(lr_schedule=SCHEDULE, momentum=0.9)
     assert smdengine.provenance(s)["noise_stream"] == _multistep.NOISE_STREAM
     result = smdengine.run(s)
-    assert result.series["step"] == list(range(0, 37, 5))
-    assert all(math.isfinite(v) for v in result.series["au_rms"])
+    assert result.series["step"] == [*range(0, 37, 5), 37]   # and the state after the last update
+    assert all(math.isfinite(v) for v in result.series["au_rms"][:-1]) and math.isnan(result.series["au_rms"][-1])
+    assert all(math.isfinite(v) for v in result.series["risk"])
 
 
 def test_fused_members_are_their_runs_alone(device):

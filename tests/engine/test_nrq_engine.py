@@ -13,8 +13,10 @@ import torch
 import smdengine
 from smdengine.nrq import theory
 from smdengine.nrq.stepper import angle as _angle
+from tests.engine.checkpointing import same
 
 SERIES_KEYS = {"step", "risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr"}
+UPDATE_KEYS = {"au_mean", "au_rms"}   # of the update after a record: NaN in the final row (no next update)
 SGD_THEORY_KEYS = {"au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa"}
 
 
@@ -31,7 +33,7 @@ def spec(seed: int = 0, **params) -> dict:
 def test_same_seed_same_series(dtype):
     a = smdengine.run(spec(seed=11, dtype=dtype, momentum=0.5))
     b = smdengine.run(spec(seed=11, dtype=dtype, momentum=0.5))
-    assert a.series == b.series
+    assert same(a.series, b.series)
     assert a.summary == b.summary
 
 
@@ -48,12 +50,13 @@ def test_float32_runs_and_is_close_to_float64_at_the_start():
     s64 = smdengine.run(spec(seed=3, dtype="float64")).series
     assert s32["step"] == s64["step"]
     for key in SERIES_KEYS - {"step"}:
-        assert all(isinstance(v, float) and math.isfinite(v) for v in s32[key]), key
+        regular = s32[key][:-1] if key in UPDATE_KEYS else s32[key]
+        assert all(isinstance(v, float) and math.isfinite(v) for v in regular), key
     assert all(0.0 <= r <= 1.0 for r in s32["risk"])
     # the initial point uses the same seed; its statistics are at least of the same size in both
     # dtypes (the draws themselves may differ between dtypes)
     assert s32["norm_sq"][0] == pytest.approx(s64["norm_sq"][0], rel=0.3)
-    assert s32["au_rms"][-1] == pytest.approx(s64["au_rms"][-1], rel=0.3)
+    assert s32["au_rms"][-2] == pytest.approx(s64["au_rms"][-2], rel=0.3)
 
 
 # ----------------------------------------------------------------------------- progress and cancel
@@ -80,7 +83,7 @@ def test_progress_with_default_interval_ends_with_everything():
     events = []
     result = smdengine.run(spec(seed=5), on_progress=events.append)
     assert events and events[-1].step == 400
-    assert sum(len(ev.points["step"]) for ev in events) == len(result.series["step"]) == 40
+    assert sum(len(ev.points["step"]) for ev in events) == len(result.series["step"]) == 41   # 0 … 390, 400
 
 
 def test_should_stop_raises_cancelled_after_delivering_everything():
@@ -106,7 +109,7 @@ def test_should_stop_raises_cancelled_after_delivering_everything():
 
 def test_should_stop_false_runs_to_the_end():
     result = smdengine.run(spec(seed=9), should_stop=lambda: False, progress_interval=0.0)
-    assert len(result.series["step"]) == 40
+    assert result.series["step"] == [*range(0, 400, 10), 400]
 
 
 # ----------------------------------------------------------------------------- the result document
@@ -159,11 +162,25 @@ def test_no_weight_decay_runs_and_has_no_equilibrium():
 def test_series_keys_aligned_on_record_steps():
     result = smdengine.run(spec(steps=395, record_every=10))
     assert set(result.series) == SERIES_KEYS
-    assert result.series["step"] == list(range(0, 395, 10))
+    assert result.series["step"] == [*range(0, 395, 10), 395]   # the regular records, then the final state
     for key, values in list(result.series.items()) + list(result.theory.items()):
-        assert len(values) == 40, key
+        assert len(values) == 41, key
     for key in SERIES_KEYS:
         assert all(type(v) in (int, float) for v in result.series[key]), key
+    final = {k: v[-1] for k, v in result.series.items()}
+    assert all(math.isnan(final[k]) for k in UPDATE_KEYS)
+    assert all(math.isfinite(final[k]) for k in SERIES_KEYS - UPDATE_KEYS)
+
+
+def test_the_final_row_is_the_state_after_the_last_update():
+    """A run of 395 updates ends with the state the 40th record of a longer run measures before its update:
+    the same risk, loss, |X|² and η/|X|² (one code path for the state: the same numbers to rounding)."""
+    short = smdengine.run(spec(seed=6, steps=395, record_every=5)).series
+    longer = smdengine.run(spec(seed=6, steps=400, record_every=5)).series
+    assert short["step"][-1] == 395 and longer["step"][-2] == 395
+    for key in SERIES_KEYS - UPDATE_KEYS - {"step"}:
+        assert short[key][-1] == pytest.approx(longer[key][-2], rel=1e-12, abs=0.0), key
+        assert short[key][:-1] == longer[key][:-2], key
 
 
 @pytest.mark.cpu_stream
@@ -172,14 +189,14 @@ def test_theory_keys_sgd_two_level():
     assert set(result.theory) == SGD_THEORY_KEYS
     th = result.theory
     k = theory.kappa(1.0, 2.0, 10, 1.0, 0.1, 0.01)
-    assert th["kappa"] == [k] * 40
-    assert th["risk_stationary"] == [theory.risk_stationary(k, 10)] * 40
-    assert th["au_equilibrium"] == [math.sqrt(2 * 0.1 * 0.01)] * 40
+    assert th["kappa"] == [k] * 41
+    assert th["risk_stationary"] == [theory.risk_stationary(k, 10)] * 41
+    assert th["au_equilibrium"] == [math.sqrt(2 * 0.1 * 0.01)] * 41
     # the run conditions the norm prediction on its realized initial norms ...
     m0 = initial_norms_sq(spec())
     assert th["norm_sq_theory"][0] == pytest.approx(result.series["norm_sq"][0], rel=1e-12)
     assert th["norm_sq_theory"] == [pytest.approx(theory.norm_sq_relaxation(m0, n, 10, 1.0, 0.1, 0.01).mean())
-                                    for n in range(0, 400, 10)]
+                                    for n in range(0, 401, 10)]
     # ... the prediction before a run averages over their law, s²χ²_p (mean p·s² = 10)
     before = smdengine.predict(spec())
     assert before["norm_sq_theory"][0] == pytest.approx(10.0, rel=1e-12)
@@ -196,9 +213,17 @@ def initial_norms_sq(data: dict):
 
 
 def test_theory_keys_momentum():
+    """With momentum α the norm and the risk follow the SGD closed forms at η/(1−α); the AU is √(2λη/(1+α))."""
     result = smdengine.run(spec(momentum=0.9))
-    assert set(result.theory) == {"au_equilibrium"}
-    assert result.theory["au_equilibrium"] == [pytest.approx(math.sqrt(2 * 0.1 * 0.01 / 1.9))] * 40
+    assert set(result.theory) == SGD_THEORY_KEYS
+    assert result.theory["au_equilibrium"] == [pytest.approx(math.sqrt(2 * 0.1 * 0.01 / 1.9))] * 41
+    k = theory.kappa(1.0, 2.0, 10, 1.0, 0.1 / (1 - 0.9), 0.01)
+    assert result.theory["kappa"] == [pytest.approx(k, rel=1e-12)] * 41
+    assert result.theory["risk_stationary"] == [pytest.approx(theory.risk_stationary(k, 10), rel=1e-12)] * 41
+    m0 = initial_norms_sq(spec(momentum=0.9))
+    assert result.theory["norm_sq_theory"] == [
+        pytest.approx(theory.norm_sq_relaxation(m0, n, 10, 1.0, 0.1 / (1 - 0.9), 0.01).mean(), rel=1e-12)
+        for n in range(0, 401, 10)]
 
 
 def test_theory_explicit_spectrum():
@@ -214,7 +239,7 @@ def test_theory_explicit_spectrum():
 def test_theory_follows_the_schedule():
     sched = [{"step": 150, "lr_factor": 0.1}, {"step": 300, "lr_factor": 2.0, "weight_decay_factor": 0.5}]
     th = smdengine.run(spec(lr_schedule=sched)).theory
-    steps = list(range(0, 400, 10))
+    steps = list(range(0, 401, 10))
     rates = [(0.1, 0.01) if n < 150 else (0.01, 0.01) if n < 300 else (0.02, 0.005) for n in steps]
     assert th["au_equilibrium"] == [pytest.approx(math.sqrt(2 * lr * wd)) for lr, wd in rates]
     assert th["kappa"] == [pytest.approx(theory.kappa(1.0, 2.0, 10, 1.0, lr, wd)) for lr, wd in rates]
@@ -225,10 +250,11 @@ def test_theory_follows_the_schedule():
 
 
 def test_summary_is_the_tail_mean():
-    # final phase starts at 160 → the tail is steps ≥ 160 + (400 − 160)/2 = 280
+    # final phase starts at 160 → the tail is steps ≥ 160 + (400 − 160)/2 = 280, of the regular records (the
+    # final row at 400 is shown, not averaged)
     result = smdengine.run(spec(lr_schedule=[{"step": 160, "lr_factor": 0.5}]))
     steps = result.series["step"]
-    idx = [i for i, n in enumerate(steps) if n >= 280]
+    idx = [i for i, n in enumerate(steps) if 280 <= n < 400]
     assert len(idx) == 12
     for key, values in list(result.series.items()) + list(result.theory.items()):
         if key == "step":
@@ -293,7 +319,18 @@ def reference_run(seed, trials, dim, eig, sigma, lr, wd, momentum, init_std, ste
             out["norm_sq"].append(s.mean().item())
             out["eff_lr"].append((lr / s).mean().item())
         x = new
+    out["final"] = (x, lr)
     return out
+
+
+def want_final(want: dict, p) -> dict[str, float]:
+    """The final row of :func:`reference_run`'s last state."""
+    x, lr = want.pop("final")
+    a = torch.tensor(p.spectrum(), dtype=torch.float64)
+    s = x.square().sum(1)
+    xb = x / s.sqrt().unsqueeze(1)
+    return {"risk": 1.0 - (xb[:, 0] ** 2).mean().item(), "loss": ((a * xb * xb).sum(1) / 2).mean().item(),
+            "norm_sq": s.mean().item(), "eff_lr": (lr / s).mean().item()}
 
 
 @pytest.mark.parametrize("case", [
@@ -310,9 +347,11 @@ def test_update_matches_textbook_implementation(case):
     got = smdengine.run(s).series
     want = reference_run(21, p.trials, p.dim, p.spectrum(), p.noise_std, p.lr, p.weight_decay, p.momentum,
                          p.init_std, p.steps, p.record_every, case.get("lr_schedule", ()))
-    assert got["step"] == want["step"]
+    assert got["step"] == [*want["step"], p.steps]
     for key in SERIES_KEYS - {"step"}:
-        assert got[key] == pytest.approx(want[key], rel=1e-9, abs=0.0), key
+        assert got[key][:-1] == pytest.approx(want[key], rel=1e-9, abs=0.0), key
+    for key, value in want_final(want, p).items():   # the state after the last update
+        assert got[key][-1] == pytest.approx(value, rel=1e-9, abs=0.0), key
 
 
 # ----------------------------------------------------------------------------- the angle
@@ -354,7 +393,7 @@ def test_cuda_requested_without_cuda_is_a_clear_error():
 
 def test_run_accepts_a_parsed_spec_and_rejects_bad_dicts():
     parsed = smdengine.parse_spec(spec(seed=2))
-    assert smdengine.run(parsed).series == smdengine.run(spec(seed=2)).series
+    assert same(smdengine.run(parsed).series, smdengine.run(spec(seed=2)).series)
     import pydantic
     with pytest.raises(pydantic.ValidationError):
         smdengine.run(spec(lr=-1.0))

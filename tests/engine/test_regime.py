@@ -183,16 +183,20 @@ def test_nrq_at_the_threshold_and_below_is_in_regime():
 
 
 def test_nrq_momentum():
-    """With α the conditions are λη/(1+α) ≥ 2, ≥ 1 and λη/(1−α) > 0.1; the only line is the AU."""
+    """With α the conditions are λη/(1+α) ≥ 2, ≥ 1 and λη/(1−α) > 0.1; the continuous-time lines (the SGD
+    closed forms at η/(1−α)) are omitted beyond the last, every line beyond the first two."""
+    closed = ["norm_sq_theory", "risk_stationary", "kappa"]
     assert codes(nrq(lr=0.1, weight_decay=0.1, momentum=0.9)) == []              # λη/(1−α) = 0.1
+    result = check_omitted(nrq(lr=0.1, weight_decay=0.1, momentum=0.9), [])
+    assert {"au_equilibrium", *closed} <= set(result.theory)
     spec = nrq(lr=0.5, weight_decay=0.1, momentum=0.9)                             # 0.5
     assert codes(spec) == ["continuous_time"]
-    result = check_omitted(spec, [])
+    result = check_omitted(spec, closed)
     assert "au_equilibrium" in result.theory
     assert not [k for k in result.summary if k.startswith("equilibrium_steps_predicted")]
     spec = nrq(lr=19, weight_decay=0.1, momentum=0.9)                              # λη/(1+α) = 1
     assert codes(spec) == ["decay_not_positive"]
-    check_omitted(spec, ["au_equilibrium"])
+    check_omitted(spec, ["au_equilibrium", *closed])
     spec = nrq(lr=38, weight_decay=0.1, momentum=0.9)                              # 2
     assert codes(spec) == ["no_equilibrium"]
     assert "root of the heavy-ball recursion" in spec_warnings(spec)[0]["message"]

@@ -62,7 +62,7 @@ def single_sequence_rel_std(momentum: float, lr: float = ETA, wd: float = LAM, m
 
 
 def literal_maps(p: dict, seed: int) -> np.ndarray:
-    """x_t (trials, steps) by eq. 185 / eq. 186 written out in float64 numpy, with L_t rebuilt from
+    """x_t (trials, steps + 1), t = 0 … steps, by eq. 185 / eq. 186 written out in float64 numpy, with L_t rebuilt from
     the same generator: the CPU stream of torch.rand does not depend on how it is chunked."""
     g, steps, trials = p["unit_grad_sq"], p["steps"], p["trials"]
     t = np.arange(steps, dtype=np.float64)
@@ -72,18 +72,20 @@ def literal_maps(p: dict, seed: int) -> np.ndarray:
         u = torch.rand(steps, trials, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).numpy()
         drive = drive + g["noise_half_width"] * (2.0 * u - 1.0)
     lr, wd, alpha = p["lr"], p["weight_decay"], p["momentum"]
-    out = np.empty((steps, trials))
+    out = np.empty((steps + 1, trials))
     if alpha == 0:
         x = np.full(trials, p["init_norm_sq"])
         for n in range(steps):
             out[n] = x
             x = (1 - 2 * lr * wd) * x + drive[n] * lr ** 2 / x  # eq. 185
+        out[steps] = x
     else:
         a = sgdm_matrix(lr, wd, alpha)
         big_x = np.full((3, trials), p["init_norm_sq"])
         for n in range(steps):
             out[n] = big_x[0]
             big_x = a @ big_x + np.outer([1.0, 0.0, 0.0], drive[n] * lr ** 2 / big_x[0])  # eq. 186
+        out[steps] = big_x[0]
     return out.T
 
 
@@ -101,7 +103,7 @@ def test_map_matches_a_literal_implementation_with_the_same_noise(momentum, colu
     # only rounding differs (SGD evaluates c·(x + Lη²/(cx)); SGDM runs in the coordinates (a, a − b,
     # a − 2b + c)), and the contracting maps keep it from growing: 1e-12 is ~10⁴ ulps
     np.testing.assert_allclose(result.series["norm_sq"], expected, rtol=1e-12)
-    t = np.arange(1500)
+    t = np.arange(1501)   # the final row's E L_t is the drive's mean at t = steps
     np.testing.assert_allclose(result.series["unit_grad_sq_mean"], 10.0 + 2.0 * np.sin(2 * np.pi * t / 300.0),
                                rtol=1e-14, atol=1e-14)
 
@@ -180,7 +182,7 @@ def test_converges_to_the_equilibrium_fig3_fig4(pattern, momentum):
     # the summary's max agrees with the series and theory it came from
     steps, ns, eq = (np.array(result.series["step"]), np.array(result.series["norm_sq"]),
                      np.array(result.theory["norm_sq_equilibrium"]))
-    tail = steps >= 60_000
+    tail = (steps >= 60_000) & (steps < 120_000)   # the summary's: regular records (the final row is shown only)
     assert summary["rel_error_max_tail"] == pytest.approx(np.abs(ns[tail] / eq[tail] - 1).max(), rel=1e-12)
     assert summary["norm_sq"] == pytest.approx(ns[tail].mean(), rel=1e-12)
 
@@ -314,7 +316,7 @@ def test_names_predict_and_document():
     assert set(result.theory) == set(norm_map.OUTPUTS.theory) and norm_map.OUTPUTS.distributions == ()
     assert set(smdengine.output_names(s)) == SERIES_KEYS | set(norm_map.OUTPUTS.theory)
     assert smdengine.predict(s) == result.theory
-    assert result.series["step"] == list(range(0, 1000, 100))
-    assert len(result.theory["norm_sq_equilibrium"]) == 10
+    assert result.series["step"] == [*range(0, 1000, 100), 1000]
+    assert len(result.theory["norm_sq_equilibrium"]) == 11
     assert set(result.summary) == {"norm_sq", "unit_grad_sq_mean", "norm_sq_equilibrium", "rel_error_max_tail"}
     assert result.to_document()["summary"] == result.summary

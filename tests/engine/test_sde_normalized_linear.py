@@ -70,7 +70,7 @@ def test_sde_with_dt_one_is_sgd():
 
 def test_records_and_reproducibility():
     res = smdengine.run(spec(seed=5, integrator="sde", dt=0.25))
-    assert res.series["step"] == list(range(0, 400, 20))
+    assert res.series["step"] == [*range(0, 400, 20), 400]
     assert all(len(row) == 8 for row in res.series["theta"])
     assert res.series["theta"][0] == [0.0] * 8 or max(map(abs, res.series["theta"][0])) < 1e-12
     assert res.series["circular_variance"][0] == pytest.approx(0.0, abs=1e-12)

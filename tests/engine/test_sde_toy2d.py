@@ -83,6 +83,7 @@ def test_gd_update_matches_a_literal_implementation():
         s = (x ** 2 + y ** 2) ** 2
         grad = np.stack([2 * x * y ** 2 / s, -2 * x ** 2 * y / s], axis=1)
         w = w - 0.2 * (grad + 0.3 * w)
+    expected.append((w ** 2).sum(axis=1).mean())   # the final row: the state after update 11
     np.testing.assert_allclose(result.series["norm_sq"], expected, rtol=1e-12)
 
 
@@ -174,7 +175,8 @@ def test_names_predict_and_summary():
     assert set(result.theory) == set(toy2d.OUTPUTS.theory) and toy2d.OUTPUTS.distributions == ()
     assert set(smdengine.output_names(s)) == SERIES_KEYS | set(toy2d.OUTPUTS.theory)
     assert smdengine.predict(s) == result.theory
-    assert result.series["step"] == list(range(0, 40, 4)) and len(result.theory["loss_flow"]) == 10
+    assert result.series["step"] == [*range(0, 40, 4), 40] and len(result.theory["loss_flow"]) == 11
+    assert result.series["spread"][-1] == result.summary["spread_final"]
     assert set(result.summary) == {"spread", "loss", "norm_sq", "loss_flow", "norm_sq_flow",
                                    "spread_final", "spread_max"}
     assert result.summary["spread_max"] >= max(result.series["spread"])

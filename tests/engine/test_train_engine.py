@@ -194,11 +194,17 @@ def test_run_records_global_and_layer_series_and_is_reproducible():
     c = smdengine.run(spec(seed=1, trials=2, eval_every=20))
     doc = a.to_document()
     assert doc == b.to_document() and doc != c.to_document()
-    assert doc["series"]["step"] == [0, 10, 20, 30]
+    assert doc["series"]["step"] == [0, 10, 20, 30, 40]   # four windows, then the state after the last update
     assert set(doc["layers"]) == {"layers.0.weight"}
     assert set(doc["layers"]["layers.0.weight"]) == set(LAYER_METRICS)
-    assert [v is None for v in doc["series"]["test_acc"]] == [False, True, False, True]
-    assert len(doc["theory"]["au_equilibrium"]) == 4
+    assert [v is None for v in doc["series"]["test_acc"]] == [False, True, False, True, False]
+    assert len(doc["theory"]["au_equilibrium"]) == 5
+    final = {k: v[-1] for k, v in doc["layers"]["layers.0.weight"].items()}
+    assert final["au_rms"] is None and final["unit_grad_sq"] is None and doc["series"]["train_loss"][-1] is None
+    # η/|w|² of the two trials averaged, against η over the mean |w| squared: equal when the trials agree, ≥ (Jensen)
+    assert final["norm"] > 0 and final["eff_lr"] >= 0.5 / final["norm"] ** 2 * (1 - 1e-12)
+    assert final["eff_lr"] == pytest.approx(0.5 / final["norm"] ** 2, rel=0.1)
+    assert doc["series"]["test_acc"][-1] == pytest.approx(doc["summary"]["test_acc_final"], rel=1e-12)
     assert doc["summary"]["layers"]["layers.0.weight"]["au_rms"] > 0
     assert doc["summary"]["scale_invariance_max_cos"] < 1e-3
     assert set(smdengine.output_names("train")) >= {"train_loss", "au_rms", "au_equilibrium"}
@@ -207,7 +213,7 @@ def test_run_records_global_and_layer_series_and_is_reproducible():
 def test_track_false_trains_identically_without_layer_series():
     a = smdengine.run(spec())
     b = integrate(spec(), track=False)
-    assert a.series["train_loss"] == b.series["train_loss"]
+    assert a.series["train_loss"][:-1] == b.series["train_loss"][:-1]   # the final row's is NaN (no window)
     assert not b.to_document().get("layers")
 
 
@@ -224,7 +230,7 @@ def test_rescale_multiplies_the_weights_at_the_schedule_step():
 def test_momentum_and_float32_run():
     r = smdengine.run(spec(momentum=0.9, lr=0.05, dtype="float32", model="cnn", depth=2, width=4, norm="group",
                            norm_groups=2))
-    assert all(math.isfinite(v) for v in r.series["conv.0.weight/au_rms"])
+    assert all(math.isfinite(v) for v in r.series["conv.0.weight/au_rms"][:-1])
 
 
 def test_cancellation_stops_between_windows():
@@ -240,7 +246,7 @@ def test_cifar10_through_the_engine(cifar):  # noqa: F811
     s = spec(dataset={"name": "cifar10", "train_samples": 50, "test_samples": 10}, model="cnn", depth=2,
              width=4, batch_size=10, steps=6, record_every=3)
     r = smdengine.run(s, data_dir=str(folder))
-    assert r.summary["train_samples"] == 50 and len(r.series["step"]) == 2
+    assert r.summary["train_samples"] == 50 and r.series["step"] == [0, 3, 6]
     with pytest.raises(DatasetUnavailable, match="SMD_DATA_DIR"):
         smdengine.run(s)
 

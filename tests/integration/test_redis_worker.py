@@ -44,7 +44,7 @@ def test_submit_poll_results_plot(service):
     done = wait_status(base, exp_id, {"succeeded", "failed", "cancelled"})
     assert done["status"] == "succeeded", (done, (procs["logs"] / "worker.log").read_text()[-3000:])
     doc = httpx.get(f"{base}/v1/experiments/{exp_id}/results").json()
-    assert len(doc["series"]["step"]) == 40 and len(doc["series"]["risk"]) == 40
+    assert len(doc["series"]["step"]) == 41 and len(doc["series"]["risk"]) == 41
     # tail risk near the stationary prediction (200 trials: loose, this is a plumbing test)
     assert abs(doc["summary"]["risk"] / doc["summary"]["risk_stationary"] - 1) < 0.25
     png = httpx.get(f"{base}/v1/experiments/{exp_id}/plots/risk.png")

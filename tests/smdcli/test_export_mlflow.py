@@ -110,7 +110,9 @@ def test_experiments_become_mlflow_runs(service, mlflow_server, tmp_path):
         else:
             layer, metrics = next(iter(doc["layers"].items()))
             history = client.get_metric_history(run_id, f"{layer}/au_rms")
-            assert [(m.step, m.value) for m in history] == list(zip(steps, metrics["au_rms"], strict=True))
+            # null points (the final row's: no update after it) are not logged
+            assert [(m.step, m.value) for m in history] == [(s, v) for s, v in zip(steps, metrics["au_rms"], strict=True)
+                                                            if v is not None]
         if doc.get("provenance"):   # recorded by workers since provenance exists
             assert tags["smd.provenance.engine_version"] == doc["provenance"]["attempts"][-1]["engine_version"]
 

@@ -74,7 +74,7 @@ def test_unusable_checkpoints_restart_from_scratch(settings):
         stored_checkpoint(settings, exp, data)
         assert execute(settings, exp) == "succeeded"
         with session_scope(settings.db_url) as s:
-            assert read_series(s, exp)["step"] == list(range(0, 200, 20))
+            assert read_series(s, exp)["step"] == [*range(0, 200, 20), 200]
             assert jobs.attempts(s, exp)[1].resumed_from_step is None
 
 
