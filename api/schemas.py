@@ -16,6 +16,7 @@ from pydantic import (
     create_model,
     field_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from smdengine import SPECS, ExperimentSpec, StudySpec, tagged_union
@@ -86,7 +87,41 @@ class ContinueIn(BaseModel):
 
 
 class ErrorOut(BaseModel):
-    detail: Any = Field(..., description="What went wrong.")
+    """The body of every error but a 422 (400, 401, 403, 404, 409, 429, 503): one sentence saying what went wrong."""
+
+    detail: str = Field(..., description="What went wrong.")
+
+
+class ErrorPoint(BaseModel):
+    """The study point an error belongs to: its index in expansion order and its axis values."""
+
+    index: int = Field(..., description="The point's index (0-based, in expansion order).")
+    values: dict[str, Any] = Field(..., description="Its axis values, by dotted path.")
+
+
+class ValidationErrorItem(BaseModel):
+    """One reason a request was refused, as FastAPI and pydantic word it: where (``loc``), why (``msg``) and a
+    machine-readable ``type``; other keys may come with it."""
+
+    loc: list[str | int] = Field(..., description=(
+        "Where: the request part (body, query, path, header) and the path to the field, e.g. [\"query\", "
+        "\"kind\"] or [\"body\", \"nrq\", \"params\", \"lr\"] (a union's tag may come before the field); a study's "
+        "[\"body\", \"point\", i, ...field] or [\"body\", \"axis\", path]."))
+    msg: str = Field(..., description="Why, in words (for an unknown name: the nearest valid ones).")
+    type: str = Field(..., description="The kind of error: pydantic's (greater_than, missing, extra_forbidden, ...) "
+                                       "or the service's (value_error, unknown_path, bad_path, too_many_points, "
+                                       "unknown_experiment, ...).")
+    input: Any = Field(None, description="The value refused, where it is known.")
+    # absent rather than null where there is none: SkipJsonSchema keeps null out of the schema
+    ctx: dict[str, Any] | SkipJsonSchema[None] = Field(None, description="The constraint, e.g. {\"gt\": 0}.")
+    point: ErrorPoint | SkipJsonSchema[None] = Field(None, description="A study's error at a point: that point.")
+
+
+class ValidationErrorOut(BaseModel):
+    """The body of every 422: each error with its location, message and type (FastAPI's HTTPValidationError,
+    with a study point where there is one)."""
+
+    detail: list[ValidationErrorItem] = Field(..., description="The errors, each naming where and why.")
 
 
 class WarningOut(BaseModel):
@@ -505,6 +540,9 @@ class PresetOut(BaseModel):
     tier: int = Field(..., description="1: exact theory, decisive on a CPU; 2: network-level, on digits; "
                                        "3: exploratory.")
     exploratory: bool = Field(..., description="Its checks may be inconclusive (the description says why).")
+    min_seeds: int = Field(..., description="The fewest distinct seeds a run may have: those its checks can use "
+                                            "(2 where a standard error is over seeds). Fewer is a 422.")
+    max_seeds: int | None = Field(None, description="The most distinct seeds a run may have (null: no limit).")
     checks: list[PresetCheckOut]
     panels: list[PresetPanelOut] = Field(..., description="The panels of its figure (plots/figure.png).")
     sizes: dict[str, PresetSizeOut] = Field(..., description="For each size (quick, paper): runs, estimated "

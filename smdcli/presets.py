@@ -151,7 +151,12 @@ def print_show(entry: dict[str, Any], as_json: bool) -> int:
         return 0
     lines = [f"{entry['id']}: {entry['title']}", f"  seed {entry['seed']}, {entry['figure']}; kinds "
              f"{', '.join(entry['kinds'])}; tier {entry['tier']}" + (" (exploratory)" if entry["exploratory"] else ""),
-             "", f"  {entry['description']}", "", "  checks:"]
+             "", f"  {entry['description']}", ""]
+    if entry.get("min_seeds") is not None:   # (a service older than the seeds rule does not say)
+        most = entry.get("max_seeds")
+        lines += [f"  seeds: at least {entry['min_seeds']} distinct" + (f", at most {most}" if most else "")
+                  + " (what its checks can use; --seeds replaces a size's)", ""]
+    lines += ["  checks:"]
     lines += [f"    {c['id']}: {c['claim']}" for c in entry["checks"]]
     lines += ["", "  sizes:"]
     for name, size in entry["sizes"].items():

@@ -6,7 +6,7 @@ A study spec (README: Studies)::
      "grid": {"<dotted.path>": [v1, v2, ...] | {"linspace"|"logspace": [a, b], "num": n}, ...},
      "zip":  {"<dotted.path>": [...], ...},          # equal lengths, varied together
      "points": [{"<dotted.path>": value, ...}, ...],  # an explicit list instead of grid/zip
-     "seeds": [0, 1, 2]}                              # every point repeated per seed
+     "seeds": [0, 1, 2]}                              # every point repeated per seed (or an axis on `seed`)
 
 Expansion order: grid (row-major, in the order the axes are written, the first axis slowest) × zip ×
 seeds. A *point* is one combination of axis values; a *child* is one point at one seed. Every child's
@@ -26,7 +26,8 @@ from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from smdengine._registry import AnySpec, parse_spec
 from smdengine._spec_base import StrictModel
@@ -77,11 +78,30 @@ class StudySpec(StrictModel):
     points: list[dict[str, Any]] | None = Field(None, max_length=100_000, description=(
         "An explicit list of points ({dotted path: value}) instead of grid and zip."))
     seeds: list[int] | None = Field(None, min_length=1, max_length=10_000, description=(
-        "Every point repeated with each of these seeds (default: the base's seed)."))
+        "Every point repeated with each of these seeds (default: the base's seed). An axis on `seed` sets each "
+        "child's seed instead: a study with both is refused."))
     fuse: bool = Field(True, description=(
         "Let a worker run children that differ only in rates, scales, trials and seeds as one batched run "
         "(nrq kind; each child's result is bit for bit its run alone). false: every child runs alone, e.g. "
         "to time each one."))
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds_or_seed_axis(cls, seeds: list[int] | None, info: ValidationInfo) -> list[int] | None:
+        """Seeds given twice, as ``seeds`` and as an axis on ``seed``, are refused: the ``seeds`` would set
+        every child's seed over the axis's (the same run repeated) while the table showed the axis's."""
+        if not seeds:
+            return seeds
+        where = next((f"the {name} axis `seed`" for name in ("grid", "zip") if "seed" in (info.data.get(name) or {})),
+                     None)
+        points = info.data.get("points") or []
+        at = next((i for i, point in enumerate(points) if "seed" in point), None)
+        if where is None and at is not None:
+            where = f"`seed` in point {at}"
+        if where is not None:
+            raise PydanticCustomError("seeds_and_seed_axis", "give the seeds either as an axis on `seed` or as "
+                                      "`seeds`, not both (this study has `seeds` and {where})", {"where": where})
+        return seeds
 
     @model_validator(mode="after")
     def _shape(self) -> StudySpec:
@@ -187,7 +207,8 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
         raise StudyError([e for e in unknown if e])
     children: list[Child] = []
     errors: list[dict[str, Any]] = []
-    # without ``seeds`` each child keeps the seed of its spec: the base's, or a ``seed`` axis value
+    # without ``seeds`` each child keeps the seed of its spec: the base's, or a ``seed`` axis value (a study
+    # may not have both: StudySpec refuses it)
     seeds: list[int | None] = list(study.seeds) if study.seeds else [None]
     for point, values in enumerate(combinations(study)):
         data = base.model_dump(mode="json")

@@ -38,6 +38,7 @@ def catalog_entry(preset: Any, details: bool = False) -> dict[str, Any]:
         "id": preset.id, "title": preset.title, "seed": str(preset.seed), "figure": preset.figure,
         "description": preset.description, "kinds": list(preset.kinds), "tier": int(preset.tier),
         "exploratory": bool(preset.exploratory),
+        "min_seeds": int(preset.min_seeds), "max_seeds": preset.max_seeds,
         "checks": [{"id": c.id, "claim": c.claim} for c in preset.checks],
         "panels": [{"title": p.title, "metric": p.metric, "x": p.x, "log_y": bool(p.log_y),
                     "points": None if p.points is None else [int(i) for i in p.points]} for p in preset.panels],

@@ -14,7 +14,15 @@ import smdengine
 from api.deps import CurrentUserDep, DbDep, SettingsDep
 from api.responses import UNAUTHORIZED, quota_response
 from api.routes.studies import _body_errors, submit
-from api.schemas import ErrorOut, PresetDetailOut, PresetOut, PresetRun, StudyOut, StudySubmission
+from api.schemas import (
+    ErrorOut,
+    PresetDetailOut,
+    PresetOut,
+    PresetRun,
+    StudyOut,
+    StudySubmission,
+    ValidationErrorOut,
+)
 from smdengine import StudyError
 from smdrender import presets
 from store import queue_stats
@@ -97,9 +105,11 @@ def _unprocessable(loc: list[Any], msg: str, kind: str = "value_error") -> HTTPE
              responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
                         **UNAUTHORIZED, **NOT_FOUND,
                         403: {"model": ErrorOut, "description": "priority high is for admins only."},
-                        422: {"description": "An unknown size, or overrides that make an invalid study: each "
-                                             "error names where (body.size, body.overrides.<path>, or a point "
-                                             "with its index and axis values, the field and the reason)."},
+                        422: {"description": "An unknown size, seeds its checks cannot use (too few, or "
+                                             "repeated), or overrides that make an invalid study: each error "
+                                             "names where (body.size, body.seeds, body.overrides.<path>, or a "
+                                             "point with its index and axis values, the field and the reason).",
+                              "model": ValidationErrorOut},
                         **quota_response("Over a quota, for the study as a whole (as POST "
                                          "/v1/studies); Retry-After says when to retry.")},
              openapi_extra={"responses": {"202": {"links": {"GetStudy": {
@@ -120,6 +130,8 @@ def run_preset(run: PresetRun, db: DbDep, settings: SettingsDep, user: CurrentUs
         text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
         if text.startswith("size"):
             raise _unprocessable(["size"], text) from None
+        if text.startswith("seeds: "):   # seeds the preset's checks cannot use (too few, or repeated)
+            raise _unprocessable(["seeds"], text) from None
         path = next((p for p in (run.overrides or {}) if p in text), None)
         raise _unprocessable(["overrides", *([path] if path else [])], f"overrides: {text}") from None
     try:

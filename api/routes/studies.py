@@ -45,6 +45,7 @@ from api.schemas import (
     StudyRequest,
     StudySubmission,
     StudyTable,
+    ValidationErrorOut,
 )
 from smdengine import (
     DERIVED_AXES,
@@ -117,7 +118,8 @@ STUDY_EXAMPLES = {
                                              "twice (duplicate_experiment, at the repeat's index), an id of "
                                              "no experiment you may see (unknown_experiment, at "
                                              "[\"body\", \"experiments\", i]), or a private member of a "
-                                             "lab-visible study (private_experiment)."},
+                                             "lab-visible study (private_experiment).",
+                              "model": ValidationErrorOut},
                         **quota_response("Over a quota, applied to the study as a whole "
                                          "(the detail says which); Retry-After says when "
                                          "to try again. Nothing is stored.")},
@@ -176,7 +178,8 @@ def _expand(submission: StudySubmission, settings: Settings) -> list[Any]:
              responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
                         **UNAUTHORIZED,
                         422: {"description": "Invalid study, as POST /v1/studies answers it: each error names "
-                                             "the axis, or the point, field and reason."}})
+                                             "the axis, or the point, field and reason.",
+                              "model": ValidationErrorOut}})
 def plan_study(submission: StudySubmission, settings: SettingsDep, user: CurrentUserDep) -> StudyPlan:
     """What a study would run, without storing or queueing anything: its children counted (points ×
     seeds), their work together beside your work limit, and the warnings its points raise. The same
@@ -456,13 +459,12 @@ _TABLE_DOC = ("One row per child: index, point, seed, experiment_id, status, war
 
 
 def _table_responses(media_type: str | None) -> Responses:
+    """The table's responses; an export's 200 in its media type, its errors JSON (api.main._document_errors)."""
     out: Responses = {**STUDY_NOT_FOUND, **NOT_MODIFIED}
     if media_type is not None:
         out = {200: {"description": _TABLE_DOC, "content": {media_type: {"schema": {"type": "string",
                                                                                     "format": "binary"}}}},
-               **{code: {"description": r["description"], "content": {"application/json": {
-                   "schema": {"$ref": "#/components/schemas/ErrorOut"}}}} for code, r in STUDY_NOT_FOUND.items()},
-               **NOT_MODIFIED}
+               **out}
     return out
 
 
@@ -531,8 +533,9 @@ MEDIA_TYPES = {"png": "image/png", "svg": "image/svg+xml"}
 PLOT_RESPONSES: Responses = {
     200: {"content": {"image/png": {}, "image/svg+xml": {}}, "description": "The plot."},
     **STUDY_NOT_FOUND,
-    422: {"model": ErrorOut, "description": "A metric or axis that does not apply to this study (a validation "
-                                            "error whose msg lists those that do), or a bad parameter."}}
+    422: {"description": "A metric or axis that does not apply to this study (a validation error whose msg lists "
+                         "those that do), or a bad parameter.",
+          "model": ValidationErrorOut}}
 METRIC = Query(max_length=200, description="A metric the study's children record (the detail of a 422 lists them).")
 
 

@@ -16,6 +16,7 @@ Importing this package imports no torch (nor scipy: theory is imported when chec
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typing import Any
 from smdengine._compare import ChildRecord
 from smdengine.presets._checks import Evaluator, run_checks
 
-__all__ = ["PRESETS", "CheckDef", "PanelDef", "Preset", "estimate", "evaluate_checks", "preset_study"]
+__all__ = ["PRESETS", "CheckDef", "PanelDef", "Preset", "check_seeds", "estimate", "evaluate_checks", "preset_study"]
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,12 @@ class PanelDef:
 @dataclass(frozen=True)
 class Preset:
     """A named study over a seed figure. ``sizes``: size name → study spec dict (base + grid/zip/points/
-    seeds, name); ``gpu_sizes``: the sizes that need a GPU."""
+    seeds, name); ``gpu_sizes``: the sizes that need a GPU.
+
+    ``min_seeds`` and ``max_seeds`` (None: no limit) are how many distinct seeds its checks can use: a run
+    with other seeds is refused before anything runs (:func:`preset_study`). The default, 2, is that of a
+    standard error over seeds (:func:`smdengine.presets._checks.over_seeds`); a preset whose every check also
+    has a Monte-Carlo error within one run (batch means of the tail, the trials of one run) declares 1."""
 
     id: str
     title: str
@@ -64,6 +70,8 @@ class Preset:
     checks: tuple[CheckDef, ...]
     panels: tuple[PanelDef, ...]
     gpu_sizes: tuple[str, ...] = ()
+    min_seeds: int = 2
+    max_seeds: int | None = None
 
 
 def _catalog() -> tuple[dict[str, Preset], dict[str, Evaluator]]:
@@ -93,15 +101,16 @@ def _preset(preset_id: str) -> Preset:
 def preset_study(preset_id: str, size: str = "quick", seeds: list[int] | None = None,
                  overrides: Mapping[str, Any] | None = None) -> dict:
     """The study spec of a preset at ``size``: ``overrides`` ({dotted path: value}) are set on the base,
-    ``seeds`` replace the study's seeds. KeyError for an unknown preset, ValueError for an unknown size or an
-    override of a path the preset varies (or one inside or above it); validation of the values is the study
-    expansion's."""
+    ``seeds`` replace the study's seeds. KeyError for an unknown preset, ValueError for an unknown size, for
+    seeds its checks cannot use ("seeds: expected …, got …": :func:`check_seeds`) or an override of a path the
+    preset varies (or one inside or above it); validation of the values is the study expansion's."""
     from smdengine._study import set_path
 
     preset = _preset(preset_id)
     if size not in preset.sizes:
         raise ValueError(f"size: expected one of {', '.join(preset.sizes)}, got {size!r}")
     study = deepcopy(dict(preset.sizes[size]))
+    check_seeds(preset, list(seeds) if seeds is not None else study.get("seeds") or [study["base"].get("seed", 0)])
     axes = [*study.get("grid", {}), *study.get("zip", {}),
             *dict.fromkeys(p for point in study.get("points") or () for p in point),
             *(["seed"] if seeds is not None or "seeds" in study else [])]   # each child's seed is one of the seeds
@@ -116,6 +125,22 @@ def preset_study(preset_id: str, size: str = "quick", seeds: list[int] | None = 
     if seeds is not None:
         study["seeds"] = list(seeds)
     return study
+
+
+def check_seeds(preset: Preset, seeds: Sequence[int]) -> None:
+    """ValueError ("seeds: expected …, got …") unless ``seeds`` are distinct integers in [0, 2^63 − 1] and as
+    many as the preset's checks can use (``min_seeds`` to ``max_seeds``)."""
+    bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= 2**63 - 1]
+    if bad:
+        raise ValueError(f"seeds: expected integers in [0, 2^63 − 1], got {', '.join(map(repr, bad[:5]))}")
+    repeated = sorted(s for s, n in Counter(seeds).items() if n > 1)
+    if repeated:   # the same run twice: a standard error over seeds would be falsely small
+        raise ValueError(f"seeds: expected distinct seeds, got {', '.join(map(str, repeated))} more than once")
+    low, high = preset.min_seeds, preset.max_seeds
+    if len(seeds) < low or (high is not None and len(seeds) > high):
+        want = (f"at least {low}" if high is None else f"exactly {low}" if low == high else f"{low} to {high}")
+        why = " (its checks' standard errors are over seeds)" if len(seeds) < low and low > 1 else ""
+        raise ValueError(f"seeds: expected {want} seeds for preset {preset.id}{why}, got {len(seeds)}")
 
 
 def _overlaps(a: str, b: str) -> bool:

@@ -138,8 +138,11 @@ class Study:
             return over_seeds(values)
         params = self.params(point)
         start = params.tail_start()
+        # the regular records, as the summary averages them: not the final row at the run's end (the state after
+        # the last update, NaN for a metric of an update such as au_rms)
+        end = getattr(params, "total_steps", None) or params.steps
         steps, [values_t] = self.series(point, key)
-        tail = [v for s, v in zip(steps, values_t, strict=True) if s >= start]
+        tail = [v for s, v in zip(steps, values_t, strict=True) if start <= s < end]
         blocks = [tail[i * len(tail) // TAIL_BLOCKS:(i + 1) * len(tail) // TAIL_BLOCKS] for i in range(TAIL_BLOCKS)]
         blocks = [b for b in blocks if b]
         stat = over_seeds([math.fsum(b) / len(b) for b in blocks], "blocks of the one seed's tail records")

@@ -170,6 +170,7 @@ def _tradeoff_preset():
         checks=_tradeoff_checks(),
         panels=(PanelDef("Risk r_t", "risk", log_y=True), PanelDef("Angular update (rms)", "au_rms", log_y=True),
                 PanelDef("Squared norm |X|²", "norm_sq", log_y=True)),
+        min_seeds=1,   # every check is a tail mean: with one seed, its error from batch means (Study.tail)
     )
 
 
@@ -237,7 +238,8 @@ def _momentum_preset():
                               points=_momentum_points()),
                "paper": study("nrq-momentum-risk (paper)", {**common, "trials": 1000}, QUICK_SEEDS,
                               points=_momentum_points())},
-        checks=_checkdefs(*checks), panels=_panels(*STANDARD_PANELS))
+        checks=_checkdefs(*checks), panels=_panels(*STANDARD_PANELS),
+        min_seeds=1)   # every check is a tail mean: with one seed, its error from batch means (Study.tail)
 
 
 # ----------------------------------------------------------------------------- nrq-scale-equivalence

@@ -89,6 +89,22 @@ def test_a_bad_size_or_override_is_422_and_stores_nothing(sqlite_env, body, loc,
     assert counts(settings.db_url) == (0, 0)
 
 
+@pytest.mark.parametrize("preset, seeds, msg", [
+    ("toy2d-chaos", [0], "seeds: expected at least 2 seeds for preset toy2d-chaos (its checks' standard errors are "
+                         "over seeds), got 1"),
+    (PRESET, [3, 1, 3], "seeds: expected distinct seeds, got 3 more than once"),
+])
+def test_seeds_its_checks_cannot_use_are_422_and_store_nothing(sqlite_env, preset, seeds, msg):
+    client, settings = sqlite_env
+    shown = client.get(f"/v1/presets/{preset}").json()   # the rule, before a run
+    assert (shown["min_seeds"], shown["max_seeds"]) == (smdengine.PRESETS[preset].min_seeds, None)
+    r = client.post(f"/v1/presets/{preset}/run", json={"seeds": seeds, "overrides": TINY})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"] == [{"loc": ["body", "seeds"], "msg": msg, "type": "value_error"}]
+    assert counts(settings.db_url) == (0, 0)
+    assert not list(settings.broker_folder.glob("*.msg"))
+
+
 def test_over_quota_is_429_and_stores_nothing(tmp_path):
     settings = make_settings(tmp_path, max_work=1_000_000)   # quick: 24 runs of 250 trials × 20 000 steps × 10
     with TestClient(create_app(settings)) as client:

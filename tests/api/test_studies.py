@@ -167,6 +167,24 @@ def test_bad_studies_are_422_and_store_nothing(sqlite_env, change, where, words)
     assert not list(settings.broker_folder.glob("*.msg"))
 
 
+@pytest.mark.parametrize("axes", [{"grid": {"params.lr": [0.05, 0.1], "seed": [5, 6]}},
+                                  {"grid": {}, "points": [{"params.lr": 0.05}, {"params.lr": 0.1, "seed": 6}]}])
+def test_a_seed_axis_with_seeds_is_422_at_seeds(sqlite_env, axes):
+    """Seeds given both as an axis on ``seed`` and as ``seeds`` (which used to win silently, the table's
+    ``seed`` column showing the axis's): refused by POST /v1/studies and /v1/study-plans alike."""
+    client, settings = sqlite_env
+    for route in ("/v1/studies", "/v1/study-plans"):
+        r = client.post(route, json=study_spec(**axes))   # seeds [1, 2]
+        assert r.status_code == 422, r.text
+        [error] = r.json()["detail"]
+        assert error["loc"] == ["body", "seeds"] and error["type"] == "seeds_and_seed_axis", error
+        assert "give the seeds either as an axis on `seed` or as `seeds`, not both" in error["msg"]
+    assert counts(settings.db_url) == (0, 0)
+    plan = client.post("/v1/study-plans", json=study_spec(**axes, seeds=None))
+    assert plan.status_code == 200, plan.text
+    assert plan.json()["runs"] == plan.json()["points"]   # the axis alone: one child per point
+
+
 def test_too_many_points_is_422(tmp_path):
     settings = make_settings(tmp_path, max_study_points=7)
     with TestClient(create_app(settings)) as client:
@@ -329,7 +347,7 @@ def test_plot_data_handed_to_the_renderers(sqlite_env, monkeypatch):
     lines, metric, x, fmt = calls["overlay"]
     assert len(lines) == 8 and metric == "risk" and x == "intrinsic_time" and fmt == "png"
     assert lines[0]["label"] == "lr=0.05, weight_decay=0.01, seed=1"
-    assert len(lines[0]["x"]) == len(lines[0]["y"]) == len(lines[0]["theory"]) == 10
+    assert len(lines[0]["x"]) == len(lines[0]["y"]) == len(lines[0]["theory"]) == 11   # 10 records and the end
     assert lines[0]["x"][1] == pytest.approx(20 * 0.05 * 0.01)
     assert client.get(f"{base}/heatmap.svg", params={"metric": "risk", "x": "params.lr",
                                                       "y": "params.weight_decay"}).content.lstrip().startswith(b"<?xml")

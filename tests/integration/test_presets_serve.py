@@ -72,5 +72,7 @@ def test_remote_errors(service):
     assert size.returncode == 2 and "quick" in size.stderr
     override = smd(alice, "presets", "run", PRESET, "--set", "params.lrr=1")
     assert override.returncode == 2 and "overrides.params.lrr" in override.stderr
+    seeds = smd(alice, "presets", "run", "toy2d-chaos", "--seeds", "0")   # its checks need 2: nothing submitted
+    assert seeds.returncode == 2 and "seeds: expected at least 2 seeds for preset toy2d-chaos" in seeds.stderr
     over = smd(bob, "presets", "run", PRESET)
     assert over.returncode == 3 and "work" in over.stderr, over.stderr

@@ -49,6 +49,16 @@ def test_bad_input_exits_2(tmp_path, capsys):
     assert not any((tmp_path / d).exists() for d in "abcd")
 
 
+def test_seeds_its_checks_cannot_use_exit_2_before_anything_runs(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["presets", "run", "toy2d-chaos", "--local", "-o", str(out), "--seeds", "0", "--quiet"]) == 2
+    assert ("seeds: expected at least 2 seeds for preset toy2d-chaos (its checks' standard errors are over seeds), "
+            "got 1") in capsys.readouterr().err
+    assert main(["presets", "run", PRESET, "--local", "-o", str(out), "--seeds", "4", "2", "4", "--quiet"]) == 2
+    assert "seeds: expected distinct seeds, got 4 more than once" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_parse_overrides():
     assert parse_overrides(["a.b=1", "c=x", "d=[1, 2]", "e=0.5", "f=true"]) == \
         {"a.b": 1, "c": "x", "d": [1, 2], "e": 0.5, "f": True}

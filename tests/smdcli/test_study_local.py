@@ -70,7 +70,7 @@ def test_grid_tables_plots_and_independent_of_jobs(tmp_path):
         a = json.loads((one / "children" / f"{i}.json").read_text())
         b = json.loads((two / "children" / f"{i}.json").read_text())
         assert a == b and a["status"] == "succeeded" and a["spec"]["seed"] == SEEDS[i % 2]
-        assert a["kind"] == "nrq" and a["id"] is None and len(a["series"]["risk"]) == 15
+        assert a["kind"] == "nrq" and a["id"] is None and len(a["series"]["risk"]) == 16   # 15 records, the end
 
     flat = _csv_rows(one / "table.csv")
     assert len(flat) == 8 and float(flat[3]["risk"]) == rows[3]["risk"]
@@ -118,6 +118,8 @@ def test_a_failed_child_is_recorded_and_exits_1(tmp_path, monkeypatch, capsys):
     ({"grid": {"params.learning_rate": [0.1, 0.2]}}, "axis params.learning_rate: params.learning_rate: not a field"),
     ({"grid": {"params.lr": [0.1, -0.2]}}, "point 1, params.lr: Input should be greater than 0 (at params.lr=-0.2)"),
     ({"grid": {}, "zip": {"params.lr": [0.1, 0.2], "params.weight_decay": [0.1]}}, "zip: expected axes of equal"),
+    ({"grid": {"params.lr": [0.1], "seed": [5, 6]}},
+     "seeds: give the seeds either as an axis on `seed` or as `seeds`, not both"),
 ])
 def test_a_bad_study_exits_2_naming_the_axis(tmp_path, capsys, change, text):
     out = tmp_path / "out"
@@ -139,7 +141,7 @@ def test_corollary_3_scale_invariance(tmp_path):
     assert main(["study", "run", str(_write(tmp_path, study)), "-o", str(out), "-j", "1", "--quiet"]) == 0
     docs = [json.loads((out / "children" / f"{i}.json").read_text()) for i in range(3)]
     risks = [d["series"]["risk"] for d in docs]
-    assert len(risks[0]) == 60 and risks[0][0] > 10 * risks[0][-1]   # it moved: from ~0.9 towards equilibrium
+    assert len(risks[0]) == 61 and risks[0][0] > 10 * risks[0][-1]   # it moved: from ~0.9 towards equilibrium
     worst = max(abs(a - b) for other in risks[1:] for a, b in zip(risks[0], other, strict=True))
     assert worst <= 1e-8
     norms = [d["series"]["norm_sq"][-1] for d in docs]   # while |X|² scales by k²
