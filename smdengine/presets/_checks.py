@@ -1,5 +1,13 @@
 """The machinery of checks: what an evaluator sees of a study (:class:`Study`), what it returns per check
-(:class:`Outcome`), the Monte-Carlo error rules (:func:`over_seeds`) and the verdict."""
+(:class:`Outcome`), the Monte-Carlo error rules (:func:`over_seeds`) and the verdict.
+
+Findings. A claim of a seed may not hold on the model a preset runs (a small net on digits), for a cause the
+preset can measure. Such a check's outcome names the cause (``Outcome.finding``, one sentence) and the
+diagnostic checks that show it (``Outcome.diagnostics``: ids of ordinary checks of the same preset, each with
+its own claim, prediction, measurement and tolerance, whose claim is the cause). The verdict is ``finding``
+only when the measurement contradicts the claim (its own verdict is ``not_reproduced``) and every diagnostic
+is ``reproduced``; otherwise the check keeps its own verdict and its note says which diagnostic did not show
+the cause (:func:`resolve_findings`)."""
 from __future__ import annotations
 
 import math
@@ -66,7 +74,7 @@ class Outcome:
     verdict is inconclusive when the tolerance is wider), named by ``effect_what``. ``sense``: "equal"
     (|measured − predicted| ≤ tolerance), "below" (the claim is measured < predicted, by more than the
     tolerance) or "above" (measured > predicted by more than the tolerance; ``predicted`` is then the
-    threshold the claim names)."""
+    threshold the claim names). ``finding`` and ``diagnostics``: the module note."""
 
     predicted: float
     measured: float
@@ -76,6 +84,12 @@ class Outcome:
     effect_what: str = ""
     note: str | None = None
     sense: str = "equal"
+    finding: str | None = None             # the cause, if the claim does not hold on this model (module note)
+    diagnostics: tuple[str, ...] = ()      # the checks that must be reproduced for the finding to stand
+
+    def __post_init__(self) -> None:
+        if self.finding is not None and not self.diagnostics:
+            raise ValueError("a finding needs the diagnostic checks that show its cause")
 
 
 @dataclass
@@ -181,6 +195,7 @@ def run_checks(checks: Sequence[CheckDef], evaluator: Evaluator, children: Seque
     study = Study(children, documents)
     measures = evaluator(study)
     out = []
+    outcomes: dict[str, Outcome] = {}
     for check in checks:
         row: dict[str, Any] = {"id": check.id, "claim": check.claim, "predicted": None, "measured": None,
                                "tolerance": None, "tolerance_rule": None, "verdict": "inconclusive", "note": None}
@@ -193,10 +208,33 @@ def run_checks(checks: Sequence[CheckDef], evaluator: Evaluator, children: Seque
             row["note"] = f"not measurable: {exc}"
             out.append(row)
             continue
+        outcomes[check.id] = outcome
         why, extra = verdict(outcome)
         notes = [n for n in (outcome.note, extra) if n]
         row.update(predicted=_number(outcome.predicted), measured=_number(outcome.measured),
                    tolerance=_number(outcome.tolerance), tolerance_rule=outcome.rule, verdict=why,
                    note="; ".join(notes) or None)
         out.append(row)
-    return out
+    return resolve_findings(out, outcomes)
+
+
+def resolve_findings(rows: list[dict], outcomes: Mapping[str, Outcome]) -> list[dict]:
+    """Turn ``not_reproduced`` into ``finding`` where the outcome names a cause and every one of its diagnostic
+    checks is ``reproduced`` (in ``rows``, by id); the note then opens with the cause. Where a diagnostic is
+    not reproduced (or absent), the verdict stays and the note says so. Rows are updated in place and returned."""
+    verdicts = {row["id"]: row["verdict"] for row in rows}
+    for row in rows:
+        outcome = outcomes.get(row["id"])
+        if outcome is None or outcome.finding is None or row["verdict"] != "not_reproduced":
+            continue
+        missing = [d for d in outcome.diagnostics if verdicts.get(d) != "reproduced"]
+        if not missing:
+            shown = ", ".join(outcome.diagnostics)
+            row["verdict"] = "finding"
+            row["note"] = "; ".join(n for n in (f"finding: {outcome.finding} (shown by {shown}, reproduced)",
+                                                row["note"]) if n)
+        else:
+            why = ", ".join(f"{d} {verdicts.get(d, 'absent')}" for d in missing)
+            row["note"] = "; ".join(n for n in (row["note"], f"the known cause ({outcome.finding}) is not shown: "
+                                                f"diagnostic {why}") if n)
+    return rows
