@@ -21,7 +21,7 @@ BENCHES       ?= $(wildcard bench/*.py)
 VPY   := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv run test test-quick test-kernels lint redis postgres chromium bench clean
+.PHONY: help venv run test test-quick test-kernels lint redis postgres chromium faketime bench clean
 
 help:
 	@echo "make run    - start the service (API + embedded worker, SQLite, auth off) on 127.0.0.1:\$${SMD_PORT:-8000}"
@@ -64,6 +64,11 @@ postgres: | redis
 chromium: | postgres
 	@./scripts/ensure-chromium.sh
 
+# libfaketime, for the clock-skew test (tests/integration/test_clock_skew.py; after chromium: one apt-get at a time).
+# Not fatal: without it that one test is skipped, saying why.
+faketime: | chromium
+	@./scripts/ensure-faketime.sh || echo "make: no faketime: tests/integration/test_clock_skew.py will be skipped" >&2
+
 # ruff (pyflakes, isort, bugbear, pyupgrade) and mypy (smdengine, store): configured in pyproject.toml
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -78,7 +83,7 @@ PYTEST_WORKERS ?= 2
 FUZZ_TESTS    := tests/api/test_schemathesis.py
 XDIST          = -n $(PYTEST_WORKERS) --dist loadfile
 
-test: venv redis postgres chromium lint
+test: venv redis postgres chromium faketime lint
 ifeq ($(strip $(PYTEST_ARGS)),)
 	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist load $(FUZZ_TESTS)
 	$(VPY) -m pytest -q $(XDIST) --durations=15 --ignore=$(FUZZ_TESTS)

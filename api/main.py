@@ -18,7 +18,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import dashboard
-from api.responses import INVALID
+from api.responses import DB_RETRY_AFTER_SECONDS, INVALID, RETRY_AFTER_HEADER
 from api.routes import events, experiments, exports, health, ops, plots, presets, queue, studies, study_charts
 from api.schemas import ErrorOut
 from smdengine import json_safe
@@ -46,13 +46,11 @@ ROUTERS = (experiments.csv_router, experiments.router, exports.router, events.ro
            presets.router, health.router, ops.router)
 
 
-# A transient database error (store/retry.py: unreachable, refused, cut) is answered 503 with this
-# Retry-After, never 500: the request was fine, the database was away.
-DB_RETRY_AFTER_SECONDS = 5
+# A transient database error (store/retry.py: unreachable, refused, cut) is answered 503 with
+# Retry-After (DB_RETRY_AFTER_SECONDS), never 500: the request was fine, the database was away.
 DB_UNAVAILABLE = {503: {"model": ErrorOut, "description": "The database is unreachable for now (an outage or a "
                                                           "restart); retry after the Retry-After seconds.",
-                        "headers": {"Retry-After": {"description": "Seconds to wait before retrying.",
-                                                    "schema": {"type": "integer"}}}}}
+                        "headers": RETRY_AFTER_HEADER}}
 
 
 class _RequestPatience:

@@ -20,6 +20,14 @@ STUDY_NOT_FOUND: Responses = {**UNAUTHORIZED,
                               404: {"model": ErrorOut, "description": "No study with that id that you may see."}}
 
 
+# A 503 (the database, or for /readyz the broker, is unreachable for now: an outage or a restart) carries
+# Retry-After: every route's through the handler in api/main.py, the probes' and /metrics' set by themselves.
+DB_RETRY_AFTER_SECONDS = 5
+RETRY_AFTER: dict[str, str] = {"Retry-After": str(DB_RETRY_AFTER_SECONDS)}
+RETRY_AFTER_HEADER: dict[str, Any] = {"Retry-After": {"description": "Seconds to wait before retrying.",
+                                                      "schema": {"type": "integer"}}}
+
+
 def invalid(description: str) -> Responses:
     """A documented 422: its body is always ValidationErrorOut (FastAPI's own validation errors and the service's
     alike: a list of errors, each with loc, msg and type)."""

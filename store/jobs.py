@@ -4,7 +4,8 @@ A running job is held by a lease: ``lease_owner`` ("<worker>/<token>", one token
 ``lease_expires_at``, renewed by its worker. Every write a worker makes for a job is conditioned on
 still holding the lease, so a worker that lost it (its lease expired and another worker took the
 job) can no longer change anything. The sweeper (:func:`expire_leases`) puts jobs whose lease
-expired back in the queue, or fails them once they have used up their attempts.
+expired back in the queue, or fails them once they have used up their attempts; its writes are
+conditioned on the lease being the one it read and still expired, so a renewal that commits first wins.
 
 Attempts and outages. An attempt ends ``succeeded``/``failed``/``cancelled`` (its worker wrote the
 outcome), ``released`` (its worker shut down and gave the job back), ``lost`` (its lease expired:
@@ -18,7 +19,14 @@ and goes on, the attempt intact), and a lease that lapsed within an outage the s
 attempts were lost with a worker that vanished while the database answered. Infrastructure
 (database outages, shutdowns) never uses up a job's attempts; ``attempts`` still counts starts.
 
-Times are the Python clock of the writing process (UTC): hosts must keep their clocks in sync.
+Clocks. Every time that one host writes and another compares (a lease's expiry, a job's start, end
+and ``updated_at``, an attempt's start and end, a checkpoint's time) is the database server's clock,
+read inside the statement (:class:`store.clock.db_now`): the claim writes ``db_now + lease``, a renewal
+the same, the sweeper tests ``lease_expires_at < db_now``. No host's clock takes part, so hosts need not
+agree on the time (no NTP); each host times its own intervals (renewals, retries) with a monotonic clock.
+
+In short: every state change is a compare-and-set conditioned on the lease (owner, status, and for an
+expiry the lapse itself), and whether a lease has lapsed is decided by the database's clock alone.
 
 Every public function is a unit of work (:func:`store.db.transaction`): called with the database
 URL it runs in a transaction of its own; returned rows are detached.
@@ -37,6 +45,8 @@ from sqlalchemy import ColumnElement, CursorResult, Executable, Row, and_, delet
 from sqlalchemy.orm import Session, defer
 
 from store import search
+from store.clock import db_now
+from store.clock import now as db_time
 from store.db import Db, transaction
 from store.models import (
     ACTIVE,
@@ -53,7 +63,6 @@ from store.models import (
     StudyMember,
     User,
     as_utc,
-    utcnow,
 )
 from store.search import Position, Predicate
 from store.series import truncate_points, write_points
@@ -181,18 +190,18 @@ def claim_next(session: Session, queues: Sequence[str], worker: str, lease_secon
 
 def _try_claim(session: Session, candidate: str, worker: str, lease_seconds: float) -> Claim | None:
     owner = f"{worker}/{uuid.uuid4().hex[:12]}"
-    now = utcnow()
-    claimed = _rowcount(session, 
+    now = db_now()   # the database's clock, as every lease time (module header, "Clocks")
+    claimed = _rowcount(session,
         update(Experiment)
         .where(Experiment.id == candidate, Experiment.status == Status.queued, Experiment.cancel_requested.is_(False))
         .values(status=Status.running, started_at=now, attempts=Experiment.attempts + 1, worker=worker,
-                lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds),
-                error=None, updated_at=now, **_BUMP)
+                lease_owner=owner, lease_expires_at=db_now(lease_seconds), error=None, updated_at=now, **_BUMP)
     )
     if claimed != 1:
         return None
-    attempt = session.scalars(select(Experiment.attempts).where(Experiment.id == candidate)).one()
-    session.add(Attempt(experiment_id=candidate, number=attempt, worker=owner, started_at=now))
+    attempt, started = session.execute(select(Experiment.attempts, Experiment.started_at)
+                                       .where(Experiment.id == candidate)).one()
+    session.add(Attempt(experiment_id=candidate, number=attempt, worker=owner, started_at=started))
     session.flush()
     return Claim(candidate, attempt, owner)
 
@@ -230,7 +239,8 @@ def queue_order(session: Session, queue: str) -> list[str]:
     # that a worker claimed in between (a KeyError, once a 500 of GET /v1/queue)
     owners = _owners(session, [queue], first)
     order: list[str] = []
-    clock = max([o.last_started for o in owners.values() if o.last_started] + [utcnow()])
+    # each replayed start is served after every start so far: later than the latest stored one
+    clock = max([o.last_started for o in owners.values() if o.last_started] + [EPOCH])
     while pending:
         owner = min(pending, key=lambda o: owners[o].key())
         order.append(pending[owner].pop(0))
@@ -254,9 +264,10 @@ def _hold(session: Session, claim: Claim) -> None:
 
 @transaction
 def renew(session: Session, claim: Claim, lease_seconds: float) -> None:
-    """Extend the lease; raises :class:`LeaseLost` when it is no longer held."""
+    """Extend the lease to ``lease_seconds`` after the database's now; raises :class:`LeaseLost` when it
+    is no longer held."""
     if _rowcount(session, update(Experiment).where(_held(claim))
-                 .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))) != 1:
+                 .values(lease_expires_at=db_now(lease_seconds), updated_at=db_now())) != 1:
         raise LeaseLost(claim.experiment_id)
 
 
@@ -265,7 +276,7 @@ def record_progress(session: Session, claim: Claim, step: int, total: int, *,
                     points: dict[str, list[Any]] | None = None, start_index: int = 0) -> bool:
     """Write progress under the lease, and ``points`` (if any) from ``start_index`` on; returns the
     cancel flag. Raises :class:`LeaseLost` (before any point is written)."""
-    values: dict[str, Any] = {"step": step, "updated_at": utcnow(), **_BUMP}
+    values: dict[str, Any] = {"step": step, "updated_at": db_now(), **_BUMP}
     if total:
         values["progress"] = step / total
     if _rowcount(session, update(Experiment).where(_held(claim)).values(**values)) != 1:
@@ -351,7 +362,7 @@ def _finish(session: Session, where: ColumnElement[bool], status: str, **results
     """A succeeded run also stores its final theory (conditioned on the run, e.g. its realized
     initial norms), summary and distributions. The lease is cleared."""
     assert status in TERMINAL
-    now = utcnow()
+    now = db_now()
     values: dict[str, Any] = {"status": status, "finished_at": now, "updated_at": now, "error": results.pop("error"),
                               "lease_owner": None, "lease_expires_at": None, **_BUMP}
     values.update({key: value for key, value in results.items() if value is not None})
@@ -363,9 +374,8 @@ def _finish(session: Session, where: ColumnElement[bool], status: str, **results
 @transaction
 def release(session: Session, claim: Claim) -> None:
     """Give a claimed job back to the queue (its worker is shutting down); no-op if not held."""
-    now = utcnow()
     if _rowcount(session, update(Experiment).where(_held(claim))
-                 .values(status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=now,
+                 .values(status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=db_now(),
                          **_BUMP)) == 1:
         _end_attempt(session, claim.experiment_id, claim.attempt, "released")
 
@@ -373,7 +383,7 @@ def release(session: Session, claim: Claim) -> None:
 def _end_attempt(session: Session, experiment_id: str, number: int, outcome: str) -> None:
     session.execute(update(Attempt).where(Attempt.experiment_id == experiment_id, Attempt.number == number,
                                           Attempt.ended_at.is_(None))
-                    .values(ended_at=utcnow(), outcome=outcome))
+                    .values(ended_at=db_now(), outcome=outcome))
 
 
 @transaction
@@ -383,10 +393,10 @@ def request_cancel(session: Session, experiment_id: str) -> Experiment | None:
     worker's concurrent claim or finish is never overwritten. Returns the job as it is now (None
     if it does not exist)."""
     session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status == Status.queued)
-                    .values(status=Status.cancelled, cancel_requested=True, finished_at=utcnow(), updated_at=utcnow(),
+                    .values(status=Status.cancelled, cancel_requested=True, finished_at=db_now(), updated_at=db_now(),
                             **_BUMP))
     session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status.not_in(TERMINAL))
-                    .values(cancel_requested=True, updated_at=utcnow(), **_BUMP))
+                    .values(cancel_requested=True, updated_at=db_now(), **_BUMP))
     settle_study(session, experiment_id)
     return session.get(Experiment, experiment_id, populate_existing=True)
 
@@ -405,7 +415,7 @@ def settle_study(session: Session, experiment_id: str | None = None, *, study_id
         Experiment.study_id == study_id, Experiment.status.not_in(TERMINAL)))
     if not unfinished:
         session.execute(update(Study).where(Study.id == study_id, Study.finished_at.is_(None))
-                        .values(finished_at=utcnow(), revision=Study.revision + 1))
+                        .values(finished_at=db_now(), revision=Study.revision + 1))
 
 
 def release_members(session: Session, experiment_ids: Sequence[str]) -> None:
@@ -425,28 +435,29 @@ def release_members(session: Session, experiment_ids: Sequence[str]) -> None:
 
 @transaction
 def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | None = None,
-                  outage: Callable[[datetime], bool] | None = None) -> list[str]:
-    """The sweeper's pass: every running job whose lease has expired (or, with ``owner_prefix``,
-    whose lease is held by that worker, known to be gone) lost its worker. It goes back to
-    ``queued``, or ends ``failed`` when ``max_attempts`` of its attempts have been lost, or
-    ``cancelled`` when a cancel was requested. ``outage(lease_expires_at)`` tells whether the
-    database may have been unreachable when the lease lapsed: then the attempt ends
-    ``interrupted`` and does not count (see the module's header). Returns the ids put back in the
-    queue."""
-    now = utcnow()
-    lost = Experiment.lease_expires_at < now
+                  outage: Callable[[float], bool] | None = None) -> list[str]:
+    """The sweeper's pass: every running job whose lease has expired by the database's clock (or,
+    with ``owner_prefix``, whose lease is held by that worker, known to be gone) lost its worker. It
+    goes back to ``queued``, or ends ``failed`` when ``max_attempts`` of its attempts have been lost,
+    or ``cancelled`` when a cancel was requested. ``outage(seconds_ago)`` tells whether the database
+    may have been unreachable when the lease lapsed, that many seconds ago (both times the database's;
+    negative: not yet): then the attempt ends ``interrupted`` and does not count (see the module's
+    header). Each change is conditioned on the lease being as read and still lapsed, so a renewal
+    that commits meanwhile keeps the job. Returns the ids put back in the queue."""
+    lost = Experiment.lease_expires_at < db_now()
     if owner_prefix is not None:
         lost = or_(lost, Experiment.lease_owner.startswith(f"{owner_prefix}/", autoescape=True))
     rows = session.execute(select(Experiment.id, Experiment.attempts, Experiment.worker, Experiment.lease_owner,
-                                  Experiment.cancel_requested, Experiment.lease_expires_at)
+                                  Experiment.cancel_requested, Experiment.lease_expires_at, db_now())
                            .where(Experiment.status == Status.running, lost)).all()
     counted = lost_attempts(session, [row[0] for row in rows])
     requeued = []
-    for experiment_id, attempts, worker, owner, cancel, expires in rows:
+    for experiment_id, attempts, worker, owner, cancel, expires, now in rows:
         held = and_(Experiment.id == experiment_id, Experiment.status == Status.running,
-                    Experiment.lease_owner == owner)
+                    Experiment.lease_owner == owner, lost)
         lapsed = as_utc(expires)
-        interrupted = outage is not None and lapsed is not None and outage(lapsed)
+        interrupted = (outage is not None and lapsed is not None
+                       and outage((as_utc(now) - lapsed).total_seconds()))
         n_lost = counted.get(experiment_id, 0) + (0 if interrupted else 1)
         if cancel:
             done = _finish(session, held, Status.cancelled, error=None)
@@ -457,7 +468,7 @@ def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | No
                 f"SMD_MAX_ATTEMPTS is {max_attempts}"))
         else:
             done = _rowcount(session, update(Experiment).where(held).values(
-                status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=now, **_BUMP)) == 1
+                status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=db_now(), **_BUMP)) == 1
             if done:
                 requeued.append(experiment_id)
         if done:
@@ -492,7 +503,7 @@ def save_checkpoint(session: Session, claim: Claim, step: int, n_points: int, da
     _hold(session, claim)
     session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == claim.experiment_id))
     session.add(Checkpoint(experiment_id=claim.experiment_id, attempt=claim.attempt, step=step, n_points=n_points,
-                           data=data, created_at=utcnow()))
+                           data=data, created_at=db_now()))
 
 
 @transaction
@@ -671,7 +682,7 @@ def annotate(session: Session, experiment_id: str, *, name: str | None = _UNSET,
     if tags is not None:
         experiment.tag_rows = [ExperimentTag(tag=t) for t in sorted(set(tags))]
     experiment.revision = experiment.revision + 1
-    experiment.updated_at = utcnow()
+    experiment.updated_at = db_time(session)
     session.flush()
     return experiment
 
@@ -719,12 +730,11 @@ def continue_run(session: Session, experiment_id: str, *, owner_id: str, spec: d
     if session.get(Checkpoint, experiment_id) is None:
         raise NotContinuable("it has no kept checkpoint: submit it with keep_checkpoint true (or rerun it so) "
                              "to continue it later")
-    now = utcnow()
     queued = _rowcount(session, update(Experiment)
                        .where(Experiment.id == experiment_id, Experiment.status == Status.succeeded)
                        .values(status=Status.queued, spec=spec, total_steps=total_steps, progress=step / total_steps,
                                summary=None, distributions=None, finished_at=None, cancel_requested=False,
-                               lease_owner=None, lease_expires_at=None, error=None, updated_at=now, **_BUMP))
+                               lease_owner=None, lease_expires_at=None, error=None, updated_at=db_now(), **_BUMP))
     if queued != 1:
         raise NotContinuable("only a succeeded experiment can be continued")
     experiment = session.get(Experiment, experiment_id)
@@ -735,13 +745,13 @@ def continue_run(session: Session, experiment_id: str, *, owner_id: str, spec: d
 @transaction
 def retry_after(session: Session, owner_id: str, default: int) -> int:
     """Seconds until the owner's first running job should end (from its pace so far), within
-    [1, 3600]; ``default`` when none has progressed yet."""
-    now = utcnow()
+    [1, 3600]; ``default`` when none has progressed yet. Elapsed times on the database's clock (the
+    starts are its times)."""
     best: float | None = None
-    for started, progress in session.execute(select(Experiment.started_at, Experiment.progress).where(
+    for started, progress, now in session.execute(select(Experiment.started_at, Experiment.progress, db_now()).where(
             Experiment.owner_id == owner_id, Experiment.status == Status.running)).all():
         if started is None or not progress:
             continue
-        remaining = (now - as_utc(started)).total_seconds() * (1 - progress) / progress
+        remaining = (as_utc(now) - as_utc(started)).total_seconds() * (1 - progress) / progress
         best = remaining if best is None else min(best, remaining)
     return default if best is None else int(min(max(best, 1), 3600))

@@ -4,28 +4,15 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, overload
+from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from store.clock import as_utc as as_utc  # the time helpers live in store.clock; imported from here too
+from store.clock import db_now, utcnow
+
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def utcnow() -> datetime:
-    """Now, as an aware UTC datetime: every time the service stores."""
-    return datetime.now(UTC)
-
-
-@overload
-def as_utc(value: datetime) -> datetime: ...
-@overload
-def as_utc(value: None) -> None: ...
-def as_utc(value: datetime | None) -> datetime | None:
-    """A stored time as an aware UTC datetime (SQLite returns naive ones; every stored time is UTC)."""
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def new_id() -> str:
@@ -126,7 +113,8 @@ class Experiment(_Submitted, Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+    # every UPDATE that does not set it writes the database's now (store.clock: a time other hosts compare)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=db_now())
     owner_id: Mapped[str | None] = mapped_column(String(32), ForeignKey("users.id"), index=True)
     visibility: Mapped[str] = mapped_column(String(8), default="private")   # private | lab
     priority: Mapped[int] = mapped_column(Integer, default=PRIORITIES["normal"])
@@ -236,7 +224,7 @@ class Attempt(Base):
                                                primary_key=True)
     number: Mapped[int] = mapped_column(Integer, primary_key=True)
     worker: Mapped[str] = mapped_column(String(240))
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=db_now())   # store.clock
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     outcome: Mapped[str | None] = mapped_column(String(16))
     resumed_from_step: Mapped[int | None] = mapped_column(Integer)
@@ -255,4 +243,4 @@ class Checkpoint(Base):
     step: Mapped[int] = mapped_column(Integer)
     n_points: Mapped[int] = mapped_column(Integer)
     data: Mapped[bytes] = mapped_column(LargeBinary)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=db_now())   # store.clock

@@ -9,9 +9,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from store import jobs
+from store import clock, jobs
+from store.clock import db_now
 from store.db import transaction
-from store.models import ACTIVE, QUEUES, Experiment, Status, as_utc, utcnow
+from store.models import ACTIVE, QUEUES, Experiment, Status, as_utc
 
 DURATION_HISTORY = 50   # succeeded jobs per queue the mean duration is taken over
 
@@ -84,14 +85,13 @@ def busy_seconds(spans: dict[str | None, list[tuple[datetime, datetime]]]) -> fl
 
 
 @transaction
-def queue_state(session: Session, queue: str, now: datetime | None = None) -> QueueState:
-    now = now or utcnow()
+def queue_state(session: Session, queue: str) -> QueueState:
     queued = session.scalar(select(func.count()).select_from(Experiment).where(jobs.claimable([queue])))
     running = session.scalar(select(func.count()).select_from(Experiment)
                              .where(Experiment.queue == queue, Experiment.status == Status.running))
     workers = session.scalar(select(func.count(Experiment.worker.distinct()))
                              .where(Experiment.queue == queue, Experiment.status == Status.running,
-                                    Experiment.lease_owner.is_not(None), Experiment.lease_expires_at > now))
+                                    Experiment.lease_owner.is_not(None), Experiment.lease_expires_at > db_now()))
     return QueueState(queue, int(queued or 0), int(running or 0), int(workers or 0), mean_duration(session, queue))
 
 
@@ -121,9 +121,10 @@ def snapshot(session: Session, owner_id: str | None = None, *, everyone: bool = 
              now: datetime | None = None) -> Snapshot:
     """The state of every queue, and the queued and running jobs of ``owner_id`` (of every user
     with ``everyone``), running ones first, then queued ones in the order they would start (their
-    estimated starts: :func:`estimate_starts`)."""
-    now = now or utcnow()
-    states = {queue: queue_state(session, queue, now) for queue in QUEUES}
+    estimated starts: :func:`estimate_starts`, from ``now``, by default the database's: the running jobs'
+    starts are its times)."""
+    now = now or clock.now(session)
+    states = {queue: queue_state(session, queue) for queue in QUEUES}
     orders = {queue: jobs.queue_order(session, queue) for queue in QUEUES}
     positions = {experiment_id: index + 1 for queue in QUEUES for index, experiment_id in enumerate(orders[queue])}
     starts: dict[str, list[datetime | None]] = {}

@@ -29,7 +29,9 @@ and answers 503 instead, so the client decides.
 
 The module also keeps, per process, a journal of the outages it saw (when the database last
 answered before the first failure, and when it answered again): the sweeper uses it to leave
-leases alone while workers could not renew them (worker/sweeper.py).
+leases alone while workers could not renew them (worker/sweeper.py). Its times are this process's
+``time.monotonic()``: a lease's lapse (a time of the database's clock) is placed on it by how long
+ago it was, by the database's clock (:meth:`Journal.covered_ago`), so no two clocks are compared.
 """
 from __future__ import annotations
 
@@ -42,12 +44,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TypeVar
 
 from sqlalchemy import exc as sa_exc
-
-from store.models import utcnow
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -152,15 +151,15 @@ class Outage:
     """An outage this process saw: the database answered at ``last_ok`` (or the process started
     then), failed from ``first_failure`` on, and answered again at ``back`` (None: still down).
     The database was unreachable at some time in (last_ok, back), at least [first_failure,
-    last_failure]."""
+    last_failure]. Times are this process's ``time.monotonic()``."""
 
-    last_ok: datetime
-    first_failure: datetime
-    last_failure: datetime
-    back: datetime | None = None
+    last_ok: float
+    first_failure: float
+    last_failure: float
+    back: float | None = None
     failures: int = 1
 
-    def covers(self, when: datetime) -> bool:
+    def covers(self, when: float) -> bool:
         """Whether ``when`` falls in the time the database may have been unreachable."""
         return self.last_ok <= when and (self.back is None or when <= self.back)
 
@@ -174,8 +173,8 @@ class Journal:
         self._clear()
 
     def _clear(self) -> None:
-        self._last_ok = utcnow()
-        self._up_since_mono = time.monotonic()
+        self._last_ok = time.monotonic()
+        self._up_since = self._last_ok
         self.outages.clear()
 
     @property
@@ -183,7 +182,7 @@ class Journal:
         return self.outages[-1] if self.outages and self.outages[-1].back is None else None
 
     def failed(self, exc: BaseException) -> None:
-        now = utcnow()
+        now = time.monotonic()
         with self._lock:
             outage = self.current
             if outage is None:
@@ -195,16 +194,16 @@ class Journal:
             log.warning("database unreachable (%s)", _short(exc))
 
     def answered(self) -> None:
-        now = utcnow()
+        now = time.monotonic()
         with self._lock:
             self._last_ok = now
             outage = self.current
             if outage is None:
                 return
             outage.back = now
-            self._up_since_mono = time.monotonic()
+            self._up_since = now
         log.warning("database reachable again after %.1f s (%d failed tries)",
-                    (now - outage.first_failure).total_seconds(), outage.failures)
+                    now - outage.first_failure, outage.failures)
 
     def up_for(self) -> float:
         """Seconds the database has answered since the end of the last outage (or since this
@@ -212,12 +211,19 @@ class Journal:
         with self._lock:
             if self.current is not None:
                 return 0.0
-            return time.monotonic() - self._up_since_mono
+            return time.monotonic() - self._up_since
 
-    def covers(self, when: datetime) -> bool:
-        """Whether the database may have been unreachable at ``when`` (in an outage this process saw)."""
+    def covers(self, when: float) -> bool:
+        """Whether the database may have been unreachable at ``when`` (``time.monotonic()`` of this
+        process), in an outage this process saw."""
         with self._lock:
             return any(outage.covers(when) for outage in self.outages)
+
+    def covered_ago(self, seconds: float) -> bool:
+        """Whether the database may have been unreachable ``seconds`` ago (negative: that far ahead),
+        in an outage this process saw: :func:`store.jobs.expire_leases`'s ``outage``, given how long
+        ago a lease lapsed by the database's clock."""
+        return self.covers(time.monotonic() - seconds)
 
     def reset(self) -> None:
         """Forget everything (tests)."""

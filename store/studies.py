@@ -36,6 +36,8 @@ from typing import Any
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
+from store import clock
+from store.clock import db_now
 from store.db import transaction
 from store.jobs import QuotaExceeded, active_count, release_members, retry_after, settle_study
 from store.models import (
@@ -158,6 +160,7 @@ class _Aggregate:
     finished: datetime | None = None
     revision: int = 0
     missing: list[str] = field(default_factory=list)
+    now: datetime | None = None   # the database's clock when read (the starts are its times): the ETA
 
 
 def member_values(experiment_id: str, name: str | None) -> dict[str, Any]:
@@ -213,6 +216,10 @@ def _aggregates(session: Session, found: list[Study]) -> dict[str, _Aggregate]:
                 .where(StudyMember.study_id.in_(compare), Experiment.id.is_(None))
                 .order_by(StudyMember.study_id, StudyMember.position)).all():
             out[str(study_id)].missing.append(str(experiment_id))
+    if any(started is not None for _, _, _, _, started, *_ in rows):   # an ETA may be asked for
+        now = clock.now(session)
+        for agg in out.values():
+            agg.now = now
     for study_id, status, n, progress, started, finished, revision in rows:
         agg = out[str(study_id)]
         agg.counts[str(status)] = int(n)
@@ -233,10 +240,10 @@ def _view(study: Study, agg: _Aggregate) -> StudyView:
     progress = agg.progress / n if n else 0.0
     status = derive_status(counts)
     eta = eta_seconds = None
-    if status == "running" and agg.started is not None and progress > 0:
-        elapsed = (utcnow() - agg.started).total_seconds()
+    if status == "running" and agg.started is not None and agg.now is not None and progress > 0:
+        elapsed = (agg.now - agg.started).total_seconds()
         eta_seconds = max(0.0, elapsed / progress - elapsed)
-        eta = utcnow() + timedelta(seconds=eta_seconds)
+        eta = agg.now + timedelta(seconds=eta_seconds)
     finished = agg.finished if compare else as_utc(study.finished_at)
     return StudyView(id=study.id, name=study.name, owner_id=study.owner_id, owner_name=study.owner_name,
                      visibility=study.visibility, priority_name=study.priority_name, spec=study.spec,
@@ -398,7 +405,7 @@ def request_cancel(session: Session, study_id: str) -> StudyView | None:
     once, running ones flagged: their workers stop at the next progress write) and flag the study.
     Conditional updates, so a worker's concurrent claim or finish is never overwritten. Returns
     the study as it is now (None if it does not exist)."""
-    now = utcnow()
+    now = db_now()
     bump = {"revision": Experiment.revision + 1}
     # children before the study row: the lock order of jobs.settle_study
     session.execute(update(Experiment).where(Experiment.study_id == study_id, Experiment.status == Status.queued)

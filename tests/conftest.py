@@ -31,7 +31,7 @@ def pytest_addoption(parser) -> None:
 # fixtures, a server or an expensive statistical run, made once).
 SERIAL_MODULES = frozenset({"tests/integration/test_recovery.py", "tests/integration/test_db_outage.py",
                             "tests/integration/test_study_workers.py", "tests/integration/test_fairness.py",
-                            "tests/integration/test_embedded.py"})
+                            "tests/integration/test_embedded.py", "tests/integration/test_clock_skew.py"})
 
 
 def pytest_xdist_make_scheduler(config, log):

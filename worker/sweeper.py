@@ -4,7 +4,8 @@
 Each pass: (1) jobs whose lease expired lost their worker: back to the queue, or failed after
 SMD_MAX_ATTEMPTS lost attempts (store.jobs.expire_leases); (2) every queue with fewer messages
 waiting than claimable jobs gets the missing doorbells (a message lost with a killed worker or a
-restarted broker is re-sent; a spare one is harmless).
+restarted broker is re-sent; a spare one is harmless). Whether a lease expired is the database's clock's
+say (store.clock): the hosts' clocks need not agree.
 
 Database outages: while the database cannot be reached no worker can renew its lease, so an expired
 lease is no sign of a lost worker. The sweeper therefore skips step (1) until the database has
@@ -33,7 +34,7 @@ def sweep(settings: Settings, *, lost_worker: str | None = None, expire: bool = 
     requeued: list[str] = []
     if expire:
         requeued = jobs.expire_leases(settings.db_url, settings.max_attempts, owner_prefix=lost_worker,
-                                      outage=retry.journal.covers)
+                                      outage=retry.journal.covered_ago)
     if requeued:
         log.warning("requeued %d job(s) whose lease expired: %s", len(requeued), ", ".join(requeued))
     waiting = jobs.queued_counts(settings.db_url)

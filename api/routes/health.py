@@ -6,20 +6,24 @@ from importlib.metadata import version
 from fastapi import APIRouter, Response
 
 from api.deps import DbDep, SettingsDep
+from api.responses import RETRY_AFTER, RETRY_AFTER_HEADER
 from api.schemas import HealthOut
 from store.db import ping
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=HealthOut, responses={503: {"model": HealthOut}})
+@router.get("/healthz", response_model=HealthOut,
+            responses={503: {"model": HealthOut, "description": "The database is unreachable; retry after the "
+                                                                "Retry-After seconds.", "headers": RETRY_AFTER_HEADER}})
 def healthz(db: DbDep, settings: SettingsDep, response: Response):
-    """Whether the API can reach its database."""
+    """Whether the API can reach its database (503 with Retry-After when it cannot)."""
     try:
         ping(db)
         database = "ok"
     except Exception as exc:  # report, don't crash: a health check must answer
         database = f"error: {exc.__class__.__name__}"
         response.status_code = 503
+        response.headers.update(RETRY_AFTER)
     return HealthOut(status="ok" if database == "ok" else "degraded", database=database,
                      broker=settings.broker.split("://")[0], version=version("smdlab"))

@@ -16,6 +16,7 @@ from prometheus_client.utils import floatToGoString
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.deps import DbDep, SettingsDep
+from api.responses import RETRY_AFTER, RETRY_AFTER_HEADER
 from api.schemas import ReadyOut
 from smdengine import KINDS
 from store.db import ping
@@ -37,9 +38,12 @@ def _error(exc: BaseException) -> str:
 
 
 @router.get("/readyz", response_model=ReadyOut,
-            responses={503: {"model": ReadyOut, "description": "The database or the broker is unreachable."}})
+            responses={503: {"model": ReadyOut, "description": "The database or the broker is unreachable; retry "
+                                                               "after the Retry-After seconds.",
+                             "headers": RETRY_AFTER_HEADER}})
 def readyz(db: DbDep, settings: SettingsDep):
-    """Whether this API replica can serve: its database and its broker both answer."""
+    """Whether this API replica can serve: its database and its broker both answer (503 with Retry-After
+    when one does not)."""
     try:
         ping(db)
         database = "ok"
@@ -52,7 +56,7 @@ def readyz(db: DbDep, settings: SettingsDep):
         broker = _error(exc)
     ready = database == "ok" and broker == "ok"
     body = ReadyOut(status="ready" if ready else "unavailable", database=database, broker=broker)
-    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503, headers=None if ready else RETRY_AFTER)
 
 
 def collect(db: str, settings: Settings) -> list[Metric]:
@@ -108,13 +112,14 @@ class _Snapshot:
 @router.get("/metrics", response_class=Response,
             responses={200: {"content": {CONTENT_TYPE: {}},
                              "description": "Prometheus text exposition format."},
-                       503: {"content": {"text/plain": {}}, "description": "The database is unreachable."}})
+                       503: {"content": {"text/plain": {}}, "headers": RETRY_AFTER_HEADER,
+                             "description": "The database is unreachable; retry after the Retry-After seconds."}})
 def metrics(db: DbDep, settings: SettingsDep) -> Response:
     """Job, queue and broker metrics in the Prometheus text format, read from the database."""
     try:
         families = collect(db, settings)
     except SQLAlchemyError as exc:
-        return Response(_error(exc) + "\n", status_code=503, media_type="text/plain")
+        return Response(_error(exc) + "\n", status_code=503, media_type="text/plain", headers=RETRY_AFTER)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot(families))
     return Response(generate_latest(registry), media_type=CONTENT_TYPE)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.procs import spawn, stop, wait_http
+from tests.integration.procs import TEARDOWN_SECONDS, spawn, stop, wait_http
 from tests.servers import free_port
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
@@ -75,7 +75,7 @@ def serve(tmp: Path, **settings: str) -> Iterator[tuple[str, dict]]:
         wait_http(f"{base}/healthz", proc, tmp / "serve.log")
         yield base, env
     finally:
-        stop(proc)
+        stop(proc, timeout=TEARDOWN_SECONDS)
 
 
 @pytest.fixture(scope="module")

@@ -36,14 +36,29 @@ TRIALS, STEPS, REPLICATES = 1000, 10_000, 8
 MIN_SE_WIDTHS = 4.0
 
 
-def run(seed: int = 0, **params) -> smdengine.RunResult:
+def spec(seed: int = 0, **params) -> dict:
     merged = dict(REF, trials=TRIALS, steps=STEPS, record_every=10)
     merged.update(params)
-    return smdengine.run({"kind": "nrq", "seed": seed, "device": "cpu", "params": merged})
+    return {"kind": "nrq", "seed": seed, "device": "cpu", "params": merged}
 
 
-def replicates(**params) -> list[smdengine.RunResult]:
-    return [run(seed=1000 + r, trials=TRIALS // REPLICATES, **params) for r in range(REPLICATES)]
+def run(seed: int = 0, **params) -> smdengine.RunResult:
+    return smdengine.run(spec(seed, **params))
+
+
+def fused(specs: list[dict]) -> list[smdengine.RunResult]:
+    """Runs that differ only in seed, trials, rates or rescales, as one batched run (smdengine.run_fused): each
+    result is bit for bit that of its run alone (tests/engine/test_fused.py), the per-update overhead paid once."""
+    results = smdengine.run_fused(specs)
+    assert all(r is not None for r in results)
+    return results   # type: ignore[return-value]
+
+
+def with_replicates(**params) -> tuple[smdengine.RunResult, list[smdengine.RunResult]]:
+    """The TRIALS-trial run (seed 0) and its REPLICATES replicates of TRIALS/REPLICATES trials (other seeds)."""
+    main, *reps = fused([spec(seed=0, **params)] + [spec(seed=1000 + r, trials=TRIALS // REPLICATES, **params)
+                                                     for r in range(REPLICATES)])
+    return main, reps
 
 
 def standard_error(reps: list[smdengine.RunResult], key: str) -> float:
@@ -64,23 +79,33 @@ def check(value: float, target: float, rel_tol: float, se: float, what: str) -> 
 
 
 @pytest.fixture(scope="module")
-def sgd():
-    return run(seed=0)
+def sgd_runs():
+    return with_replicates()
 
 
 @pytest.fixture(scope="module")
-def sgd_reps():
-    return replicates()
+def sgd(sgd_runs):
+    return sgd_runs[0]
 
 
 @pytest.fixture(scope="module")
-def sgdm():
-    return run(seed=0, momentum=0.9)
+def sgd_reps(sgd_runs):
+    return sgd_runs[1]
 
 
 @pytest.fixture(scope="module")
-def sgdm_reps():
-    return replicates(momentum=0.9)
+def sgdm_runs():
+    return with_replicates(momentum=0.9)
+
+
+@pytest.fixture(scope="module")
+def sgdm(sgdm_runs):
+    return sgdm_runs[0]
+
+
+@pytest.fixture(scope="module")
+def sgdm_reps(sgdm_runs):
+    return sgdm_runs[1]
 
 
 # ----------------------------------------------------------------------------- acceptance 1
@@ -147,8 +172,8 @@ def test_momentum_norm_and_risk_theory_at_the_effective_rate():
     # equilibrium to e^{−40}. 500 trials; the SE from 4 replicates of 125 (other seeds): measured ≈ 0.3% of the
     # risk and 0.05% of |X|², so 3% is ≥ 4 SE (asserted by check) and the replicates' pooled mean meets it too.
     alpha, steps = 0.7, 6000
-    main = run(seed=0, momentum=alpha, trials=500, steps=steps)
-    reps = [run(seed=2000 + r, momentum=alpha, trials=125, steps=steps) for r in range(4)]
+    main, *reps = fused([spec(seed=0, momentum=alpha, trials=500, steps=steps)] +
+                        [spec(seed=2000 + r, momentum=alpha, trials=125, steps=steps) for r in range(4)])
     r_star = theory.risk_stationary(theory.kappa(1.0, 2.0, 10, 1.0, LR / (1 - alpha), WD), 10)
     m_star = theory.norm_sq_equilibrium(10, 1.0, LR / (1 - alpha), WD)
     assert main.summary["risk_stationary"] == pytest.approx(r_star, rel=1e-12)
@@ -205,30 +230,37 @@ def test_corollary3_wrong_scaling_changes_risk(sgd, wrong):
 
 # ----------------------------------------------------------------------------- acceptance 2
 #
-# LR decay by 10 at mid-run. Phase 1 (η = 0.1) relaxes like e^{−0.004t}: at equilibrium long before
-# the decay. Phase 2 (η = 0.01) relaxes |X|⁴ like e^{−4λη't} = e^{−0.0004t}: from M² = 45 to
-# M*² = 4.5, the AU (∝ 1/M) is within 0.4% of the new equilibrium after 18 000 steps
-# (40.5·e^{−7.2}/4.5 = 0.7% in M²). Hence 40 000 steps with the decay at 20 000, and the "end"
-# window is steps 38 000–40 000. The per-record noise of au_rms, measured as the sd of the phase-1
-# tail records, is ≈ 0.75%; single-record checks use 4% (> 5 SE), 20-record window means 2%.
+# LR decay by 10 after 8000 steps. Phase 1 (η = 0.1) relaxes like e^{−4ληt} = e^{−0.004t} from |X₀|⁴ ≈ 100
+# (init_std 1) to M² = 45: at equilibrium to ~e^{−12} from step 3000, where the phase-1 window (steps
+# 3000–8000, 500 records) starts. Phase 2 (η = 0.01) relaxes |X|⁴ like e^{−4λη't} = e^{−0.0004t}: from
+# M² = 45 to M*² = 4.5, the AU (∝ 1/M) is within 0.4% of the new equilibrium after 18 000 steps
+# (40.5·e^{−7.2}/4.5 = 0.7% in M²). Hence 20 000 steps after the decay, 28 000 in all, and the "end"
+# window is the last 2000 steps. The per-record noise of au_rms, measured as the sd of the phase-1
+# records, is ≈ 0.75%; single-record checks use 4% (> 5 SE), 20-record window means 2%.
 
-DECAY_AT, DECAY_STEPS = 20_000, 40_000
+DECAY_AT, DECAY_STEPS = 8_000, 28_000
+PHASE1 = (DECAY_AT - 5000, DECAY_AT)   # 500 records at the old equilibrium
 OLD_EQ, NEW_EQ = math.sqrt(2 * WD * LR), math.sqrt(2 * WD * LR / 10)
 
 
-def decay_run(rescale: bool) -> smdengine.RunResult:
-    return run(seed=0, steps=DECAY_STEPS, record_every=10,
-               lr_schedule=[{"step": DECAY_AT, "lr_factor": 0.1, "rescale": rescale}])
+def decay_spec(rescale: bool) -> dict:
+    return spec(seed=0, steps=DECAY_STEPS, record_every=10,
+                lr_schedule=[{"step": DECAY_AT, "lr_factor": 0.1, "rescale": rescale}])
 
 
 @pytest.fixture(scope="module")
-def decay_plain():
-    return decay_run(False)
+def decay_runs():
+    return fused([decay_spec(False), decay_spec(True)])   # they differ only in the rescale
 
 
 @pytest.fixture(scope="module")
-def decay_rescaled():
-    return decay_run(True)
+def decay_plain(decay_runs):
+    return decay_runs[0]
+
+
+@pytest.fixture(scope="module")
+def decay_rescaled(decay_runs):
+    return decay_runs[1]
 
 
 def window(result, key, start, stop):
@@ -240,22 +272,22 @@ def record(result, key, step):
 
 
 def per_record_se(result) -> float:
-    """Relative sd of single au_rms records at the phase-1 equilibrium (steps 15 000–20 000)."""
-    values = window(result, "au_rms", 15_000, DECAY_AT)
+    """Relative sd of single au_rms records at the phase-1 equilibrium (PHASE1: steps 3000–8000)."""
+    values = window(result, "au_rms", *PHASE1)
     return statistics.stdev(values) / statistics.fmean(values)
 
 
 @pytest.mark.parametrize("which", ["plain", "rescaled"])
 def test_decay_phase1_at_old_equilibrium(which, decay_plain, decay_rescaled):
     result = decay_plain if which == "plain" else decay_rescaled
-    old = statistics.fmean(window(result, "au_rms", 15_000, DECAY_AT))
+    old = statistics.fmean(window(result, "au_rms", *PHASE1))
     se = per_record_se(result) * old / math.sqrt(500)  # 500 records, ≥ 10 steps apart
     check(old, OLD_EQ, 0.015, 4 * se, "phase-1 au_rms")  # (4·se: allow for correlation in time)
 
 
 def test_decay_without_rescale_au_drops_tenfold_then_climbs(decay_plain):
     res = decay_plain
-    old = statistics.fmean(window(res, "au_rms", 15_000, DECAY_AT))
+    old = statistics.fmean(window(res, "au_rms", *PHASE1))
     se = per_record_se(res)
     assert 0.04 >= 5 * se, se
     # right after the decay |X| is unchanged and the AU ≈ η|g|/|X| is a tenth of the old equilibrium
@@ -281,7 +313,7 @@ def test_decay_without_rescale_au_drops_tenfold_then_climbs(decay_plain):
 
 def test_decay_with_rescale_at_new_equilibrium_immediately(decay_rescaled):
     res = decay_rescaled
-    old = statistics.fmean(window(res, "au_rms", 15_000, DECAY_AT))
+    old = statistics.fmean(window(res, "au_rms", *PHASE1))
     first = record(res, "au_rms", DECAY_AT)
     assert first / old == pytest.approx(1 / math.sqrt(10), rel=0.04)
     assert first == pytest.approx(NEW_EQ, rel=0.04)
@@ -311,5 +343,5 @@ def test_decay_pseudo_overfitting_only_without_rescale(decay_plain, decay_rescal
     assert plain_min < 0.6 * r_new
     assert rescaled_min > 0.85 * r_new
     for res in (decay_plain, decay_rescaled):
-        end = statistics.fmean(window(res, "risk", 36_000, DECAY_STEPS))
+        end = statistics.fmean(window(res, "risk", DECAY_STEPS - 4000, DECAY_STEPS))
         assert end == pytest.approx(r_new, rel=0.05)

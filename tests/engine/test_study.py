@@ -171,10 +171,12 @@ def risk_tolerance(row) -> float:
 
 @pytest.mark.slow
 def test_stationary_risk_over_an_lr_weight_decay_grid():
-    children = expand_study(STUDY_ACCEPTANCE)
-    records = [ChildRecord(c.index, c.point, c.values, c.seed, "succeeded", c.spec.model_dump(mode="json"),
-                           **{k: v for k, v in smdengine.run(c.spec).to_document().items() if k in ("summary", "theory")})
-               for c in children]
+    # imported here: torch is not needed at import (test_study_serve imports this module)
+    from tests.presetruns import run_children
+
+    # the 16 children differ only in rates and scales: one fused batch (as the service and `smd study run` run
+    # them), bit for bit their runs alone (tests/engine/test_fused.py), the per-update overhead paid once
+    records, _ = run_children(expand_study(STUDY_ACCEPTANCE), fuse=True)
     rows = study_table(records)
     assert len(rows) == 16
     for row in rows:

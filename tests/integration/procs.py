@@ -23,21 +23,34 @@ def spawn(args: list[str], env: dict, log: Path, cwd: Path | None = None) -> sub
                             start_new_session=True)
 
 
-def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
-    """SIGTERM the process group, then SIGKILL whatever is left."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait(timeout=5)
+# What a fixture's teardown waits for a graceful exit before SIGKILL: the processes' data is thrown away, so
+# nothing needs their graceful shutdown (the scenarios that test one signal and wait themselves). A worker
+# that has run a job takes 5–10 s to exit on SIGTERM (`smd serve` waits 5 s for Celery's warm shutdown, then
+# SIGQUITs it and waits 5 s more), which every teardown would otherwise wait out.
+TEARDOWN_SECONDS = 2.0
+
+
+def stop(*procs: subprocess.Popen, timeout: float = 10) -> None:
+    """SIGTERM the process groups (all at once), then SIGKILL whatever is left of them after ``timeout``."""
+    alive = []
+    for proc in procs:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            alive.append(proc)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + timeout
+    for proc in alive:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for proc in alive:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=5)
 
 
 def group_members(pgid: int, needle: str) -> list[int]:
@@ -138,27 +151,29 @@ def smd(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProc
 
 
 @contextmanager
-def serve_for_alice_and_bob(tmp: Path, **settings: str) -> Iterator[tuple[dict, dict, str, Path]]:
+def serve_for_alice_and_bob(tmp: Path, *, bob: bool = True, **settings: str) -> Iterator[tuple[dict, dict, str, Path]]:
     """A real `smd serve` (embedded SQLite and filesystem broker, auth on, ``SMD_*`` ``settings`` on top)
     with users alice and bob, whose work quota is 10⁶, and their keys made by `smd keys create`. Yields
-    (env for remote commands as alice, the same as bob, base URL, the folder with serve.log)."""
+    (env for remote commands as alice, the same as bob, base URL, the folder with serve.log). ``bob=False``:
+    alice alone (bob's env is then empty), two CLI runs instead of five (~1 s each)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMD_")}
     env.update(SMD_PORT=str(port), SMD_STATE_DIR=str(tmp / "state"), SMD_AUTH="on", SMD_FLUSH_SECONDS="0.3",
                SMD_SWEEP_SECONDS="0.5", **settings)
     keys = {}
-    for name in ("alice", "bob"):
+    for name in ("alice", "bob") if bob else ("alice",):
         smd_cli(env, "users", "create", name)
         keys[name] = smd_cli(env, "keys", "create", name).strip()
-    smd_cli(env, "users", "quota", "bob", "--max-work", "1000000")
+    if bob:
+        smd_cli(env, "users", "quota", "bob", "--max-work", "1000000")
     proc = spawn([sys.executable, "-m", "smdcli.main", "serve"], env, tmp / "serve.log")
     base = f"http://127.0.0.1:{port}"
     try:
         wait_http(f"{base}/healthz", proc, tmp / "serve.log")
-        yield ({**env, "SMD_URL": base, "SMD_KEY": keys["alice"]}, {**env, "SMD_URL": base, "SMD_KEY": keys["bob"]},
-               base, tmp)
+        yield ({**env, "SMD_URL": base, "SMD_KEY": keys["alice"]},
+               {**env, "SMD_URL": base, "SMD_KEY": keys["bob"]} if bob else {}, base, tmp)
     finally:
-        stop(proc)
+        stop(proc, timeout=TEARDOWN_SECONDS)
 
 
 class Processes:
@@ -190,9 +205,8 @@ class Processes:
         return "\n".join(f"--- {p.name}\n{p.read_text()[-tail:]}" for p in sorted(self.tmp.glob("*.log")))
 
     def close(self) -> None:
-        for proc in [self.api, *self.workers.values()]:
-            if proc is not None:
-                stop(proc)
+        """At the end of a test (its data is thrown away): no graceful shutdown awaited beyond TEARDOWN_SECONDS."""
+        stop(*[proc for proc in [self.api, *self.workers.values()] if proc is not None], timeout=TEARDOWN_SECONDS)
 
 
 def submit(stack, spec: dict) -> str:

@@ -12,7 +12,7 @@ import pytest
 from store import jobs
 from tests.conftest import REPO, small_spec
 from tests.dbutil import session_scope
-from tests.integration.procs import group_members, spawn, stop, wait_http, wait_status
+from tests.integration.procs import TEARDOWN_SECONDS, group_members, spawn, stop, wait_http, wait_status
 from tests.servers import free_port
 
 pytestmark = pytest.mark.integration   # and serial: tests/conftest.py SERIAL_MODULES
@@ -31,7 +31,7 @@ def embedded(tmp_path):
         wait_http(f"{base}/healthz", proc, log, timeout=300)  # make may first install the venv
         yield base, proc, tmp_path
     finally:
-        stop(proc)
+        stop(proc, timeout=TEARDOWN_SECONDS)
 
 
 def test_make_run_end_to_end(embedded):
@@ -87,7 +87,8 @@ def test_restarted_service_loses_nothing(embedded):
     and started again on the same state directory while a job runs and another waits: both
     complete, the first resumed from its checkpoint by attempt 2."""
     base, proc, tmp = embedded
-    spec = small_spec(trials=256, steps=40_000, record_every=200)
+    # ~2.5 s of updates on an idle machine: the stop comes right after its first checkpoint (0.5 s in)
+    spec = small_spec(trials=256, steps=20_000, record_every=200)
     running = httpx.post(f"{base}/v1/experiments", json=spec).json()["id"]
     waiting = httpx.post(f"{base}/v1/experiments", json=small_spec()).json()["id"]
     wait_status(base, running, {"running"}, timeout=60)
@@ -115,6 +116,6 @@ def test_restarted_service_loses_nothing(embedded):
         assert attempts[0]["outcome"] in ("released", "lost") and attempts[1]["outcome"] == "succeeded"
         assert attempts[1]["resumed_from_step"] and attempts[1]["resumed_from_step"] > 0
         doc = httpx.get(f"{base}/v1/experiments/{running}/results").json()
-        assert doc["series"]["step"] == [*range(0, 40_000, 200), 40_000]
+        assert doc["series"]["step"] == [*range(0, 20_000, 200), 20_000]
     finally:
-        stop(again)
+        stop(again, timeout=TEARDOWN_SECONDS)

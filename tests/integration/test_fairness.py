@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.conftest import POSTGRES_ONLY, small_spec
-from tests.integration.procs import smd_cli, spawn, stop, wait_http
+from tests.integration.procs import TEARDOWN_SECONDS, smd_cli, spawn, stop, wait_http
 from tests.servers import free_port
 
 pytestmark = pytest.mark.integration   # and serial: tests/conftest.py SERIAL_MODULES
@@ -42,8 +42,7 @@ def stack(tmp_path, redis_url, database_url):
         wait_http(f"{base}/healthz", api, tmp_path / "api.log")
         yield base, keys, tmp_path
     finally:
-        stop(api)
-        stop(worker)
+        stop(api, worker, timeout=TEARDOWN_SECONDS)
 
 
 def logs(folder) -> str:

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from tests.conftest import small_spec
-from tests.integration.procs import spawn, stop, wait_http, wait_status
+from tests.integration.procs import TEARDOWN_SECONDS, spawn, stop, wait_http, wait_status
 from tests.servers import free_port
 
 pytestmark = pytest.mark.integration
@@ -31,8 +31,7 @@ def service(tmp_path, redis_url, database_url):
         wait_http(f"{base}/healthz", api, tmp_path / "api.log")
         yield base, {"worker": worker, "api": api, "logs": tmp_path}
     finally:
-        stop(api)
-        stop(worker)
+        stop(api, worker, timeout=TEARDOWN_SECONDS)
 
 
 def test_submit_poll_results_plot(service):

@@ -104,7 +104,7 @@ def test_attempt_given_up_in_a_long_outage_does_not_count(sqlite_settings, monke
         lapse = as_utc(row.lease_expires_at)
     time.sleep(max(0.0, (lapse - utcnow()).total_seconds()) + 0.1)
     # the database is back; the sweeper of this process saw the outage: the attempt does not count
-    assert jobs.expire_leases(settings.db_url, 1, outage=retry.journal.covers) == [exp]
+    assert jobs.expire_leases(settings.db_url, 1, outage=retry.journal.covered_ago) == [exp]
     with session_scope(settings.db_url) as s:
         assert s.get(Experiment, exp).status == "queued"
         assert [a.outcome for a in jobs.attempts(s, exp)] == ["interrupted"]
