@@ -42,3 +42,7 @@ def warm() -> None:
     start, where clients would see the job running at step 0 for that long."""
     git_commit()
     smdengine.engine_version()
+    # the simulators (and torch) that fuse_key loads right after a claim, while the new lease runs: a cold
+    # import there took seconds on a loaded host and lapsed 3 s leases before their attempts started
+    for spec in ({"kind": "nrq"}, {"kind": "sde", "params": {"model": "nrq"}}, {"kind": "train"}):
+        smdengine.fuse_key(spec)
