@@ -9,7 +9,9 @@ theory (the formulas of docs/theory.md, by code), the ``measured`` value from th
 - ``reproduced`` when |measured − predicted| ≤ tolerance (a one-sided claim says so in its rule);
 - ``inconclusive`` when a child it needs is missing or failed, or when the tolerance is wider than the
   effect being tested (each check names its effect);
-- ``not_reproduced`` otherwise.
+- ``not_reproduced`` otherwise;
+- ``finding`` when the check names a known cause for not holding on this model and every diagnostic check
+  that shows it is reproduced (:mod:`smdengine.presets._checks`).
 
 Importing this package imports no torch (nor scipy: theory is imported when checks are evaluated).
 """

@@ -85,7 +85,7 @@ class Outcome:
     note: str | None = None
     sense: str = "equal"
     finding: str | None = None             # the cause, if the claim does not hold on this model (module note)
-    diagnostics: tuple[str, ...] = ()      # the checks that must be reproduced for the finding to stand
+    diagnostics: tuple[str, ...] = ()      # the checks that show it (for a finding: that must be reproduced)
 
     def __post_init__(self) -> None:
         if self.finding is not None and not self.diagnostics:
@@ -221,20 +221,22 @@ def run_checks(checks: Sequence[CheckDef], evaluator: Evaluator, children: Seque
 def resolve_findings(rows: list[dict], outcomes: Mapping[str, Outcome]) -> list[dict]:
     """Turn ``not_reproduced`` into ``finding`` where the outcome names a cause and every one of its diagnostic
     checks is ``reproduced`` (in ``rows``, by id); the note then opens with the cause. Where a diagnostic is
-    not reproduced (or absent), the verdict stays and the note says so. Rows are updated in place and returned."""
+    not reproduced (or absent) the verdict stays and the note says so; the note of any other row that is not
+    reproduced and names diagnostics lists their verdicts. Rows are updated in place and returned."""
     verdicts = {row["id"]: row["verdict"] for row in rows}
     for row in rows:
         outcome = outcomes.get(row["id"])
-        if outcome is None or outcome.finding is None or row["verdict"] != "not_reproduced":
+        if outcome is None or not outcome.diagnostics or row["verdict"] == "reproduced":
             continue
-        missing = [d for d in outcome.diagnostics if verdicts.get(d) != "reproduced"]
-        if not missing:
-            shown = ", ".join(outcome.diagnostics)
-            row["verdict"] = "finding"
-            row["note"] = "; ".join(n for n in (f"finding: {outcome.finding} (shown by {shown}, reproduced)",
-                                                row["note"]) if n)
+        states = {d: verdicts.get(d, "absent") for d in outcome.diagnostics}
+        listed = ", ".join(f"{d} {v}" for d, v in states.items())
+        if outcome.finding is not None and row["verdict"] == "not_reproduced":
+            if all(v == "reproduced" for v in states.values()):
+                row["verdict"] = "finding"
+                row["note"] = "; ".join(n for n in (f"finding: {outcome.finding} (shown by {listed})", row["note"]) if n)
+            else:
+                row["note"] = "; ".join(n for n in (row["note"], f"the known cause ({outcome.finding}) is not shown: "
+                                                    f"diagnostic {listed}") if n)
         else:
-            why = ", ".join(f"{d} {verdicts.get(d, 'absent')}" for d in missing)
-            row["note"] = "; ".join(n for n in (row["note"], f"the known cause ({outcome.finding}) is not shown: "
-                                                f"diagnostic {why}") if n)
+            row["note"] = "; ".join(n for n in (row["note"], f"diagnostic {listed}") if n)
     return rows

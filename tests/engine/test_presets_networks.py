@@ -122,9 +122,12 @@ def test_full_batch_one_sided_verdicts():
     assert checks["oscillation"]["verdict"] == "not_reproduced" and checks["stable-after"]["verdict"] == "not_reproduced"
 
 
-@pytest.mark.parametrize(("slope", "expected"), [(0.01, "reproduced"), (-0.01, "not_reproduced")])
-def test_decay_time_plateau_and_trend(slope, expected):
-    """The plateau is predicted as τ·x_b(k), k = (|w₀|/|w*|)⁴ at the first record; the trend is over the t_d after it."""
+@pytest.mark.parametrize(("slope", "memorised", "expected"), [(0.01, 0.0, "reproduced"), (-0.01, 0.0, "not_reproduced"),
+                                                          (-0.01, 0.01, "finding")])
+def test_decay_time_plateau_and_trend(slope, memorised, expected):
+    """The plateau is predicted as τ·x_b(k), k = (|w₀|/|w*|)⁴ at the first record, and measured as the AU's entry
+    into the band; the trend is over the t_d after it. A falling trend is a finding only where the train accuracy
+    at the decay rises with t_d (acc-trend-cause: noisy labels memorised)."""
     k = 16.0
     p = expand_study(preset_study("train-decay-time", "quick"))[0].spec.params
     tau = 1 / (4 * p.lr * p.weight_decay)
@@ -133,19 +136,25 @@ def test_decay_time_plateau_and_trend(slope, expected):
     def document(c):
         p = c.spec.params
         t_d = p.phases()[1].start
-        steps = list(range(0, p.total_steps, p.record_every))
+        r = p.record_every
+        steps = [*range(0, p.total_steps, r), p.total_steps]
+        scale = tau * (1 + 0.01 * (c.seed % 2))
+        au = [formula_au(p) * (1 + (k - 1) * math.exp(-(n + (r - 1) / 2) / scale)) ** -0.5 for n in steps[:-1]]
         layers = {"l0": {"norm": [2.0] + [1.0] * (len(steps) - 1), "norm_theory": [2.0 / k ** 0.25] * len(steps),
-                         "unit_grad_sq": [1.0] * len(steps)}}
+                         "unit_grad_sq": [*([1.0] * (len(steps) - 1)), None], "au_rms": [*au, None]}}
         acc = 0.9 + slope * math.log2(t_d) + 0.001 * (c.seed % 2)
-        return {"series": {"step": steps, "train_acc": [0.8] * len(steps)}, "layers": layers,
+        train = 0.8 + memorised * math.log2(t_d) + 0.001 * (c.seed % 3)
+        return {"series": {"step": steps, "train_acc": [*([train] * (len(steps) - 1)), None]}, "layers": layers,
                 "summary": {"test_acc_final": acc, "equilibrium_steps_phase0": round(plateau) + 10 * (c.seed % 2)}}
 
     checks = verdicts("train-decay-time", *made("train-decay-time", document))
     assert checks["plateau"]["predicted"] == pytest.approx(plateau, rel=1e-12)
+    assert checks["plateau"]["measured"] == pytest.approx(plateau, rel=0.02)
     assert checks["plateau"]["verdict"] == "reproduced"
     after = [t for t in exploratory.DECAY_STEPS if t >= plateau]
     assert len(after) < len(exploratory.DECAY_STEPS) and str(after) in checks["acc-trend"]["note"]
     assert checks["acc-trend"]["verdict"] == expected and checks["acc-trend"]["measured"] == pytest.approx(slope)
+    assert checks["acc-trend-cause"]["verdict"] == ("reproduced" if memorised else "not_reproduced")
 
 
 # ----------------------------------------------------------------------------- a reduced run
