@@ -12,7 +12,7 @@ from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -79,6 +79,12 @@ def check_auth(settings: Settings) -> None:
                          f"smd keys create NAME) and keep auth on")
 
 
+def process_app() -> FastAPI:
+    """The app of one of several API processes (SMD_API_WORKERS, smdcli.serve.run_api): settings from the
+    environment, the schema already migrated by the process that started them."""
+    return create_app(get_settings(), migrate=False)
+
+
 def create_app(settings: Settings | None = None, *, migrate: bool = True) -> FastAPI:
     """The app. ``migrate``: apply the migrations at start-up (every schema change is a migration);
     ``smd serve``, which has already applied them for its worker too, passes False."""
@@ -91,7 +97,10 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
             upgrade_head(settings.db_url)
         if settings.auth == "off":  # create the local user now, not racing in concurrent first requests
             # in a thread: a store call may wait for the database (store.retry), never on the event loop
-            await anyio.to_thread.run_sync(local_user, settings.db_url)
+            try:
+                await anyio.to_thread.run_sync(local_user, settings.db_url)
+            except IntegrityError:   # another API process (SMD_API_WORKERS) created it at the same moment
+                await anyio.to_thread.run_sync(local_user, settings.db_url)
         sweeper = Sweeper(settings).start() if settings.sweeper else None
         try:
             yield

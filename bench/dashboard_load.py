@@ -46,6 +46,11 @@ Everything shares the machine: on 2 cores the client's own CPU time is part of w
 
     .venv/bin/python bench/dashboard_load.py [--dashboards 50,200,500 --duration 25 --jobs 1]
     .venv/bin/python bench/dashboard_load.py --dashboards 200 --duration 10   # quick check
+    .venv/bin/python bench/dashboard_load.py --api-workers 1                  # the single-process baseline
+    .venv/bin/python bench/dashboard_load.py --url http://api-host:8000 --key KEY [--api-pid PID]
+                                              # a running server (PostgreSQL, Redis, workers elsewhere)
+
+With SMD_API_WORKERS > 1 the API's CPU is that of all its processes.
 """
 from __future__ import annotations
 
@@ -114,9 +119,10 @@ class Phase:
 class Dashboard:
     """One open experiment page: its own connection, the last ETags and the last step it has seen."""
 
-    def __init__(self, base: str, job_id: str, stats: dict[str, Stats]):
+    def __init__(self, base: str, job_id: str, stats: dict[str, Stats], headers: dict[str, str] | None = None):
         limits = httpx.Limits(max_connections=1, max_keepalive_connections=1, keepalive_expiry=KEEPALIVE)
-        self.client = httpx.AsyncClient(base_url=base, timeout=TIMEOUT, limits=limits, verify=False)
+        self.client = httpx.AsyncClient(base_url=base, timeout=TIMEOUT, limits=limits, verify=False,
+                                        headers=headers or {})
         self.path, self.stats = f"/v1/experiments/{job_id}", stats
         self.etags: dict[str, str] = {}
         self.last_step: int | None = None
@@ -184,11 +190,27 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def cpu_parts(api_pid: int) -> dict[str, float]:
-    """CPU seconds so far of the API process, of the worker (its processes) and of this client."""
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def cpu_parts(api_pid: int | None) -> dict[str, float]:
+    """CPU seconds so far of the API (its process and, with SMD_API_WORKERS > 1, its uvicorn processes),
+    of the worker (`smd serve`'s embedded worker and its pool) and of this client; without a local server
+    (--url), the client's only."""
     times = os.times()
-    return {"api": cpu_seconds(api_pid), "worker": sum(cpu_seconds(p) for p in descendants(api_pid)),
-            "client": times.user + times.system}
+    out = {"client": times.user + times.system}
+    if api_pid is None:
+        return out
+    below = descendants(api_pid)
+    workers = {p for p in below if "smdcli.main worker" in cmdline(p)}
+    workers |= {d for w in list(workers) for d in descendants(w)}
+    out["api"] = cpu_seconds(api_pid) + sum(cpu_seconds(p) for p in below if p not in workers)
+    out["worker"] = sum(cpu_seconds(p) for p in workers)
+    return {"api": out["api"], "worker": out["worker"], "client": out["client"]}
 
 
 async def wait_jobs(client: httpx.AsyncClient, ids: list[str], done, timeout: float, what: str) -> list[dict]:
@@ -203,9 +225,9 @@ async def wait_jobs(client: httpx.AsyncClient, ids: list[str], done, timeout: fl
         await asyncio.sleep(0.3)
 
 
-async def phase(args, base: str, api_pid: int, n: int, seed: int, duration: float) -> Phase:
+async def phase(args, base: str, api_pid: int | None, n: int, seed: int, duration: float) -> Phase:
     # a long timeout: after an overloaded phase the server may still be working off abandoned requests
-    async with httpx.AsyncClient(base_url=base, timeout=300.0) as client:
+    async with httpx.AsyncClient(base_url=base, timeout=300.0, headers=auth_headers(args)) as client:
         ids = []
         for j in range(args.jobs):
             r = await client.post("/v1/experiments", json=job_spec(args.steps, seed + j))
@@ -221,7 +243,7 @@ async def phase(args, base: str, api_pid: int, n: int, seed: int, duration: floa
             steps0 = sum(s["step"] for s in running)
 
         stats = {name: Stats() for name in ENDPOINTS}
-        dashboards = [Dashboard(base, ids[i % len(ids)], stats) for i in range(n)]
+        dashboards = [Dashboard(base, ids[i % len(ids)], stats, auth_headers(args)) for i in range(n)]
         try:
             cpu0, t0 = cpu_parts(api_pid), time.monotonic()
             start = t0 + 0.05
@@ -263,8 +285,9 @@ def print_phase(p: Phase) -> None:
     if kinds:
         print("errors: " + ", ".join(f"{kind} × {count}" for kind, count in kinds.items()))
     requests = len(rows[-1][1])
-    print("CPU (cores): " + ", ".join(f"{part} {cores:.2f}" for part, cores in p.cpu.items())
-          + f"; API {p.cpu['api'] * p.elapsed / max(1, requests) * 1e3:.2f} ms CPU per request"
+    per_request = (f"; API {p.cpu['api'] * p.elapsed / max(1, requests) * 1e3:.2f} ms CPU per request"
+                   if "api" in p.cpu else "; API CPU not measured (a server elsewhere)")
+    print("CPU (cores): " + ", ".join(f"{part} {cores:.2f}" for part, cores in p.cpu.items()) + per_request
           + f"; load average {load_average()}")
     if p.note:
         print(p.note)
@@ -295,21 +318,27 @@ def print_summary(phases: list[Phase], jobs: int) -> bool:
     return ok
 
 
-async def bench(args, base: str, proc: subprocess.Popen, log: Path) -> list[Phase]:
-    t = time.monotonic()
-    await wait_ready(base, proc, log, args.startup_timeout)
-    print(f"smd serve ready after {time.monotonic() - t:.1f} s", flush=True)
+def auth_headers(args) -> dict[str, str]:
+    return {"Authorization": f"Bearer {args.key}"} if args.key else {}
+
+
+async def bench(args, base: str, proc: subprocess.Popen | None, log: Path | None) -> list[Phase]:
+    if proc is not None and log is not None:
+        t = time.monotonic()
+        await wait_ready(base, proc, log, args.startup_timeout)
+        print(f"smd serve ready after {time.monotonic() - t:.1f} s", flush=True)
+    pid = proc.pid if proc is not None else args.api_pid
     if args.warmup > 0:
         n = max(args.dashboards)
         print(f"warm-up: {n} dashboards for {args.warmup:g} s (not counted) ...", flush=True)
-        await phase(args, base, proc.pid, n, seed=10_000, duration=args.warmup)
+        await phase(args, base, pid, n, seed=10_000, duration=args.warmup)
     phases = []
     for k, n in enumerate(args.dashboards):
         print(f"\nN = {n} dashboards, {args.jobs} job(s) running, {args.duration:g} s, "
               f"a poll every {args.period:g} s; load average {load_average()} ...", flush=True)
-        phases.append(await phase(args, base, proc.pid, n, seed=100 * k, duration=args.duration))
+        phases.append(await phase(args, base, pid, n, seed=100 * k, duration=args.duration))
         print_phase(phases[-1])
-        if proc.poll() is not None:
+        if proc is not None and proc.poll() is not None:
             raise RuntimeError(f"smd serve died (exit code {proc.returncode}); log:\n{tail(log)}")
     return phases
 
@@ -331,6 +360,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="WARNING", help="SMD_LOG_LEVEL of smd serve (default WARNING)")
     parser.add_argument("--startup-timeout", type=float, default=120.0, help="seconds to wait for readiness")
     parser.add_argument("--strict", action="store_true", help="exit 1 when the target at N = 200 is missed")
+    parser.add_argument("--api-workers", type=int, default=None,
+                        help="SMD_API_WORKERS of the smd serve started here (default: its default, the cores)")
+    parser.add_argument("--url", default=None,
+                        help="poll this running server instead of starting smd serve (any database: PostgreSQL "
+                             "too); it needs a worker for --jobs. Its CPU is measured only with --api-pid")
+    parser.add_argument("--key", default=None, help="API key for --url (Authorization: Bearer)")
+    parser.add_argument("--api-pid", type=int, default=None,
+                        help="with --url: the local `smd api`/`smd serve` process whose CPU (and its children's) "
+                             "to measure")
     args = parser.parse_args(argv)
     try:
         args.dashboards = [int(x) for x in args.dashboards.split(",") if x.strip()]
@@ -342,11 +380,20 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"bench/dashboard_load.py: python {sys.version.split()[0]}, {os.cpu_count()} CPUs, httpx "
           f"{httpx.__version__}; load average at start {load_average()}", flush=True)
+    if args.url:
+        print(f"server: {args.url} (not started here)", flush=True)
+        phases = asyncio.run(bench(args, args.url.rstrip("/"), None, None))
+        ok = print_summary(phases, args.jobs)
+        print(f"load average at the end {load_average()}")
+        return 1 if args.strict and not ok else 0
     with tempfile.TemporaryDirectory(prefix="smd-dashboards-") as state:
         port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("SMD_")}
         env.update(SMD_STATE_DIR=state, SMD_PORT=str(port), SMD_HOST="127.0.0.1", SMD_AUTH="off",
                    SMD_LOG_LEVEL=args.log_level, SMD_WORKER_CONCURRENCY=str(max(1, args.jobs)), PYTHONUNBUFFERED="1")
+        if args.api_workers is not None:
+            env["SMD_API_WORKERS"] = str(args.api_workers)
+        print(f"smd serve: SMD_API_WORKERS={env.get('SMD_API_WORKERS', 'default (cores)')}", flush=True)
         log = Path(state) / "serve.log"
         with open(log, "wb") as out:
             proc = subprocess.Popen([sys.executable, "-m", "smdcli.main", "serve"], cwd=ROOT, env=env,

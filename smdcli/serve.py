@@ -37,9 +37,26 @@ def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None, *
             if on_shutdown is not None:
                 await asyncio.to_thread(on_shutdown)
 
-    config = uvicorn.Config(create_app(settings, migrate=migrate), host=settings.host, port=settings.port,
-                            log_level=settings.log_level.lower())
-    Server(config).run()
+    if settings.api_workers == 1:
+        config = uvicorn.Config(create_app(settings, migrate=migrate), host=settings.host, port=settings.port,
+                                log_level=settings.log_level.lower())
+        Server(config).run()
+        return 0
+    # several processes on one socket (uvicorn's supervisor); each builds the app from the same SMD_*
+    # environment (api.main.process_app). The schema is migrated once, here, before they start.
+    if migrate:
+        from store.migrate import upgrade_head
+
+        upgrade_head(settings.db_url)
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config("api.main:process_app", factory=True, host=settings.host, port=settings.port,
+                            workers=settings.api_workers, log_level=settings.log_level.lower())
+    try:
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
+    finally:
+        if on_shutdown is not None:
+            on_shutdown()
     return 0
 
 

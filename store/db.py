@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, make_url, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from store import retry
@@ -102,6 +103,52 @@ def transaction(fn: Callable[Concatenate[Session, P], T]) -> Callable[Concatenat
         return run(db, work)
 
     return unit_of_work
+
+
+MIN_FREE_BYTES = 1 << 20   # below this, an SQLite database's disk is full for every practical write
+PROBE_BYTES = 1 << 16      # the write the probes try: more than a page, as a series chunk or a checkpoint is
+
+
+def write_trouble(url: str, hold_seconds: float = 60.0) -> str | None:
+    """Why the database cannot take writes now (None: no sign). A read (:func:`ping`) answers on a full
+    disk, and small writes (a lease renewal) often still fit where a series chunk does not, so: SQLite's
+    file system has less than MIN_FREE_BYTES free; or a write of PROBE_BYTES, rolled back, fails for want
+    of space (PostgreSQL's DiskFull, SQLite's "database or disk is full"); or a write of this process
+    failed so within the last ``hold_seconds`` (store.retry's journal: on PostgreSQL the probe can land in
+    free pages of its table while the disk is full). Raises when the database cannot be reached."""
+    if url.startswith("sqlite"):
+        path = make_url(url).database
+        if path and path != ":memory:":
+            try:
+                free = shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+            except OSError:
+                free = MIN_FREE_BYTES
+            if free < MIN_FREE_BYTES:
+                return f"disk full: {free} bytes free on the file system of the SQLite database"
+    try:
+        with retry.patience(0):
+            _probe_write(url)
+    except Exception as exc:
+        if retry.is_disk_full(exc):
+            retry.journal.failed(exc)
+            return "disk full: the database refused a write for want of space"
+        raise
+    ago = retry.journal.disk_full_ago()
+    if ago is not None and ago <= hold_seconds:
+        return f"disk full: a write failed for want of space {ago:.0f} s ago"
+    return None
+
+
+def _probe_write(url: str) -> None:
+    def work(session: Session) -> None:
+        session.execute(text("INSERT INTO write_probe (data) VALUES (:data)"), {"data": bytes(PROBE_BYTES)})
+        session.flush()
+        session.rollback()   # nothing stays: only whether the space could be had
+    with _sessions(url)() as session:
+        try:
+            work(session)
+        finally:
+            session.rollback()
 
 
 @transaction

@@ -206,21 +206,38 @@ def _try_claim(session: Session, candidate: str, worker: str, lease_seconds: flo
     return Claim(candidate, attempt, owner)
 
 
+@dataclass(frozen=True)
+class Fusable:
+    """What a claimer of a study's child needs to size its batch (:func:`fusion_candidates`)."""
+
+    candidates: list[tuple[str, dict[str, Any]]]   # (id, spec) of siblings that could share its batch
+    open: int = 0                                   # the study's children queued or running, this one included
+    queue: str = ""
+    study_id: str | None = None
+
+
 @transaction
-def fusion_candidates(session: Session, claim: Claim, limit: int) -> list[tuple[str, dict[str, Any]]]:
-    """(id, spec) of at most ``limit`` claimable, never started children of the claimed job's study,
-    in the study's order, when the claimed job is such a child on its first attempt and its study lets
-    its children run fused (the study option ``fuse``, default true); [] otherwise. The worker picks
-    the ones that can share its batch and claims each (:func:`claim_next` with its id)."""
+def fusion_candidates(session: Session, claim: Claim, limit: int) -> Fusable:
+    """The (id, spec) of at most ``limit`` claimable children of the claimed job's study that stand where it
+    stands: never started if it starts fresh, or with a checkpoint at the same step as its own (the members
+    of a fused batch checkpoint together, so a lost batch resumes as one), in the study's order, when the
+    claimed job is such a child and its study lets its children run fused (the study option ``fuse``,
+    default true); none otherwise. The worker picks the ones that can share its batch and claims each
+    (:func:`claim_next` with its id)."""
     row = session.execute(select(Experiment.study_id, Experiment.queue).where(_held(claim))).one_or_none()
-    if row is None or row.study_id is None or claim.attempt != 1 or limit < 1:
-        return []
+    if row is None or row.study_id is None or limit < 1:
+        return Fusable([], queue=row.queue if row else "")
     if not (session.scalars(select(Study.spec).where(Study.id == row.study_id)).one_or_none() or {}).get("fuse", True):
-        return []
+        return Fusable([], queue=row.queue, study_id=row.study_id)
+    step = session.scalar(select(Checkpoint.step).where(Checkpoint.experiment_id == claim.experiment_id))
+    same_start = Checkpoint.step.is_(None) if step is None else Checkpoint.step == step
     rows = session.execute(select(Experiment.id, Experiment.spec)
-                           .where(Experiment.study_id == row.study_id, claimable([row.queue]), Experiment.attempts == 0)
+                           .outerjoin(Checkpoint, Checkpoint.experiment_id == Experiment.id)
+                           .where(Experiment.study_id == row.study_id, claimable([row.queue]), same_start)
                            .order_by(Experiment.study_index).limit(limit)).all()
-    return [(r.id, r.spec) for r in rows]
+    open_ = session.scalar(select(func.count()).select_from(Experiment)
+                           .where(Experiment.study_id == row.study_id, Experiment.status.in_(ACTIVE)))
+    return Fusable([(r.id, r.spec) for r in rows], int(open_ or 0), row.queue, row.study_id)
 
 
 @transaction
@@ -378,6 +395,20 @@ def release(session: Session, claim: Claim) -> None:
                  .values(status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=db_now(),
                          **_BUMP)) == 1:
         _end_attempt(session, claim.experiment_id, claim.attempt, "released")
+
+
+@transaction
+def interrupt(session: Session, claim: Claim) -> bool:
+    """Give a claimed job back to the queue because its worker gave its attempt up for a database outage
+    (a full disk, whose small writes often still go through): the attempt ends ``interrupted`` and does
+    not count toward SMD_MAX_ATTEMPTS, and the job resumes from its checkpoint in a new attempt. No-op if
+    not held; returns whether it was."""
+    if _rowcount(session, update(Experiment).where(_held(claim))
+                 .values(status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=db_now(),
+                         **_BUMP)) != 1:
+        return False
+    _end_attempt(session, claim.experiment_id, claim.attempt, "interrupted")
+    return True
 
 
 def _end_attempt(session: Session, experiment_id: str, number: int, outcome: str) -> None:

@@ -244,3 +244,26 @@ class Checkpoint(Base):
     n_points: Mapped[int] = mapped_column(Integer)
     data: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=db_now())   # store.clock
+
+
+class WorkerProcess(Base):
+    """A worker process that can claim jobs (store.workers): a row while it lives, renewed on the database's
+    clock; ``busy`` while it runs a job or a fused batch (of ``study_id``'s children, if a study's)."""
+
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(240), primary_key=True)   # "<worker name>/<pid>"
+    queues: Mapped[str] = mapped_column(String(200))                  # comma-separated
+    busy: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    study_id: Mapped[str | None] = mapped_column(String(32))          # the study of the job it runs, if any
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=db_now())
+    seen_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=db_now(), index=True)
+
+
+class WriteProbe(Base):
+    """Always empty: the probes insert a row here and roll it back (store.db.write_trouble)."""
+
+    __tablename__ = "write_probe"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    data: Mapped[bytes | None] = mapped_column(LargeBinary)

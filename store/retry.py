@@ -54,9 +54,12 @@ T = TypeVar("T")
 FIRST_DELAY = 0.05   # seconds before the second try; doubled after each failure
 MAX_DELAY = 2.0      # cap of the backoff: a database that is back is noticed within about this
 
-# SQLSTATEs that mean "the server is (re)starting, stopping or refusing connections", not "your
-# statement is wrong": admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections.
-_TRANSIENT_SQLSTATES = {"57P01", "57P02", "57P03", "53300"}
+# SQLSTATEs that mean "the server is (re)starting, stopping, refusing connections or out of disk", not
+# "your statement is wrong": admin_shutdown, crash_shutdown, cannot_connect_now, too_many_connections,
+# disk_full. A full disk is an outage like the others: the same write succeeds once space is freed.
+DISK_FULL_SQLSTATE = "53100"
+_TRANSIENT_SQLSTATES = {"57P01", "57P02", "57P03", "53300", DISK_FULL_SQLSTATE}
+SQLITE_FULL = "database or disk is full"   # SQLITE_FULL's message: the disk, or max_page_count, is full
 
 _patience: ContextVar[float | None] = ContextVar("smd_db_patience", default=None)
 _inside: ContextVar[bool] = ContextVar("smd_db_retry_inside", default=False)
@@ -79,10 +82,12 @@ def is_transient(exc: BaseException) -> bool:
 def _driver_transient(orig: BaseException | None) -> bool:
     """A DBAPI error that is connection-level. psycopg (3) and psycopg2 report a failed, refused or
     cut connection as an OperationalError without SQLSTATE, or with class 08 (connection
-    exception) or one of _TRANSIENT_SQLSTATES; SQLite has no connection to lose."""
+    exception) or one of _TRANSIENT_SQLSTATES; SQLite has no connection to lose, but its disk can fill."""
     if orig is None:
         return False
     module = type(orig).__module__ or ""
+    if module.startswith("sqlite3"):
+        return SQLITE_FULL in str(orig)
     if not module.startswith(("psycopg", "psycopg2")):
         return False
     names = {cls.__name__ for cls in type(orig).__mro__}
@@ -158,6 +163,7 @@ class Outage:
     last_failure: float
     back: float | None = None
     failures: int = 1
+    disk_full: bool = False   # the last failure said the disk is full (the database answers, but cannot write)
 
     def covers(self, when: float) -> bool:
         """Whether ``when`` falls in the time the database may have been unreachable."""
@@ -173,6 +179,7 @@ class Journal:
         self._clear()
 
     def _clear(self) -> None:
+        self._disk_full_at: float | None = None
         self._last_ok = time.monotonic()
         self._up_since = self._last_ok
         self.outages.clear()
@@ -185,13 +192,17 @@ class Journal:
         now = time.monotonic()
         with self._lock:
             outage = self.current
+            full = is_disk_full(exc)
+            if full:
+                self._disk_full_at = now
             if outage is None:
-                self.outages.append(Outage(last_ok=self._last_ok, first_failure=now, last_failure=now))
+                self.outages.append(Outage(last_ok=self._last_ok, first_failure=now, last_failure=now, disk_full=full))
                 first = True
             else:
                 outage.last_failure, outage.failures, first = now, outage.failures + 1, False
+                outage.disk_full = full
         if first:
-            log.warning("database unreachable (%s)", _short(exc))
+            log.warning("database %s (%s)", "disk full" if full else "unreachable", _short(exc))
 
     def answered(self) -> None:
         now = time.monotonic()
@@ -204,6 +215,11 @@ class Journal:
             self._up_since = now
         log.warning("database reachable again after %.1f s (%d failed tries)",
                     now - outage.first_failure, outage.failures)
+
+    def disk_full_ago(self) -> float | None:
+        """Seconds since a write of this process last failed for a full disk (None: never)."""
+        with self._lock:
+            return None if self._disk_full_at is None else time.monotonic() - self._disk_full_at
 
     def up_for(self) -> float:
         """Seconds the database has answered since the end of the last outage (or since this
@@ -232,6 +248,15 @@ class Journal:
 
 
 journal = Journal()
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (a SQLAlchemy or DBAPI error) says the database's disk is full."""
+    orig = getattr(exc, "orig", None) or exc
+    if orig is None:
+        return False
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    return state == DISK_FULL_SQLSTATE or SQLITE_FULL in str(orig)
 
 
 def _short(exc: BaseException) -> str:

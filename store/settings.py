@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -15,6 +16,10 @@ class Settings(BaseSettings):
 
     host: str = Field(default="127.0.0.1", description="Address the API binds to.")
     port: int = Field(default=8000, ge=1, le=65535, description="Port the API listens on.")
+    api_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=256,
+                             description="Processes serving the API (`smd api`, `smd serve`), sharing its port; "
+                                         "default: the machine's cores. They keep no state of their own: any of them "
+                                         "answers any request the same.")
     state_dir: Path = Field(default=Path(".smd"), description="Where the embedded default keeps its database and broker.")
     database_url: str | None = Field(default=None, description="SQLAlchemy URL; default: SQLite file in state_dir.")
     broker_url: str | None = Field(default=None, description="Celery broker URL; default: filesystem broker in state_dir.")

@@ -13,6 +13,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # two pytest processes share two cores: one torch thread each (and in the servers they start),
     # instead of two threads each contending for both cores
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+# the servers the tests start serve the API from one process (SMD_API_WORKERS defaults to the cores: each more
+# process costs a few CPU-seconds of start-up per server); tests/integration/test_api_workers.py runs two
+os.environ.setdefault("SMD_API_WORKERS", "1")
 
 from store.settings import Settings  # noqa: E402
 
@@ -31,7 +34,8 @@ def pytest_addoption(parser) -> None:
 # fixtures, a server or an expensive statistical run, made once).
 SERIAL_MODULES = frozenset({"tests/integration/test_recovery.py", "tests/integration/test_db_outage.py",
                             "tests/integration/test_study_workers.py", "tests/integration/test_fairness.py",
-                            "tests/integration/test_embedded.py", "tests/integration/test_clock_skew.py"})
+                            "tests/integration/test_embedded.py", "tests/integration/test_clock_skew.py",
+                            "tests/integration/test_fusion_spread.py"})
 
 
 def pytest_xdist_make_scheduler(config, log):

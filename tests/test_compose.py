@@ -204,3 +204,13 @@ def test_named_volumes_declared(compose, name):
     for volume in compose["services"][name]["volumes"]:
         source = str(volume).split(":", 1)[0]
         assert source in declared, f"{name}: volume {source} is not declared"
+
+
+def test_workers_scale_and_the_api_has_replicas(compose):
+    """`--scale cpu-worker=N` works (no fixed name or port: each container is a worker of its own host name),
+    and the API runs several processes on its port."""
+    cpu = compose["services"]["cpu-worker"]
+    assert "container_name" not in cpu and "ports" not in cpu and cpu["command"] == ["smd", "worker"]
+    assert _settings(cpu).queues == ["cpu"] and _settings(cpu).worker_name is None
+    assert "container_name" not in compose["services"]["worker"]
+    assert _settings(compose["services"]["api"]).api_workers > 1

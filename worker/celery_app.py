@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES
 
 from store.settings import Settings, get_settings
 
@@ -37,6 +38,10 @@ def check_limits(settings: Settings) -> None:
             f"SMD_VISIBILITY_TIMEOUT: expected more than the hard task time limit "
             f"(SMD_TASK_TIME_LIMIT + {HARD_LIMIT_GRACE} = {hard} s), got {settings.visibility_timeout} s: "
             f"Redis would hand a running job's message to a second worker")
+
+
+# the filesystem broker skips an unreadable message file instead of dying on it (worker.fsbroker)
+TRANSPORT_ALIASES["filesystem"] = "worker.fsbroker:Transport"
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

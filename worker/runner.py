@@ -26,12 +26,14 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from sqlalchemy import exc as sa_exc
+
 import smdengine
 from smdengine import json_safe
-from store import jobs, retry
+from store import jobs, retry, workers
 from store.models import QUEUES, Status
 from store.settings import Settings
-from worker import provenance
+from worker import presence, provenance
 from worker.provenance import attempt_provenance
 
 log = logging.getLogger(__name__)
@@ -86,10 +88,17 @@ def execute_next(settings: Settings, queues: list[str], worker: str = "local",
         return "unavailable"
     if claim is None:
         return "idle"
-    group = _claim_fusable(settings, claim, worker) if experiment_id is None else []
-    if group:
-        return run_fused(settings, [claim, *group])[0]
-    return run_claimed(settings, claim)
+    me = presence.current()
+    if me is not None:
+        me.mark_busy(True)   # before sizing a batch: a claimer elsewhere no longer counts this process idle
+    try:
+        group = _claim_fusable(settings, claim, worker) if experiment_id is None else []
+        if group:
+            return run_fused(settings, [claim, *group])[0]
+        return run_claimed(settings, claim)
+    finally:
+        if me is not None:
+            me.mark_busy(False)
 
 
 def execute(settings: Settings, experiment_id: str, worker: str = "local") -> str:
@@ -122,7 +131,8 @@ def run_claimed(settings: Settings, claim: jobs.Claim) -> str:
     except _Interrupted as exc:
         log.warning("experiment %s: attempt %d given up: the database stayed unreachable for %g s (%s); the job "
                     "resumes from its last checkpoint in a new attempt, and this one does not count",
-                    experiment_id, claim.attempt, writer.wait, exc)
+                    experiment_id, claim.attempt, writer.wait, _short(exc))
+        _give_back_interrupted(settings, [claim])
         return "interrupted"
     finally:
         running.clear()
@@ -157,36 +167,78 @@ def _run(settings: Settings, claim: jobs.Claim, writer: _SeriesWriter) -> str:
             raise _Interrupted(str(exc)) from exc
         log.exception("experiment %s failed", claim.experiment_id)
         _flush_quietly(writer)
-        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        return _finish(url, claim, Status.failed, wait, error=detail)
+        return _finish(url, claim, Status.failed, wait, error=error_text(exc))
     doc = result.to_document()
     return _finish(url, claim, Status.succeeded, wait, summary=doc["summary"], theory=doc["theory"],
                    distributions=doc["distributions"])
 
 
+def _give_back_interrupted(settings: Settings, claims: list[jobs.Claim]) -> None:
+    """Requeue attempts given up for an outage at once, their attempts ``interrupted`` (uncounted), where
+    the database takes that small write (a full disk often does); where it cannot, each lease lapses and
+    the sweeper requeues the job, as interrupted if it saw the outage."""
+    for claim in claims:
+        try:
+            with retry.patience(min(1.0, settings.db_retry_seconds)):
+                jobs.interrupt(settings.db_url, claim)
+        except Exception as exc:
+            if not retry.is_transient(exc):
+                raise
+
+
+def _short(exc: BaseException) -> str:
+    """One line of an error (a database error's text carries its SQL and parameters: not for a log line)."""
+    cause = exc.__cause__ if isinstance(exc, _Interrupted) and exc.__cause__ is not None else exc
+    return error_text(cause).splitlines()[0][:300]
+
+
+def error_text(exc: BaseException) -> str:
+    """A failed job's error for its owner: the exception's message; for a database error only the
+    driver's one line (SQLAlchemy's text carries the SQL and its parameters, other users' data among
+    them, and is no help to the owner of a job)."""
+    if isinstance(exc, sa_exc.StatementError):
+        orig = exc.orig if exc.orig is not None else exc
+        lines = str(orig).strip().splitlines()
+        return f"database error: {type(orig).__name__}" + (f": {lines[0][:300]}" if lines else "")
+    return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
 def _claim_fusable(settings: Settings, claim: jobs.Claim, worker: str) -> list[jobs.Claim]:
-    """Claim the never-started siblings of a study's child that can run in one batch with it (equal
-    ``smdengine.fuse_key``), up to SMD_FUSE_MAX in all. Best effort: a database error claims none."""
+    """Claim siblings of a study's child that can run in one batch with it: equal ``smdengine.fuse_key``
+    and the same checkpoint step (none, or the step a fused batch checkpointed together before it was
+    lost: resumed children fuse again). The batch is this process's share of the study: ⌈the study's
+    open children ÷ the processes sharing them⌉ (this one, the idle ones and those already running its
+    children: store.workers.sharing), at most SMD_FUSE_MAX, so that two idle workers split a study
+    instead of one taking it all. Best effort: a database error claims none."""
     if settings.fuse_max < 2:
         return []
     url = settings.db_url
     try:
         with retry.patience(0):
-            candidates = jobs.fusion_candidates(url, claim, 4 * settings.fuse_max)
-            if not candidates:
+            fusable = jobs.fusion_candidates(url, claim, 4 * settings.fuse_max)
+            if not fusable.candidates:
                 return []
             key = smdengine.fuse_key(jobs.load_run(url, claim).spec)
             if key is None:
                 return []
+            me = presence.current()
+            if me is not None:
+                me.mark_busy(True, fusable.study_id)
+            shares = workers.sharing(url, fusable.queue, me.id if me else None, presence.live_seconds(settings),
+                                     fusable.study_id)
+            size = min(settings.fuse_max, -(-fusable.open // shares))
             group: list[jobs.Claim] = []
-            for candidate_id, spec in candidates:
-                if len(group) + 1 >= settings.fuse_max:
+            for candidate_id, spec in fusable.candidates:
+                if len(group) + 1 >= size:
                     break
                 if smdengine.fuse_key(spec) != key:
                     continue
                 sibling = jobs.claim_next(url, [], worker, settings.lease_seconds, candidate_id)
                 if sibling is not None:
                     group.append(sibling)
+            if group:
+                log.info("study %s: %d open children shared by %d worker process(es): a batch of %d",
+                         fusable.study_id, fusable.open, shares, len(group) + 1)
             return group
     except Exception as exc:
         if not retry.is_transient(exc):
@@ -223,7 +275,8 @@ def run_fused(settings: Settings, claims: list[jobs.Claim]) -> list[str]:
         return [e or "released" for e in ended]
     except _Interrupted as exc:
         log.warning("fused batch of %d: given up, the database stayed unreachable (%s); each job resumes from its "
-                    "last checkpoint in a new attempt, and this one does not count", len(claims), exc)
+                    "last checkpoint in a new attempt, and this one does not count", len(claims), _short(exc))
+        _give_back_interrupted(settings, [c for c, e in zip(claims, ended, strict=True) if e is None])
         return [e or "interrupted" for e in ended]
     finally:
         running.clear()
@@ -236,12 +289,18 @@ def _run_fused(settings: Settings, claims: list[jobs.Claim], writers: list[_Seri
     url, wait = settings.db_url, writers[0].wait
     stored = [_patiently(wait, jobs.load_run, url, c) for c in claims]
     specs = [smdengine.parse_spec(s.spec) for s in stored]
+    # siblings were chosen with checkpoints at one step (store.jobs.fusion_candidates); one that cannot be
+    # used here (another device's) starts from scratch, and a batch resumes only from one step: else alone
+    resumes = [_usable_checkpoint(s.checkpoint, c) for s, c in zip(stored, claims, strict=True)]
+    if len({None if r is None else r.step for r in resumes}) > 1:
+        log.warning("fused batch of %d: its checkpoints are not at one step; each member runs alone", len(claims))
+        return _each_alone(settings, claims, writers, ended)
     hooks = []
     for c, (writer, spec) in enumerate(zip(writers, specs, strict=True)):
-        # fresh: siblings are never-started jobs
-        writer.start(None, theory=json_safe(smdengine.predict(spec)), provenance=attempt_provenance(spec))
+        writer.start(resumes[c], theory=json_safe(smdengine.predict(spec)), provenance=attempt_provenance(spec))
         writer.hooks = smdengine.CheckpointHooks(save=_member_call(c, writer, ended, writer.save_checkpoint),
-                                                 interval=settings.checkpoint_seconds, final=stored[c].keep_checkpoint)
+                                                 interval=settings.checkpoint_seconds, resume=resumes[c],
+                                                 final=stored[c].keep_checkpoint)
         hooks.append(writer.hooks)
 
     def stop_check(c: int) -> Callable[[], bool]:
@@ -276,13 +335,7 @@ def _run_fused(settings: Settings, claims: list[jobs.Claim], writers: list[_Seri
         if retry.is_transient(exc):
             raise _Interrupted(str(exc)) from exc
         log.exception("fused batch of %d failed; running each member alone", len(claims))
-        for c, (claim, writer) in enumerate(zip(claims, writers, strict=True)):
-            if ended[c] is None:
-                try:
-                    ended[c] = _run(settings, claim, writer)
-                except jobs.LeaseLost:
-                    ended[c] = "lost"
-        return [e or "lost" for e in ended]
+        return _each_alone(settings, claims, writers, ended)
     for c, (claim, writer, result) in enumerate(zip(claims, writers, results, strict=True)):
         if ended[c] is not None or result is None:
             continue
@@ -293,6 +346,18 @@ def _run_fused(settings: Settings, claims: list[jobs.Claim], writers: list[_Seri
                                distributions=doc["distributions"])
         except jobs.LeaseLost:
             ended[c] = "lost"
+    return [e or "lost" for e in ended]
+
+
+def _each_alone(settings: Settings, claims: list[jobs.Claim], writers: list[_SeriesWriter],
+                ended: list[str | None]) -> list[str]:
+    """Run every member that has not ended alone, one after another (each resuming from its own checkpoint)."""
+    for c, (claim, writer) in enumerate(zip(claims, writers, strict=True)):
+        if ended[c] is None:
+            try:
+                ended[c] = _run(settings, claim, writer)
+            except jobs.LeaseLost:
+                ended[c] = "lost"
     return [e or "lost" for e in ended]
 
 

@@ -9,6 +9,7 @@ import threading
 from celery import shared_task, signals
 
 from store.settings import get_settings
+from worker import presence
 from worker.celery_app import RUN_NEXT_TASK
 from worker.runner import execute_next, running, shutting_down
 
@@ -50,6 +51,14 @@ def _init_process(**_) -> None:
         index = getattr(current_process(), "index", 0) or 0
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for_process(index, settings.worker_gpus, settings.worker_concurrency)
     signal.signal(HAND_BACK, lambda *_: shutting_down.set())
+    presence.register(settings, worker_name(settings))   # the idle capacity fused batches are sized by
+
+
+@signals.worker_process_shutdown.connect
+def _leave(**_) -> None:
+    me = presence.current()
+    if me is not None:
+        me.stop()
 
 
 _pool_sigterm = None

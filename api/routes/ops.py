@@ -19,7 +19,7 @@ from api.deps import DbDep, SettingsDep
 from api.responses import RETRY_AFTER, RETRY_AFTER_HEADER
 from api.schemas import ReadyOut
 from smdengine import KINDS
-from store.db import ping
+from store.db import ping, write_trouble
 from store.metrics import Durations, job_metrics
 from store.models import QUEUES
 from store.settings import Settings
@@ -46,7 +46,8 @@ def readyz(db: DbDep, settings: SettingsDep):
     when one does not)."""
     try:
         ping(db)
-        database = "ok"
+        trouble = write_trouble(db, settings.lease_seconds)
+        database = "ok" if trouble is None else f"error: {trouble}"
     except Exception as exc:  # report, don't crash: a probe must answer
         database = _error(exc)
     try:

@@ -1,0 +1,114 @@
+"""A full disk is an outage, not a failure (SQLite's real SQLITE_FULL, "database or disk is full", made by
+capping the database at the pages it has: PRAGMA max_page_count): the job is not failed and its attempt
+does not count, /healthz and /readyz say 503 naming it with Retry-After, and once space is back the job
+resumes and ends as a run that never saw it. Also: a failed job's error never carries SQL, and the
+filesystem broker skips an unreadable message file."""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+from kombu import Connection
+from sqlalchemy import event, text
+from sqlalchemy import exc as sa_exc
+
+import smdengine
+import store.db
+from api.main import create_app
+from store import jobs, retry
+from store.models import Experiment, Status
+from store.series import read_series
+from tests.conftest import small_spec
+from tests.dbutil import session_scope
+from tests.worker.test_runner import make
+from worker import runner
+
+pytestmark = pytest.mark.usefixtures("fresh_retry_journal")
+
+
+class FullDisk:
+    """Every connection of this process to ``url`` capped at the pages the database has now: any write
+    that needs one more page fails with SQLite's own "database or disk is full"."""
+
+    def __init__(self, url: str):
+        self.engine = store.db.get_engine(url)
+        with self.engine.connect() as c:
+            self.pages = c.execute(text("PRAGMA page_count")).scalar()
+
+    def _cap(self, dbapi_connection, _record) -> None:
+        dbapi_connection.execute(f"PRAGMA max_page_count = {self.pages}")
+
+    def __enter__(self) -> FullDisk:
+        event.listen(self.engine, "connect", self._cap)
+        self.engine.dispose()
+        return self
+
+    def __exit__(self, *_) -> None:
+        event.remove(self.engine, "connect", self._cap)
+        self.engine.dispose()
+
+
+def test_a_full_disk_is_ridden_out_and_named_by_the_probes(sqlite_settings):
+    settings = sqlite_settings.model_copy(update={"lease_seconds": 1.0, "worker_db_wait_seconds": 1.0,
+                                                  "db_retry_seconds": 1.0, "flush_seconds": 0.05})
+    spec = small_spec(steps=3000, record_every=1, trials=256)   # a few hundred KB of series: new pages
+    exp = make(settings, spec)
+    with TestClient(create_app(settings)) as api, FullDisk(settings.db_url):
+        status = runner.execute(settings, exp)
+        assert status == "interrupted"                            # given up, not failed
+        with session_scope(settings.db_url) as s:   # given back at once (that small write fits), uncounted
+            row = s.get(Experiment, exp)
+            assert row.status == Status.queued and row.error is None
+            assert [a.outcome for a in jobs.attempts(s, exp)] == ["interrupted"]
+        for path in ("/healthz", "/readyz"):
+            r = api.get(path)
+            assert r.status_code == 503 and "Retry-After" in r.headers, (path, r.text)
+            assert "disk full" in r.json()["database"], r.text
+    # space is back: the probes say so once a lease has passed since the last refused write, and the job
+    # resumes to the end of a run that never saw the full disk
+    time.sleep(settings.lease_seconds)
+    with TestClient(create_app(settings)) as api:
+        assert api.get("/healthz").status_code == 200 and api.get("/readyz").status_code == 200
+    assert runner.execute(settings, exp) == "succeeded"
+    with session_scope(settings.db_url) as s:
+        row = s.get(Experiment, exp)
+        assert [a.outcome for a in jobs.attempts(s, exp)] == ["interrupted", "succeeded"]
+        alone = smdengine.json_safe(smdengine.run(spec).to_document())
+        assert row.summary == alone["summary"]
+        assert smdengine.json_safe(read_series(s, exp))["au_rms"] == alone["series"]["au_rms"]
+
+
+def test_a_database_error_that_fails_a_job_carries_no_sql(sqlite_settings):
+    exp = make(sqlite_settings, small_spec())
+    try:
+        with session_scope(sqlite_settings.db_url) as s:   # a real constraint violation, with parameters
+            s.execute(text("INSERT INTO experiments (id) VALUES (:secret)"), {"secret": exp})
+    except sa_exc.IntegrityError as exc:
+        error = runner.error_text(exc)
+        assert "INSERT" not in str(error) and exp not in error and "secret" not in error
+        assert error.startswith("database error: IntegrityError: ") and len(error) < 200
+        assert "INSERT" in str(exc)                                # what the old error text carried
+    else:
+        pytest.fail("no IntegrityError")
+    assert not retry.is_transient(sa_exc.IntegrityError("x", {}, Exception("UNIQUE constraint failed")))
+
+
+def test_the_filesystem_broker_skips_unreadable_messages(tmp_path):
+    import worker.celery_app  # noqa: F401  (installs worker.fsbroker as the filesystem transport)
+
+    folder = tmp_path / "broker"
+    folder.mkdir()
+    options = {"data_folder_in": str(folder), "data_folder_out": str(folder), "store_processed": False,
+               "control_folder": str(tmp_path / "control")}
+    with Connection("filesystem://", transport_options=options) as conn:
+        queue = conn.SimpleQueue("cpu")
+        (folder / "0_empty.cpu.msg").write_bytes(b"")                  # a full disk's 0-byte file
+        (folder / "00_torn.cpu.msg").write_bytes(b'{"body": "eyJ')     # and a torn one (both sorted first)
+        queue.put({"ring": 1})
+        message = queue.get(timeout=2)
+        assert message.payload == {"ring": 1}
+        message.ack()
+        assert sorted(os.listdir(folder)) == []                      # the bad files consumed, not retried
+        queue.close()
