@@ -47,7 +47,10 @@ def get_engine(url: str) -> Engine:
 def create_engine_for(url: str) -> Engine:
     """A new engine for ``url`` (SQLite: WAL and a busy timeout, since API and worker processes share the file)."""
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        # as many pooled connections as the API's thread pool runs requests (anyio's default, 40): beyond the
+        # pool each request opened and closed a connection of its own, and its PRAGMAs, under dashboard load
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=40,
+                               max_overflow=10)
 
         @event.listens_for(engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:

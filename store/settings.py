@@ -105,7 +105,7 @@ class Settings(BaseSettings):
 
     @property
     def db_url(self) -> str:
-        return self.database_url or f"sqlite:///{(self.state_dir / 'smd.sqlite3').resolve()}"
+        return self.database_url or _embedded_url(self.state_dir, os.getcwd())
 
     @property
     def broker(self) -> str:
@@ -119,6 +119,13 @@ class Settings(BaseSettings):
     def broker_folder(self) -> Path:
         """Message folder of the filesystem broker (used only when the broker is ``filesystem://``)."""
         return (self.state_dir / "broker").resolve()
+
+
+@lru_cache(maxsize=64)
+def _embedded_url(state_dir: Path, cwd: str) -> str:
+    """The embedded database's URL (an absolute path: resolving it on every request cost a few per cent of a
+    dashboard poll's CPU)."""
+    return f"sqlite:///{(Path(cwd) / state_dir / 'smd.sqlite3').resolve()}"
 
 
 @lru_cache

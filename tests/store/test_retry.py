@@ -49,6 +49,18 @@ def test_connection_failures_are_transient():
     assert retry.is_transient(invalidated)
 
 
+def test_a_full_disk_is_transient_and_named():
+    """PostgreSQL's DiskFull (SQLSTATE 53100, an OperationalError) is an outage: the same write succeeds once
+    space is freed (SQLite's real "database or disk is full": tests/worker/test_disk_full.py)."""
+    full = _wrapped(psycopg.errors.DiskFull("could not extend file \"base/16384/16385\": No space left on device"))
+    assert retry.is_transient(full) and retry.is_disk_full(full)
+    assert not retry.is_disk_full(_refused())
+    before = retry.journal.disk_full_ago()
+    retry.journal.failed(full)
+    assert retry.journal.disk_full_ago() is not None and retry.journal.disk_full_ago() < 1.0
+    assert before is None or before >= 0
+
+
 def test_statement_errors_are_not_transient(tmp_path):
     assert not retry.is_transient(_wrapped(psycopg.errors.QueryCanceled("statement timeout")))
     assert not retry.is_transient(_wrapped(psycopg.errors.UndefinedTable("x"), sa_exc.ProgrammingError))
