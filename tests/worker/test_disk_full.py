@@ -100,15 +100,18 @@ def test_the_filesystem_broker_skips_unreadable_messages(tmp_path):
 
     folder = tmp_path / "broker"
     folder.mkdir()
-    options = {"data_folder_in": str(folder), "data_folder_out": str(folder), "store_processed": False,
-               "control_folder": str(tmp_path / "control")}
+    done = tmp_path / "processed"   # kombu moves each message file here before reading it (not the process's
+    done.mkdir()                    # tempfile.gettempdir(), which another test of this process may have moved)
+    options = {"data_folder_in": str(folder), "data_folder_out": str(folder), "store_processed": True,
+               "processed_folder": str(done), "control_folder": str(tmp_path / "control")}
     with Connection("filesystem://", transport_options=options) as conn:
         queue = conn.SimpleQueue("cpu")
         (folder / "0_empty.cpu.msg").write_bytes(b"")                  # a full disk's 0-byte file
         (folder / "00_torn.cpu.msg").write_bytes(b'{"body": "eyJ')     # and a torn one (both sorted first)
         queue.put({"ring": 1})
-        message = queue.get(timeout=2)
+        message = queue.get(timeout=10)
         assert message.payload == {"ring": 1}
         message.ack()
         assert sorted(os.listdir(folder)) == []                      # the bad files consumed, not retried
+        assert {"0_empty.cpu.msg", "00_torn.cpu.msg"} <= set(os.listdir(done))
         queue.close()
