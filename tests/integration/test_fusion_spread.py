@@ -40,7 +40,7 @@ def test_two_idle_workers_split_a_study_and_a_killed_batch_resumes_fused(stack, 
     stack.start_worker("w2")
     wait_for(lambda: len(workers.live(database_url, "cpu", 3.0)) == 2, 60, "both workers registered", stack.logs)
     alice = stack.client("alice")
-    study = {"name": "spread", "base": nrq(128, 40_000, 400),
+    study = {"name": "spread", "base": nrq(128, 30_000, 300),
              "grid": {"params.lr": [0.05 + 0.01 * i for i in range(8)]}, "seeds": [0, 1]}
     r = alice.post("/v1/studies", json=study)
     assert r.status_code == 202, r.text

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from queue import Empty
 
 import pytest
 from fastapi.testclient import TestClient
@@ -96,22 +97,23 @@ def test_a_database_error_that_fails_a_job_carries_no_sql(sqlite_settings):
 
 
 def test_the_filesystem_broker_skips_unreadable_messages(tmp_path):
+    """The channel's own read (what Celery's consumer calls for each message file), without exchange routing:
+    kombu keeps virtual exchanges and bindings per process, which other tests of this process set up."""
     import worker.celery_app  # noqa: F401  (installs worker.fsbroker as the filesystem transport)
 
-    folder = tmp_path / "broker"
+    folder, done = tmp_path / "broker", tmp_path / "processed"
     folder.mkdir()
-    done = tmp_path / "processed"   # kombu moves each message file here before reading it (not the process's
-    done.mkdir()                    # tempfile.gettempdir(), which another test of this process may have moved)
+    done.mkdir()
     options = {"data_folder_in": str(folder), "data_folder_out": str(folder), "store_processed": True,
                "processed_folder": str(done), "control_folder": str(tmp_path / "control")}
     with Connection("filesystem://", transport_options=options) as conn:
-        queue = conn.SimpleQueue("cpu")
+        channel = conn.default_channel
+        assert type(channel).__module__ == "worker.fsbroker"
         (folder / "0_empty.cpu.msg").write_bytes(b"")                  # a full disk's 0-byte file
         (folder / "00_torn.cpu.msg").write_bytes(b'{"body": "eyJ')     # and a torn one (both sorted first)
-        queue.put({"ring": 1})
-        message = queue.get(timeout=10)
-        assert message.payload == {"ring": 1}
-        message.ack()
-        assert sorted(os.listdir(folder)) == []                      # the bad files consumed, not retried
+        channel._put("cpu", {"body": "ring", "n": 1})                   # a doorbell, as kombu writes it
+        assert channel._get("cpu") == {"body": "ring", "n": 1}
+        with pytest.raises(Empty):
+            channel._get("cpu")
+        assert os.listdir(folder) == []                                # the bad files consumed, not retried
         assert {"0_empty.cpu.msg", "00_torn.cpu.msg"} <= set(os.listdir(done))
-        queue.close()
