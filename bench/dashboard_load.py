@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import subprocess
 import sys
@@ -72,6 +71,7 @@ import httpx  # noqa: E402
 from _machine import load_average  # noqa: E402
 from load import _die_with_parent, log_problems, percentile, stop_serve, tail, wait_ready  # noqa: E402
 
+from tests.integration.procs import children, cmdline  # noqa: E402
 from tests.servers import free_port  # noqa: E402
 
 ENDPOINTS = ("status", "results", "open")
@@ -182,19 +182,10 @@ def cpu_seconds(pid: int) -> float:
 def descendants(pid: int) -> list[int]:
     found, todo = [], [pid]
     while todo:
-        with contextlib.suppress(OSError):
-            for child in Path(f"/proc/{todo.pop()}/task").glob("*/children"):
-                kids = [int(k) for k in child.read_text().split()]
-                found += kids
-                todo += kids
+        kids = children(todo.pop())
+        found += kids
+        todo += kids
     return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
 
 
 def cpu_parts(api_pid: int | None) -> dict[str, float]:

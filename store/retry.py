@@ -163,7 +163,6 @@ class Outage:
     last_failure: float
     back: float | None = None
     failures: int = 1
-    disk_full: bool = False   # the last failure said the disk is full (the database answers, but cannot write)
 
     def covers(self, when: float) -> bool:
         """Whether ``when`` falls in the time the database may have been unreachable."""
@@ -196,11 +195,10 @@ class Journal:
             if full:
                 self._disk_full_at = now
             if outage is None:
-                self.outages.append(Outage(last_ok=self._last_ok, first_failure=now, last_failure=now, disk_full=full))
+                self.outages.append(Outage(last_ok=self._last_ok, first_failure=now, last_failure=now))
                 first = True
             else:
                 outage.last_failure, outage.failures, first = now, outage.failures + 1, False
-                outage.disk_full = full
         if first:
             log.warning("database %s (%s)", "disk full" if full else "unreachable", _short(exc))
 

@@ -32,6 +32,7 @@ class Presence:
         self.settings = settings
         self.id = f"{name}/{os.getpid()}"
         self.queues = settings.worker_queues
+        self.busy = False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="smd-presence", daemon=True)
 
@@ -42,6 +43,7 @@ class Presence:
         return self
 
     def mark_busy(self, busy: bool, study_id: str | None = None) -> None:
+        self.busy = busy
         self._write(busy=busy, study_id=study_id)
 
     def stop(self) -> None:

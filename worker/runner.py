@@ -89,10 +89,12 @@ def execute_next(settings: Settings, queues: list[str], worker: str = "local",
     if claim is None:
         return "idle"
     me = presence.current()
-    if me is not None:
-        me.mark_busy(True)   # before sizing a batch: a claimer elsewhere no longer counts this process idle
     try:
+        # a study's child: _claim_fusable marks this process busy with its study before sizing the batch (busy
+        # without the study would, for a moment, make a claimer of a sibling count it out of the study's share)
         group = _claim_fusable(settings, claim, worker) if experiment_id is None else []
+        if me is not None and not me.busy:
+            me.mark_busy(True)
         if group:
             return run_fused(settings, [claim, *group])[0]
         return run_claimed(settings, claim)

@@ -17,6 +17,25 @@ from tests.dbutil import session_scope
 from tests.servers import free_port
 
 
+def children(pid: int) -> list[int]:
+    """The process's direct children (Linux /proc)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            out += [int(c) for c in task.read_text().split()]
+        except OSError:   # the thread or the process ended meanwhile
+            pass
+    return out
+
+
+def cmdline(pid: int) -> str:
+    """The process's command line, "" once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
 def spawn(args: list[str], env: dict, log: Path, cwd: Path | None = None) -> subprocess.Popen:
     """Start a process in its own session (so the whole tree can be signalled), output to log."""
     return subprocess.Popen(args, env=env, cwd=cwd, stdout=log.open("wb"), stderr=subprocess.STDOUT,

@@ -7,29 +7,14 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.integration.procs import spawn, stop, wait_http
+from tests.integration.procs import children, cmdline, spawn, stop, wait_http
 from tests.servers import free_port
 
 pytestmark = pytest.mark.integration
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
-    return out
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except FileNotFoundError:
-        return ""
 
 
 def test_two_api_processes_answer_alike(tmp_path):

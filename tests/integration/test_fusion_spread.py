@@ -12,7 +12,7 @@ import pytest
 
 from store import workers
 from tests.conftest import POSTGRES_ONLY
-from tests.integration.test_study_workers import ENDED, Stack, nrq, wait_study
+from tests.integration.test_study_workers import ENDED, nrq, wait_study
 
 pytestmark = pytest.mark.integration   # and serial: tests/conftest.py SERIAL_MODULES
 
@@ -25,17 +25,9 @@ def wait_for(predicate, timeout: float, what: str, logs=lambda: ""):
     return value
 
 
-@pytest.fixture
-def stack(tmp_path, redis_url, database_url):
-    s = Stack(tmp_path, redis_url, database_url, users=("alice",))
-    try:
-        yield s
-    finally:
-        s.close()
-
-
 @POSTGRES_ONLY
-def test_two_idle_workers_split_a_study_and_a_killed_batch_resumes_fused(stack, database_url):
+def test_two_idle_workers_split_a_study_and_a_killed_batch_resumes_fused(alice_stack, database_url):
+    stack = alice_stack
     stack.start_worker("w1")
     stack.start_worker("w2")
     wait_for(lambda: len(workers.live(database_url, "cpu", 3.0)) == 2, 60, "both workers registered", stack.logs)
@@ -57,7 +49,10 @@ def test_two_idle_workers_split_a_study_and_a_killed_batch_resumes_fused(stack, 
         return out
 
     owner = wait_for(first_workers, 60, "every child claimed", stack.logs)
-    assert Counter(owner.values()) == {"w1": 8, "w2": 8}, (owner, stack.logs())
+    # 8 and 8 as a rule; a doorbell that reaches one worker while the other's row is a beat stale can shift a
+    # few (seen once in ~10 runs). The old code gave one worker 15 or 16.
+    split = Counter(owner.values())
+    assert set(split) == {"w1", "w2"} and min(split.values()) >= 4, (split, stack.logs())
 
     def mid_batch(body: dict) -> bool:   # w1's batch a third in: past its first checkpoints
         return any(c["status"] == "running" and c["progress"] > 0.3 and owner[c["id"]] == "w1"

@@ -60,16 +60,6 @@ def stack(tmp_path, redis_url, database_url):
         s.close()
 
 
-@pytest.fixture
-def alice_stack(tmp_path, redis_url, database_url):
-    """The stack with alice alone."""
-    s = Stack(tmp_path, redis_url, database_url, users=("alice",))
-    try:
-        yield s
-    finally:
-        s.close()
-
-
 def when(value: str) -> datetime:
     return datetime.fromisoformat(value).astimezone(UTC)
 

@@ -55,10 +55,12 @@ def test_a_full_disk_is_transient_and_named():
     full = _wrapped(psycopg.errors.DiskFull("could not extend file \"base/16384/16385\": No space left on device"))
     assert retry.is_transient(full) and retry.is_disk_full(full)
     assert not retry.is_disk_full(_refused())
-    before = retry.journal.disk_full_ago()
+    assert retry.journal.disk_full_ago() is None            # a fresh journal (fresh_retry_journal)
+    retry.journal.failed(_refused())
+    assert retry.journal.disk_full_ago() is None            # an unreachable database is not a full disk
     retry.journal.failed(full)
-    assert retry.journal.disk_full_ago() is not None and retry.journal.disk_full_ago() < 1.0
-    assert before is None or before >= 0
+    ago = retry.journal.disk_full_ago()
+    assert ago is not None and 0 <= ago < 1.0
 
 
 def test_statement_errors_are_not_transient(tmp_path):
