@@ -538,6 +538,16 @@ def save_checkpoint(session: Session, claim: Claim, step: int, n_points: int, da
 
 
 @transaction
+def save_checkpoints(session: Session, saves: Sequence[tuple[Claim, int, int, bytes]]) -> None:
+    """Replace the checkpoints of a fused batch's members, each ``(claim, step, n_points, data)``, in one
+    transaction: all or none, so that a batch stopped while checkpointing leaves its members at one step
+    and they are claimed again as one batch (:func:`fusion_candidates`). Raises :class:`LeaseLost`
+    naming the first member whose lease is gone, and writes none."""
+    for claim, step, n_points, data in saves:
+        save_checkpoint(session, claim, step, n_points, data)
+
+
+@transaction
 def load_checkpoint(session: Session, experiment_id: str) -> Checkpoint | None:
     return session.get(Checkpoint, experiment_id)
 

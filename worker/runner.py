@@ -298,9 +298,10 @@ def _run_fused(settings: Settings, claims: list[jobs.Claim], writers: list[_Seri
         log.warning("fused batch of %d: its checkpoints are not at one step; each member runs alone", len(claims))
         return _each_alone(settings, claims, writers, ended)
     hooks = []
+    together = _BatchCheckpoints(url, writers, ended)
     for c, (writer, spec) in enumerate(zip(writers, specs, strict=True)):
         writer.start(resumes[c], theory=json_safe(smdengine.predict(spec)), provenance=attempt_provenance(spec))
-        writer.hooks = smdengine.CheckpointHooks(save=_member_call(c, writer, ended, writer.save_checkpoint),
+        writer.hooks = smdengine.CheckpointHooks(save=_member_call(c, writer, ended, together.saver(c)),
                                                  interval=settings.checkpoint_seconds, resume=resumes[c],
                                                  final=stored[c].keep_checkpoint)
         hooks.append(writer.hooks)
@@ -361,6 +362,56 @@ def _each_alone(settings: Settings, claims: list[jobs.Claim], writers: list[_Ser
             except jobs.LeaseLost:
                 ended[c] = "lost"
     return [e or "lost" for e in ended]
+
+
+class _BatchCheckpoints:
+    """The checkpoints of a fused batch, stored together. The engine hands every member's checkpoint at
+    one step, member after member; each member's series is flushed as its checkpoint arrives, and when
+    every member still in the batch has handed one at that step, all are written in one transaction
+    (``jobs.save_checkpoints``). So a batch killed while checkpointing leaves its members at one step,
+    and they are claimed again as one batch. A member that cannot flush (the database is unreachable)
+    leaves that step unwritten for all: the next checkpoint will do."""
+
+    def __init__(self, url: str, writers: list[_SeriesWriter], ended: list[str | None]):
+        self.url, self.writers, self.ended = url, writers, ended
+        self.step: int | None = None
+        self.staged: dict[int, smdengine.Checkpoint] = {}
+
+    def saver(self, c: int) -> Callable[[smdengine.Checkpoint], None]:
+        def save(checkpoint: smdengine.Checkpoint) -> None:
+            if checkpoint.step != self.step:
+                self.step, self.staged = checkpoint.step, {}
+            if not self.writers[c].flush():   # the stored series must reach the checkpoint's n_points
+                return
+            self.staged[c] = checkpoint
+            self._write_when_complete()
+        return save
+
+    def _write_when_complete(self) -> None:
+        while True:
+            members = [c for c, e in enumerate(self.ended) if e is None]
+            if any(c not in self.staged for c in members):
+                return
+            saves = [(self.writers[c].claim, self.staged[c].step, self.staged[c].n_points, self.staged[c].to_bytes())
+                     for c in members]
+            try:
+                with retry.patience(0):
+                    jobs.save_checkpoints(self.url, saves)
+            except jobs.LeaseLost as exc:   # that member leaves the batch; the others' checkpoints are written
+                c = next((c for c in members if self.writers[c].claim.experiment_id == exc.args[0]), None)
+                if c is None:
+                    raise
+                log.warning("experiment %s: lease lost (another worker owns it now); it leaves the batch",
+                            exc.args[0])
+                self.ended[c] = "lost"
+                continue
+            except Exception as exc:
+                if not retry.is_transient(exc):
+                    raise
+                for c in members:
+                    self.writers[c]._unreachable()
+            self.staged = {}
+            return
 
 
 def _member_call(index: int, writer: _SeriesWriter, ended: list[str | None],

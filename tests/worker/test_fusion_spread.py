@@ -135,3 +135,44 @@ def test_children_of_a_lost_batch_resume_fused_and_equal_their_runs_alone(settin
             served = smdengine.json_safe(read_series(s, experiment_id))
             assert served == {k: v for k, v in alone["series"].items() if k in served} and len(served) > 3
             assert run.summary == alone["summary"]
+
+
+def test_a_batch_stopped_while_checkpointing_leaves_its_members_at_one_step(settings, registered, monkeypatch):
+    """A fused batch's checkpoints are one transaction (worker.runner._BatchCheckpoints,
+    jobs.save_checkpoints): a worker killed between two members' writes of its second checkpoint
+    leaves all four at the first one, so they resume as one batch."""
+    ids = study(settings, 4, steps=4000)
+    settings = settings.model_copy(update={"checkpoint_seconds": 1e-9})   # a checkpoint at every progress event
+
+    class Killed(BaseException):   # as a SIGKILL: nothing of the worker's handles it
+        pass
+
+    writes = []
+    write_one = jobs.save_checkpoint
+
+    def save_checkpoint(session, claim, step, n_points, data):
+        writes.append(step)
+        if len(writes) == 6:      # the second member's write of the second checkpoint
+            raise Killed
+        write_one(session, claim, step, n_points, data)
+
+    monkeypatch.setattr(jobs, "save_checkpoint", save_checkpoint)
+    with pytest.raises(Killed):
+        execute_next(settings, ["cpu"], worker="here")
+    with session_scope(settings.db_url) as s:
+        steps = [jobs.load_checkpoint(s, i).step for i in ids]
+    assert writes[0] < writes[5] and steps == [writes[0]] * 4, (writes, steps)
+
+
+def test_a_member_whose_lease_is_gone_writes_no_checkpoint_of_the_batch(settings):
+    ids = study(settings, 2)
+    with session_scope(settings.db_url) as s:
+        a, b = (jobs.claim_next(s, [], "host/1", 60, i) for i in ids)
+        s.execute(update(Experiment).where(Experiment.id == b.experiment_id).values(lease_owner="another/1"))
+    with pytest.raises(jobs.LeaseLost, match=b.experiment_id):
+        jobs.save_checkpoints(settings.db_url, [(a, 20, 2, b"a"), (b, 20, 2, b"b")])
+    with session_scope(settings.db_url) as s:
+        assert jobs.load_checkpoint(s, a.experiment_id) is None
+    jobs.save_checkpoints(settings.db_url, [(a, 20, 2, b"a")])
+    with session_scope(settings.db_url) as s:
+        assert jobs.load_checkpoint(s, a.experiment_id).data == b"a"
