@@ -35,7 +35,7 @@ def pytest_addoption(parser) -> None:
 SERIAL_MODULES = frozenset({"tests/integration/test_recovery.py", "tests/integration/test_db_outage.py",
                             "tests/integration/test_study_workers.py", "tests/integration/test_fairness.py",
                             "tests/integration/test_embedded.py", "tests/integration/test_clock_skew.py",
-                            "tests/integration/test_fusion_spread.py"})
+                            "tests/integration/test_fusion_spread.py", "tests/integration/test_hosts.py"})
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -112,13 +112,15 @@ def wait_status(base: str, experiment_id: str, statuses: set[str], timeout: floa
 
 
 class RestartableRedis:
-    """A private redis-server with append-only persistence that can be stopped and started again on
-    the same port and data directory (a broker restart, as in production)."""
+    """A private redis-server (append-only persistence by default) that can be stopped and started again
+    on the same port and data directory (a broker restart, as in production)."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, *, bind: tuple[str, ...] = ("127.0.0.1",), persist: bool = True):
+        """``bind``: the addresses it listens on (the first is the test's); without ``persist`` a restart
+        comes back empty (a broker that lost its data)."""
         import shutil
 
-
+        self.bind, self.persist = bind, persist
         self.binary = shutil.which("redis-server")
         assert self.binary, "redis-server is not on PATH: run scripts/ensure-redis.sh"
         self.dir = tmp / "redis"
@@ -133,8 +135,9 @@ class RestartableRedis:
     def start(self, timeout: float = 10) -> None:
         import socket
 
-        self.proc = spawn([self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-                           "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+        keep = ["--appendonly", "yes", "--appendfsync", "always"] if self.persist else ["--appendonly", "no"]
+        self.proc = spawn([self.binary, "--port", str(self.port), "--bind", *self.bind, "--protected-mode", "no",
+                           "--dir", str(self.dir), *keep, "--save", ""],
                           {"PATH": os.environ.get("PATH", "")}, self.dir / "redis.log")
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -1,8 +1,7 @@
 """Leases on the database's clock: hosts whose clocks are off run every job in one attempt.
 
-A real `smd api` (with its sweeper) and a real `smd worker`, each under libfaketime (Debian's `faketime`,
-installed by scripts/ensure-faketime.sh): the worker's host 10 minutes behind, the API's 7 minutes ahead, on
-PostgreSQL and Redis. A lease written with the worker's clock looked expired to the API's sweeper at once:
+A real `smd api` (with its sweeper) and a real `smd worker`, each under libfaketime (tests/integration/clocks.py):
+the worker's host 10 minutes behind, the API's 7 minutes ahead, on PostgreSQL and Redis. A lease written with the worker's clock looked expired to the API's sweeper at once:
 every attempt ended `lost` and the job `failed` after SMD_MAX_ATTEMPTS. Every lease write and expiry test now
 reads the database server's clock inside its statement (store/clock.py), so no host's clock matters.
 
@@ -13,7 +12,6 @@ setup that cannot exist. Its statements are covered by tests/store/test_clock.py
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -23,8 +21,9 @@ import pytest
 from sqlalchemy import func, select
 
 from store.models import Experiment, Status, as_utc
-from tests.conftest import POSTGRES_ONLY, REPO, small_spec
+from tests.conftest import POSTGRES_ONLY, small_spec
 from tests.dbutil import session_scope
+from tests.integration.clocks import ClockUnavailable, wall_clock_off
 from tests.integration.procs import Processes, attempts, spawn, submit, wait_http, wait_status
 from tests.servers import free_port
 
@@ -36,53 +35,36 @@ JOB = small_spec(trials=256, steps=8_000, record_every=400)   # ~2 s on one core
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
-def _faketime() -> str:
-    """The `faketime` command, installed now if missing (as `make test` does); the test is skipped when it
-    cannot be installed (no apt-get, not root, no passwordless sudo)."""
-    path = shutil.which("faketime")
-    if path is None:
-        done = subprocess.run([str(REPO / "scripts" / "ensure-faketime.sh")], capture_output=True, text=True,
-                              timeout=600)
-        path = shutil.which("faketime")
-        if path is None:
-            pytest.skip("libfaketime's `faketime` is not installed and scripts/ensure-faketime.sh could not install "
-                        f"it: {(done.stderr or done.stdout).strip()[-600:]}")
-    return path
-
-
-def _skewed(faketime: str, skew: str, *command: str) -> list[str]:
-    return [faketime, "-f", skew, *command]
-
-
-# A host's wall clock only: monotonic timers (lease renewal, retry deadlines) stay true, as on a real host, and
-# so do timed waits on them (libfaketime's "monotonic fix", on by default with this glibc, stretches or skips the
-# GIL's and threading's timed waits: a lease thread then starves) and files' times (faked ones make Python
-# recompile every module whose .pyc names the source's time).
-_FAKE_WALL_CLOCK_ONLY = {"FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_FORCE_MONOTONIC_FIX": "0", "NO_FAKE_STAT": "1"}
+def _clock(skew: str, tmp) -> dict[str, str]:
+    """The environment of a process whose wall clock is ``skew`` off; the test is skipped, saying why, where
+    libfaketime cannot be installed (no apt-get, not root, no passwordless sudo) or preloaded."""
+    try:
+        return wall_clock_off(skew, tmp / "clock")
+    except ClockUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 @POSTGRES_ONLY
 def test_hosts_with_clocks_off_run_every_job_in_one_attempt(tmp_path, database_url, redis_url):
-    faketime = _faketime()
-    # the worker's clock really is off (else this test would prove nothing)
+    worker_clock, api_clock = _clock(WORKER_SKEW, tmp_path), _clock(API_SKEW, tmp_path)
+    # the worker's clock really is off (else this test would prove nothing), and it can sleep
     behind = time.time() - float(subprocess.run(
-        _skewed(faketime, WORKER_SKEW, sys.executable, "-c", "import time; print(time.time())"),
-        env={**os.environ, **_FAKE_WALL_CLOCK_ONLY}, capture_output=True, text=True, timeout=30, check=True).stdout)
+        [sys.executable, "-c", "import time; time.sleep(0.1); print(time.time())"],
+        env={**os.environ, **worker_clock}, capture_output=True, text=True, timeout=30, check=True).stdout)
     assert 590 < behind < 610, behind
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {**os.environ, **_FAKE_WALL_CLOCK_ONLY, "SMD_BROKER_URL": redis_url, "SMD_DATABASE_URL": database_url,
+    env = {**os.environ, "SMD_BROKER_URL": redis_url, "SMD_DATABASE_URL": database_url,
            "SMD_STATE_DIR": str(tmp_path / "state"), "SMD_PORT": str(port), "SMD_AUTH": "off",
            "SMD_FLUSH_SECONDS": "0.3", "SMD_LEASE_SECONDS": str(LEASE_SECONDS), "SMD_SWEEP_SECONDS": "0.5",
            "SMD_CHECKPOINT_SECONDS": "0.5", "SMD_MAX_ATTEMPTS": "3", "SMD_SOFT_SHUTDOWN_SECONDS": "2"}
     stack = Processes(tmp_path, env)
     try:
-        stack.api = spawn(_skewed(faketime, API_SKEW, sys.executable, "-m", "smdcli.main", "api"), env,
-                          tmp_path / "api.log")
+        stack.api = spawn([sys.executable, "-m", "smdcli.main", "api"], {**env, **api_clock}, tmp_path / "api.log")
         wait_http(f"{base}/healthz", stack.api, tmp_path / "api.log")
-        stack.workers["skewed"] = spawn(_skewed(faketime, WORKER_SKEW, sys.executable, "-m", "smdcli.main", "worker"),
-                                        {**env, "SMD_WORKER_NAME": "skewed"}, tmp_path / "skewed.log")
+        stack.workers["skewed"] = spawn([sys.executable, "-m", "smdcli.main", "worker"],
+                                        {**env, **worker_clock, "SMD_WORKER_NAME": "skewed"}, tmp_path / "skewed.log")
         here = SimpleNamespace(base=base, database_url=database_url)
         ids = [submit(here, JOB) for _ in range(3)]
 
