@@ -21,12 +21,13 @@ BENCHES       ?= $(wildcard bench/*.py)
 VPY   := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv run test test-quick test-kernels lint redis postgres chromium faketime bench clean
+.PHONY: help venv run test test-quick test-paper test-kernels lint redis postgres chromium faketime bench clean
 
 help:
 	@echo "make run    - start the service (API + embedded worker, SQLite, auth off) on 127.0.0.1:\$${SMD_PORT:-8000}"
 	@echo "make test   - run the test suite (PYTEST_ARGS='...' to pass options to pytest)"
 	@echo "make test-quick - engine, store and API unit tests on SQLite: no servers, no browser (< 3 min)"
+	@echo "make test-paper - the seeds' figures at the papers' own sizes (minutes each; make test runs them sized down)"
 	@echo "make test-kernels - the Triton kernels of the GPU path on the CPU (TRITON_INTERPRET=1; installs triton)"
 	@echo "make lint   - ruff and mypy (also run by make test, before pytest)"
 	@echo "make bench  - run the benchmarks in bench/"
@@ -86,10 +87,15 @@ XDIST          = -n $(PYTEST_WORKERS) --dist loadfile
 test: venv redis postgres chromium faketime lint
 ifeq ($(strip $(PYTEST_ARGS)),)
 	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist load $(FUZZ_TESTS)
-	$(VPY) -m pytest -q $(XDIST) --durations=15 --ignore=$(FUZZ_TESTS)
+	$(VPY) -m pytest -q $(XDIST) --durations=15 -m "not paper" --ignore=$(FUZZ_TESTS)
 else
-	$(VPY) -m pytest -q $(XDIST) --durations=15 $(PYTEST_ARGS)
+	$(VPY) -m pytest -q $(XDIST) --durations=15 -m "not paper" $(PYTEST_ARGS)
 endif
+
+# The seeds' figures at the papers' own sizes (tests marked `paper`): what make test checks sized down from its
+# tolerance, checked at full size (~3 min of CPU per test). Before a change to a simulator's step.
+test-paper: venv
+	$(VPY) -m pytest -q $(XDIST) --durations=10 -m paper $(PYTEST_ARGS)
 
 # The inner loop: no Redis, PostgreSQL, browser or service processes, no slow statistical runs.
 QUICK_PATHS ?= tests/engine tests/store tests/worker tests/api

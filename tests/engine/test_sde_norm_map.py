@@ -205,6 +205,7 @@ def test_single_sequence_noise_floor_sgdm():
 
 
 @pytest.mark.slow
+@pytest.mark.paper   # 10–40 s each: make test-paper; make test checks the same bounds sized down (above)
 @pytest.mark.parametrize("momentum", [0.0, ALPHA], ids=["sgd", "sgdm"])
 @pytest.mark.parametrize("pattern", list(patterns(2 * math.pi * 1e5)))
 def test_paper_settings_fig3_fig4(pattern, momentum):
