@@ -33,21 +33,20 @@ URL it runs in a transaction of its own; returned rows are detached.
 """
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, CursorResult, Executable, Row, and_, delete, func, or_, select, update
+from sqlalchemy import ColumnElement, CursorResult, Executable, Row, and_, bindparam, delete, func, or_, select, update
 from sqlalchemy.orm import Session, defer
 
 from store import search
 from store.clock import db_now
 from store.clock import now as db_time
 from store.db import Db, transaction
+from store.kept import ByRevision
 from store.models import (
     ACTIVE,
     EPOCH,
@@ -567,6 +566,29 @@ def attempts(session: Session, experiment_id: str) -> list[Attempt]:
                                 .order_by(Attempt.number)))
 
 
+# The attempts last read per job (store.kept): a results document carries them (its provenance), and each
+# attempt's start, resume and end bump the job's revision.
+_attempts: ByRevision[list[Attempt]] = ByRevision(256)
+
+
+def attempts_at(db: str, experiment_id: str, revision: int) -> list[Attempt]:
+    """The job's attempts, given the revision of the caller's row: from memory when they were read at it
+    (the list must not be modified). Read with the revision, in one transaction, else."""
+    kept = _attempts.get(experiment_id, revision)
+    if kept is not None:
+        return kept
+    read_at, rows = _attempts_with_revision(db, experiment_id)
+    if read_at is not None:
+        _attempts.put(experiment_id, read_at, rows)
+    return rows
+
+
+@transaction
+def _attempts_with_revision(session: Session, experiment_id: str) -> tuple[int | None, list[Attempt]]:
+    revision = session.execute(_REVISION, {"experiment_id": experiment_id}).scalar_one_or_none()
+    return revision, attempts(session, experiment_id)
+
+
 @transaction
 def remove(session: Session, experiment_id: str) -> None:
     """Remove an ended job and everything stored for it (children first: SQLite may run without
@@ -591,20 +613,55 @@ def active_count(session: Session, owner_id: str | None) -> int:
 _WITHOUT_OUTPUTS = (defer(Experiment.theory, raiseload=True), defer(Experiment.distributions, raiseload=True))
 
 
-@transaction
-def get(session: Session, experiment_id: str) -> Experiment | None:
-    """The job (detached, with its owner; without its theory and distributions: :func:`outputs`), or None."""
+# The rows last read per job (store.kept): every open dashboard of a running job loads its row for each of
+# its polls, and loading it (its owner and tags, the ORM's work for the loader options) was the largest cost
+# of a poll. The rows are detached and shared, never modified (the API only reads them).
+_rows: ByRevision[Experiment] = ByRevision(256)
+_REVISION = select(Experiment.revision).where(Experiment.id == bindparam("experiment_id"))
+_KEPT = object()
+
+
+def get(db: Db, experiment_id: str) -> Experiment | None:
+    """The job (detached, with its owner; without its theory and distributions: :func:`outputs`), or None.
+    With a database URL, the row read last is returned from memory while the database holds its revision
+    (with a session: always the session's row)."""
+    if not isinstance(db, str):
+        return _load(db, experiment_id)
+    kept_revision = _rows.revision(experiment_id)
+    row = _current(db, experiment_id, kept_revision)
+    if row is _KEPT:
+        assert kept_revision is not None
+        kept = _rows.get(experiment_id, kept_revision)
+        if kept is not None:
+            return kept
+        row = _current(db, experiment_id, None)   # dropped meanwhile by another thread: read it
+    if row is None:
+        _rows.drop(experiment_id)
+        return None
+    assert isinstance(row, Experiment)
+    _rows.put(experiment_id, row.revision, row)
+    return row
+
+
+def _load(session: Session, experiment_id: str) -> Experiment | None:
     return session.get(Experiment, experiment_id, options=_WITHOUT_OUTPUTS)
 
 
-# The theory and distributions last read per job, with the revision they were read at: every open
-# dashboard of a running job asks for its results every 2 s, and parsing its theory (a value per
-# recorded point) was the largest cost of those requests, while it changes only with the revision
-# (record_theory, finish). {experiment_id: (revision, theory, distributions)}, least recently used
-# first; the dicts are shared, never modified (the result document copies what it sends).
-_OUTPUTS_CACHED = 16
-_outputs_cache: OrderedDict[str, tuple[int, dict[str, Any], dict[str, Any]]] = OrderedDict()
-_outputs_lock = threading.Lock()
+@transaction
+def _current(session: Session, experiment_id: str, kept_revision: int | None) -> Experiment | object | None:
+    """_KEPT when the job's revision is ``kept_revision``, else its row (None: no such job), in one transaction."""
+    revision = session.execute(_REVISION, {"experiment_id": experiment_id}).scalar_one_or_none()
+    if revision is None:
+        return None
+    if revision == kept_revision:
+        return _KEPT
+    return _load(session, experiment_id)
+
+
+# The theory and distributions last read per job (store.kept): every open dashboard of a running job asks for
+# its results every 2 s, and parsing its theory (a value per recorded point) was the largest cost of those
+# requests. The dicts are shared, never modified (the result document copies what it sends).
+_outputs: ByRevision[tuple[dict[str, Any], dict[str, Any]]] = ByRevision(16)
 
 
 def outputs(db: Db, experiment_id: str, revision: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -612,24 +669,16 @@ def outputs(db: Db, experiment_id: str, revision: int | None = None) -> tuple[di
     ``revision`` of the caller's row, they are read from memory when that revision's were read last
     (with a database URL; the dicts returned must not be modified)."""
     if revision is not None and isinstance(db, str):
-        with _outputs_lock:
-            cached = _outputs_cache.get(experiment_id)
-            if cached is not None and cached[0] == revision:
-                _outputs_cache.move_to_end(experiment_id)
-                return cached[1], cached[2]
+        kept = _outputs.get(experiment_id, revision)
+        if kept is not None:
+            return kept
     row = _read_outputs(db, experiment_id)
     if row is None:
         return {}, {}
-    read = (row.revision, row.theory or {}, row.distributions or {})
+    read = (row.theory or {}, row.distributions or {})
     if isinstance(db, str):  # committed state only (a session's may still roll back)
-        with _outputs_lock:
-            cached = _outputs_cache.get(experiment_id)
-            if cached is None or cached[0] <= read[0]:
-                _outputs_cache[experiment_id] = read
-                _outputs_cache.move_to_end(experiment_id)
-                if len(_outputs_cache) > _OUTPUTS_CACHED:
-                    _outputs_cache.popitem(last=False)
-    return read[1], read[2]
+        _outputs.put(experiment_id, row.revision, read)
+    return read
 
 
 @transaction

@@ -278,7 +278,7 @@ def get_results(experiment: ExperimentDep, db: DbDep, request: Request, response
         return etag.not_modified(current)
     selected = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
     doc = result_document(db, experiment, selected, max_points, since_step, until_step, downsample)
-    doc["provenance"] = provenance_of(jobs.attempts(db, experiment.id))
+    doc["provenance"] = provenance_of(jobs.attempts_at(db, experiment.id, experiment.revision))
     response.headers["ETag"] = current
     return doc
 
