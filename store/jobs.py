@@ -45,7 +45,7 @@ from sqlalchemy.orm import Session, defer
 from store import search
 from store.clock import db_now
 from store.clock import now as db_time
-from store.db import Db, transaction
+from store.db import Db, read, transaction
 from store.kept import ByRevision
 from store.models import (
     ACTIVE,
@@ -618,7 +618,6 @@ _WITHOUT_OUTPUTS = (defer(Experiment.theory, raiseload=True), defer(Experiment.d
 # of a poll. The rows are detached and shared, never modified (the API only reads them).
 _rows: ByRevision[Experiment] = ByRevision(256)
 _REVISION = select(Experiment.revision).where(Experiment.id == bindparam("experiment_id"))
-_KEPT = object()
 
 
 def get(db: Db, experiment_id: str) -> Experiment | None:
@@ -628,17 +627,15 @@ def get(db: Db, experiment_id: str) -> Experiment | None:
     if not isinstance(db, str):
         return _load(db, experiment_id)
     kept_revision = _rows.revision(experiment_id)
-    row = _current(db, experiment_id, kept_revision)
-    if row is _KEPT:
-        assert kept_revision is not None
-        kept = _rows.get(experiment_id, kept_revision)
+    if kept_revision is not None:
+        revision = read(db, lambda c: c.execute(_REVISION, {"experiment_id": experiment_id}).scalar_one_or_none())
+        kept = _rows.get(experiment_id, kept_revision) if revision == kept_revision else None
         if kept is not None:
             return kept
-        row = _current(db, experiment_id, None)   # dropped meanwhile by another thread: read it
+    row = _current(db, experiment_id)
     if row is None:
         _rows.drop(experiment_id)
         return None
-    assert isinstance(row, Experiment)
     _rows.put(experiment_id, row.revision, row)
     return row
 
@@ -648,13 +645,7 @@ def _load(session: Session, experiment_id: str) -> Experiment | None:
 
 
 @transaction
-def _current(session: Session, experiment_id: str, kept_revision: int | None) -> Experiment | object | None:
-    """_KEPT when the job's revision is ``kept_revision``, else its row (None: no such job), in one transaction."""
-    revision = session.execute(_REVISION, {"experiment_id": experiment_id}).scalar_one_or_none()
-    if revision is None:
-        return None
-    if revision == kept_revision:
-        return _KEPT
+def _current(session: Session, experiment_id: str) -> Experiment | None:
     return _load(session, experiment_id)
 
 

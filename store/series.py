@@ -6,10 +6,10 @@ import zlib
 from collections.abc import Iterable
 from typing import Any, Literal, overload
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import Connection, delete, func, select
 from sqlalchemy.orm import Session
 
-from store.db import transaction
+from store.db import reading, transaction
 from store.models import SeriesChunk
 
 
@@ -25,14 +25,14 @@ def write_points(session: Session, experiment_id: str, start_index: int, points:
         session.add(SeriesChunk(experiment_id=experiment_id, start_index=start_index, n_points=n, data=data))
 
 
-@transaction
-def read_series(session: Session, experiment_id: str) -> dict[str, list[Any]]:
+@reading
+def read_series(session: Session | Connection, experiment_id: str) -> dict[str, list[Any]]:
     """All stored points in order, as ``{"step": [...], "<metric>": [...]}`` (empty dict if none)."""
     return _join(_decode(chunk)[1] for chunk in _prefix(session, experiment_id))
 
 
-@transaction
-def read_series_after(session: Session, experiment_id: str, step: int) -> tuple[int, dict[str, list[Any]]]:
+@reading
+def read_series_after(session: Session | Connection, experiment_id: str, step: int) -> tuple[int, dict[str, list[Any]]]:
     """``(index, points)``: ``points`` is what :func:`read_series` returns from point ``index`` on,
     the stored chunks that hold every point recorded after ``step`` (so it may begin a little before).
     Chunks are read from the last one back, each fetched alone, until one starts at or before
@@ -54,14 +54,14 @@ def read_series_after(session: Session, experiment_id: str, step: int) -> tuple[
 
 
 @overload
-def _prefix(session: Session, experiment_id: str) -> list[tuple[int, int, bytes]]: ...
+def _prefix(session: Session | Connection, experiment_id: str) -> list[tuple[int, int, bytes]]: ...
 
 
 @overload
-def _prefix(session: Session, experiment_id: str, with_data: Literal[False]) -> list[tuple[int, int]]: ...
+def _prefix(session: Session | Connection, experiment_id: str, with_data: Literal[False]) -> list[tuple[int, int]]: ...
 
 
-def _prefix(session: Session, experiment_id: str, with_data: bool = True) -> list[Any]:
+def _prefix(session: Session | Connection, experiment_id: str, with_data: bool = True) -> list[Any]:
     """(start_index, points an earlier chunk already holds, data) of the chunks that make the
     stored series: the contiguous run of points from index 0 (an older chunk's points win where
     two overlap; a gap ends the series); without ``with_data``, (start_index, skip) only."""
@@ -94,8 +94,8 @@ def _join(chunks: Iterable[dict[str, list[Any]]]) -> dict[str, list[Any]]:
     return series
 
 
-@transaction
-def stored_points(session: Session, experiment_id: str) -> int:
+@reading
+def stored_points(session: Session | Connection, experiment_id: str) -> int:
     """How many points are stored (the end of the last chunk), without reading any chunk's data."""
     return int(session.scalar(select(func.coalesce(func.max(SeriesChunk.start_index + SeriesChunk.n_points), 0))
                               .where(SeriesChunk.experiment_id == experiment_id)) or 0)

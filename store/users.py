@@ -14,12 +14,14 @@ import hashlib
 import hmac
 import re
 import secrets
-from datetime import timedelta
+import threading
+from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Row, bindparam, select, update
+from sqlalchemy.orm import Session, make_transient_to_detached
 
-from store.db import transaction
+from store.db import Db, read, transaction
 from store.models import ROLES, ApiKey, User, as_utc, utcnow
 
 KEY_PREFIX = "smd_"
@@ -71,9 +73,43 @@ def list_users(session: Session) -> list[User]:
     return list(session.scalars(select(User).order_by(User.name)))
 
 
+# A request's user is read from the database on every request (a quota or role changed by `smd users` applies
+# to the next one), on a plain connection (store.db.read): a row read before, unchanged, gives the same
+# detached User back instead of a new one (making one costs as much as the read). {row values: user}.
+_users_seen: dict[tuple[Any, ...], User] = {}
+_users_lock = threading.Lock()
+_USERS = User.__table__
+_KEYS = ApiKey.__table__
+_USER_NAMED = select(_USERS).where(_USERS.c.name == bindparam("name"))
+_KEY_AND_USER = (select(_KEYS.c.secret_hash, _KEYS.c.revoked_at, _KEYS.c.last_used_at, *_USERS.c)
+                 .join(_USERS, _USERS.c.id == _KEYS.c.user_id).where(_KEYS.c.id == bindparam("key_id")))
+
+
+def _user_of(row: Row[Any]) -> User:
+    values = tuple(row._mapping[c.name] for c in _USERS.c)
+    with _users_lock:
+        user = _users_seen.get(values)
+    if user is None:
+        user = User(**dict(zip(_USERS.c.keys(), values, strict=True)))
+        make_transient_to_detached(user)   # a row of the database, as session.get would give
+        with _users_lock:
+            if len(_users_seen) >= 1024:
+                _users_seen.clear()
+            _users_seen[values] = user
+    return user
+
+
+def local_user(db: Db) -> User:
+    """The user of an auth-off server (an admin: it is the only user), made on first use."""
+    if isinstance(db, str):
+        row = read(db, lambda c: c.execute(_USER_NAMED, {"name": LOCAL_USER}).first())
+        if row is not None:
+            return _user_of(row)
+    return _make_local_user(db)
+
+
 @transaction
-def local_user(session: Session) -> User:
-    """The user of an auth-off server (an admin: it is the only user)."""
+def _make_local_user(session: Session) -> User:
     user = get_user(session, LOCAL_USER)
     if user is None:
         user = User(name=LOCAL_USER, role="admin", created_at=utcnow())
@@ -136,18 +172,24 @@ def revoke_key(session: Session, key_id: str) -> ApiKey:
     return key
 
 
-@transaction
-def authenticate(session: Session, token: str) -> User | None:
+def authenticate(db: str, token: str) -> User | None:
     """The user a key belongs to, or None for a malformed, unknown or revoked key. Every path does
-    one constant-time compare, so timing tells nothing about which ids exist."""
+    one constant-time compare, so timing tells nothing about which ids exist. One read on a plain
+    connection (the key and its user); a write only when last_used_at is older than _TOUCH_EVERY."""
     match = _KEY_PATTERN.match(token)
-    key = session.get(ApiKey, match.group(1)) if match else None
+    row = read(db, lambda c: c.execute(_KEY_AND_USER, {"key_id": match.group(1)}).first()) if match else None
     secret = match.group(2) if match else ""
-    expected = key.secret_hash if key is not None else _DUMMY_HASH
-    if not hmac.compare_digest(_hash(secret), expected) or key is None or key.revoked_at is not None:
+    expected = row.secret_hash if row is not None else _DUMMY_HASH
+    if not hmac.compare_digest(_hash(secret), expected) or row is None or row.revoked_at is not None:
         return None
     now = utcnow()
-    last = as_utc(key.last_used_at)
+    last = as_utc(row.last_used_at)
     if last is None or now - last > _TOUCH_EVERY:
-        session.execute(update(ApiKey).where(ApiKey.id == key.id).values(last_used_at=now))
-    return key.user
+        assert match is not None
+        _touch(db, match.group(1), now)
+    return _user_of(row)
+
+
+@transaction
+def _touch(session: Session, key_id: str, now: datetime) -> None:
+    session.execute(update(ApiKey).where(ApiKey.id == key_id).values(last_used_at=now))
