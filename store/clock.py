@@ -36,8 +36,9 @@ from sqlalchemy.types import DateTime
 
 
 def utcnow() -> datetime:
-    """This host's clock, as an aware UTC datetime: only for times no other host compares (when a row
-    was created by the API, when a key was last used); never for leases (:class:`db_now`)."""
+    """This host's clock, as an aware UTC datetime: only for times no other host compares (when a key was
+    last used, a study's compare members were added); never for leases (:class:`db_now`) nor for a job's
+    creation (:func:`stamp`)."""
     return datetime.now(UTC)
 
 
@@ -91,6 +92,16 @@ def _sqlite(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
 @compiles(db_now)
 def _other(element: db_now, compiler: SQLCompiler, **kw: Any) -> str:
     raise CompileError(f"store.clock.db_now: no database clock for {compiler.dialect.name} (PostgreSQL or SQLite)")
+
+
+def stamp(session: Session) -> datetime:
+    """A time that other hosts will compare, for a row being made (a job's ``created_at`` orders the fair
+    queue that every worker host reads): the database server's (:func:`now`) on PostgreSQL; on SQLite this
+    host's, to the microsecond, since the processes sharing its file share this host's clock, and SQLite's
+    own has milliseconds (jobs made within one would tie and run in an arbitrary order)."""
+    if session.get_bind().dialect.name == "sqlite":
+        return utcnow()
+    return now(session)
 
 
 def now(session: Session) -> datetime:

@@ -43,7 +43,7 @@ from sqlalchemy import ColumnElement, CursorResult, Executable, Row, and_, bindp
 from sqlalchemy.orm import Session, defer
 
 from store import search
-from store.clock import db_now
+from store.clock import db_now, stamp
 from store.clock import now as db_time
 from store.db import Db, read, transaction
 from store.kept import ByRevision
@@ -102,7 +102,11 @@ def create(session: Session, *, kind: str, name: str | None, spec: dict[str, Any
            priority: int = PRIORITIES["normal"], warnings: list[dict[str, Any]] | None = None,
            keep_checkpoint: bool = False, tags: Sequence[str] = (), note: str | None = None) -> Experiment:
     """A new queued experiment; ``warnings``: its spec's out-of-regime warnings (smdengine.spec_warnings)."""
+    # created_at orders the fair queue (_waiting), which a worker host compares across jobs that API hosts
+    # made: the database's clock (store.clock.stamp), like every time another host compares
+    now = stamp(session)
     experiment = Experiment(kind=kind, name=name, spec=spec, status=Status.queued, progress=0.0, step=0,
+                            created_at=now, updated_at=now,
                             total_steps=total_steps, cancel_requested=False, attempts=0, queue=queue,
                             owner_id=owner_id, visibility=visibility, priority=priority, revision=0,
                             warnings=warnings, keep_checkpoint=keep_checkpoint, note=note,

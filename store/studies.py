@@ -37,7 +37,7 @@ from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.orm import Session
 
 from store import clock
-from store.clock import db_now
+from store.clock import db_now, stamp
 from store.db import transaction
 from store.jobs import QuotaExceeded, active_count, release_members, retry_after, settle_study
 from store.models import (
@@ -275,7 +275,7 @@ def create(session: Session, *, owner_id: str, name: str | None, visibility: str
     if active + len(children) > max_active_jobs:
         raise StudyQuotaExceeded(active, max_active_jobs, retry_after(session, owner_id, default_retry_seconds),
                                  len(children))
-    now = utcnow()
+    now = stamp(session)   # the children's created_at orders the fair queue (store.clock.stamp)
     study = Study(owner_id=owner_id, name=name, visibility=visibility, priority=priority, spec=spec, axes=axes,
                   children=len(children), points=points, cancel_requested=False, created_at=now, revision=0,
                   preset=preset, preset_size=preset_size, checks=None)

@@ -67,6 +67,10 @@ def test_hosts_with_clocks_off_run_every_job_in_one_attempt(tmp_path, database_u
                                         {**env, **worker_clock, "SMD_WORKER_NAME": "skewed"}, tmp_path / "skewed.log")
         here = SimpleNamespace(base=base, database_url=database_url)
         ids = [submit(here, JOB) for _ in range(3)]
+        # made by the API host 7 minutes ahead, stamped with the database's time (the fair queue compares them)
+        with session_scope(database_url) as s:
+            made = s.execute(select(func.max(Experiment.created_at), func.statement_timestamp())).one()
+        assert abs((as_utc(made[1]) - as_utc(made[0])).total_seconds()) < 60, made
 
         # while a job runs, its lease ends within a lease of the database's now (not 10 minutes before it)
         deadline = time.monotonic() + 90
