@@ -37,7 +37,7 @@ from sqlalchemy.types import DateTime
 
 def utcnow() -> datetime:
     """This host's clock, as an aware UTC datetime: only for times no other host compares (when a key was
-    last used, a study's compare members were added); never for leases (:class:`db_now`) nor for a job's
+    last used, when a compare study was made); never for leases (:class:`db_now`) nor for a job's
     creation (:func:`stamp`)."""
     return datetime.now(UTC)
 
