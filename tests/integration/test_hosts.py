@@ -149,7 +149,7 @@ def host_of(attempt: dict) -> str:
 def test_a_study_spreads_over_three_hosts_in_one_attempt_each_through_a_redis_restart(site):
     if not site.clocks:
         print(f"h2 and h3 run on the true clock: {site.no_clocks}")
-    study = {"name": "spread", "base": nrq(64, 12_000, 600),
+    study = {"name": "spread", "base": nrq(64, 9_000, 450),
              "grid": {"params.lr": [0.02 + 0.002 * i for i in range(48)]}}
     r = site.client.post("/v1/studies", json=study)
     assert r.status_code == 202, r.text

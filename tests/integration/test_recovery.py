@@ -1,5 +1,6 @@
 """A job system that loses nothing, on the production topology: a real (append-only) Redis, real
-`smd worker` processes and a real `smd api` process (with its sweeper), on SQLite and PostgreSQL.
+`smd worker` processes and a real `smd api` process (with its sweeper), on PostgreSQL (the burst of
+requests on SQLite too; SQLite's own multi-process scenarios: test_embedded.py).
 
 Short leases and sweeps make recovery take seconds: SMD_LEASE_SECONDS=3, SMD_SWEEP_SECONDS=0.5,
 SMD_CHECKPOINT_SECONDS=0.5.
@@ -124,6 +125,7 @@ def test_redis_restart_mid_job_runs_it_once(stack):
     assert attempts(stack, exp_id)[-1][0] == 1
 
 
+@POSTGRES_ONLY   # the cancel rules on SQLite: tests/store, tests/api; SQLite's processes: test_embedded.py
 def test_cancel_queued_and_running(stack):
     stack.start_worker("w1")
     running = submit(stack, ENDLESS)
@@ -145,6 +147,7 @@ def test_cancel_queued_and_running(stack):
     assert attempts(stack, queued) == []
 
 
+@POSTGRES_ONLY   # SQLite's restarted service: tests/integration/test_embedded.py
 def test_api_restart_while_jobs_run_loses_nothing(stack):
     stack.start_worker("w1")
     ids = [submit(stack, LONG), submit(stack, small_spec())]
