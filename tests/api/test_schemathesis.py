@@ -34,7 +34,7 @@ from worker.runner import execute
 
 pytestmark = pytest.mark.slow   # fuzzing: in make test, not in make test-quick
 SEED = 20240531
-MAX_EXAMPLES = 36  # per operation and phase: ~47 operations; the module's share of the suite's 15 minutes
+MAX_EXAMPLES = 45  # per operation and phase: ~47 operations; the module's share of the suite's 15 minutes
 MAX_EXAMPLES_AUTH_OFF = 20
 STREAM_TIMEOUT = 0.2  # seconds: the event stream of an unfinished experiment otherwise never ends
 
