@@ -636,7 +636,7 @@ def get(db: Db, experiment_id: str) -> Experiment | None:
         kept = _rows.get(experiment_id, kept_revision) if revision == kept_revision else None
         if kept is not None:
             return kept
-    row = _current(db, experiment_id)
+    row = _load(db, experiment_id)
     if row is None:
         _rows.drop(experiment_id)
         return None
@@ -644,13 +644,9 @@ def get(db: Db, experiment_id: str) -> Experiment | None:
     return row
 
 
+@transaction
 def _load(session: Session, experiment_id: str) -> Experiment | None:
     return session.get(Experiment, experiment_id, options=_WITHOUT_OUTPUTS)
-
-
-@transaction
-def _current(session: Session, experiment_id: str) -> Experiment | None:
-    return _load(session, experiment_id)
 
 
 # The theory and distributions last read per job (store.kept): every open dashboard of a running job asks for
