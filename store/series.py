@@ -6,7 +6,7 @@ import zlib
 from collections.abc import Iterable
 from typing import Any, Literal, overload
 
-from sqlalchemy import Connection, delete, func, select
+from sqlalchemy import Connection, bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 from store.db import reading, transaction
@@ -94,11 +94,15 @@ def _join(chunks: Iterable[dict[str, list[Any]]]) -> dict[str, list[Any]]:
     return series
 
 
+# built once: every results poll asks (building the statement cost as much as running it)
+_STORED_POINTS = (select(func.coalesce(func.max(SeriesChunk.start_index + SeriesChunk.n_points), 0))
+                  .where(SeriesChunk.experiment_id == bindparam("experiment_id")))
+
+
 @reading
 def stored_points(session: Session | Connection, experiment_id: str) -> int:
     """How many points are stored (the end of the last chunk), without reading any chunk's data."""
-    return int(session.scalar(select(func.coalesce(func.max(SeriesChunk.start_index + SeriesChunk.n_points), 0))
-                              .where(SeriesChunk.experiment_id == experiment_id)) or 0)
+    return int(session.scalar(_STORED_POINTS, {"experiment_id": experiment_id}) or 0)
 
 
 @transaction

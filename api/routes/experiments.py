@@ -4,11 +4,12 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any, Literal
 
+import anyio
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from pydantic import ValidationError
 
 import smdengine
-from api import cursors, etag, search
+from api import cursors, etag, rendered, search
 from api.cursors import SortedCursorQuery
 from api.deps import CurrentUserDep, DbDep, ExperimentDep, ManagedExperimentDep, SettingsDep
 from api.provenance import provenance_of
@@ -222,13 +223,12 @@ def patch_experiment(experiment: ManagedExperimentDep, body: ExperimentPatch, db
 
 @router.get("/{experiment_id}", response_model=ExperimentOut, operation_id="getExperiment",
             responses={**NOT_FOUND, **NOT_MODIFIED}, openapi_extra=_links("200", "cancelExperiment"))
-async def get_experiment(experiment: ExperimentDep, request: Request, response: Response):
+async def get_experiment(experiment: ExperimentDep, request: Request):
     """Status, progress, timestamps and error of one experiment (ETag: send If-None-Match to poll)."""
     current = etag.tag(experiment, "status")
     if etag.matches(request, current):
         return etag.not_modified(current)
-    response.headers["ETag"] = current
-    return experiment
+    return rendered.json_response(current, rendered.body(ExperimentOut, current, lambda: experiment))
 
 
 @router.delete("/{experiment_id}", status_code=204, operation_id="deleteExperiment",
@@ -256,31 +256,37 @@ def list_attempts(experiment: ExperimentDep, db: DbDep):
 
 @router.get("/{experiment_id}/results", response_model=ResultDocument, operation_id="getResults",
             responses={**NOT_FOUND, **NOT_MODIFIED})
-def get_results(experiment: ExperimentDep, db: DbDep, request: Request, response: Response,
-                fields: Annotated[str | None, Query(
+async def get_results(experiment: ExperimentDep, db: DbDep, request: Request,
+                      fields: Annotated[str | None, Query(
                     description="Comma-separated series/theory names to return (step is always included).",
                     max_length=2000)] = None,
-                max_points: Annotated[int | None, Query(
+                      max_points: Annotated[int | None, Query(
                     ge=2, le=1_000_000, description="Downsample to at most this many points, keeping first and last.")] = None,
-                downsample: Annotated[Literal["even", "minmax"], Query(
+                      downsample: Annotated[Literal["even", "minmax"], Query(
                     description="With max_points: even (evenly spread points) or minmax (each bucket's minimum and "
                                 "maximum of every series, aligned on one set of steps: a transient is never "
                                 "stepped over).")] = "even",
-                since_step: Annotated[int | None, SINCE_STEP] = None,
-                until_step: Annotated[int | None, Query(
+                      since_step: Annotated[int | None, SINCE_STEP] = None,
+                      until_step: Annotated[int | None, Query(
                     ge=0, le=2**62, description="Only points recorded at or before this step (with since_step: "
                                                 "a window, e.g. a zoomed chart's range, downsampled on its own).")] = None):
     """The result document: series, theory and summary (partial while running). ETag: send
     If-None-Match to poll; since_step for only the new points."""
-    current = etag.tag(experiment, "results", series.stored_points(db, experiment.id), fields, max_points, downsample,
-                       since_step, until_step)
-    if etag.matches(request, current):
-        return etag.not_modified(current)
     selected = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
-    doc = result_document(db, experiment, selected, max_points, since_step, until_step, downsample)
-    doc["provenance"] = provenance_of(jobs.attempts_at(db, experiment.id, experiment.revision))
-    response.headers["ETag"] = current
-    return doc
+
+    def build() -> dict[str, Any]:
+        doc = result_document(db, experiment, selected, max_points, since_step, until_step, downsample)
+        doc["provenance"] = provenance_of(jobs.attempts_at(db, experiment.id, experiment.revision))
+        return doc
+
+    def respond() -> Response:   # in a worker thread: reads the database
+        current = etag.tag(experiment, "results", series.stored_points(db, experiment.id), fields, max_points,
+                           downsample, since_step, until_step)
+        if etag.matches(request, current):
+            return etag.not_modified(current)
+        return rendered.json_response(current, rendered.body(ResultDocument, current, build))
+
+    return await anyio.to_thread.run_sync(respond)
 
 
 @router.post("/{experiment_id}/cancel", status_code=202, response_model=ExperimentOut,
