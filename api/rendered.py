@@ -19,7 +19,7 @@ from typing import Any
 from fastapi import Response
 from pydantic import BaseModel, TypeAdapter
 
-MAX_BYTES = 32 * 2**20       # kept per process, all bodies together
+MAX_BYTES = 32 * 2**20       # kept per API process (SMD_API_WORKERS of them), all bodies together
 MAX_BODY = MAX_BYTES // 16   # a larger body (a whole long series) is built each time, never kept
 MAX_BODIES = 4096
 
@@ -29,6 +29,9 @@ class Bodies:
     thread-safe."""
 
     def __init__(self, max_bytes: int = MAX_BYTES, max_body: int = MAX_BODY, max_bodies: int = MAX_BODIES):
+        if not 0 < max_body <= max_bytes or max_bodies < 1:
+            raise ValueError(f"Bodies: expected 0 < max_body ≤ max_bytes and max_bodies ≥ 1, got {max_body}, "
+                             f"{max_bytes}, {max_bodies}")
         self.max_bytes, self.max_body, self.max_bodies = max_bytes, max_body, max_bodies
         self._bodies: OrderedDict[str, bytes] = OrderedDict()
         self._bytes = 0

@@ -169,7 +169,7 @@ class ExperimentOut(BaseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-    updated_at: datetime
+    updated_at: datetime = Field(..., description="The last change a client sees (status, progress, error, attempt, cancel flag, name, tags or note); lease renewals do not move it.")
     spec: dict[str, Any]
     study_id: str | None = Field(None, description="The study this experiment is a child of, if any.")
     warnings: list[WarningOut] = Field(default_factory=list, description=WARNINGS_DESCRIPTION)

@@ -1,7 +1,7 @@
 """The database's clock: the one clock that every host of the service shares.
 
 A lease is an expiry time written by a worker's host and compared by the sweeper of an API host; a
-job's start, end and heartbeat (``updated_at``) times are written by one host and compared by others
+job's start, end and last change (``updated_at``) times are written by one host and compared by others
 (durations, queue estimates, ETAs, Retry-After). Taken from each host's own clock, a host whose clock is
 off by more than a lease made live workers look lost. So every such time is the database server's, read
 inside the statement that writes or compares it: :class:`db_now` is ``now`` (plus ``seconds``) as an

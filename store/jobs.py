@@ -285,9 +285,11 @@ def _hold(session: Session, claim: Claim) -> None:
 @transaction
 def renew(session: Session, claim: Claim, lease_seconds: float) -> None:
     """Extend the lease to ``lease_seconds`` after the database's now; raises :class:`LeaseLost` when it
-    is no longer held."""
+    is no longer held. Not a change a client sees: neither the revision nor ``updated_at`` (the time of the
+    last change a client sees) moves, so a document kept by revision (store.kept, api.rendered) stays the
+    row's."""
     if _rowcount(session, update(Experiment).where(_held(claim))
-                 .values(lease_expires_at=db_now(lease_seconds), updated_at=db_now())) != 1:
+                 .values(lease_expires_at=db_now(lease_seconds), updated_at=Experiment.updated_at)) != 1:
         raise LeaseLost(claim.experiment_id)
 
 

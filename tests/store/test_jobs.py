@@ -93,6 +93,21 @@ def test_cancelled_queued_job_is_never_claimed(database_url):
     assert row(database_url, exp).status == "cancelled"
 
 
+def test_a_lease_renewal_is_no_change_a_client_sees(database_url):
+    """Documents are kept by revision (store.kept, api.rendered): what a renewal writes must not be in
+    them. It moves the lease's expiry only, not the revision or updated_at; progress moves both."""
+    exp = make(database_url)
+    a = claim(database_url)
+    before = row(database_url, exp)
+    jobs.renew(database_url, a, 120)
+    renewed = row(database_url, exp)
+    assert renewed.lease_expires_at > before.lease_expires_at
+    assert (renewed.revision, renewed.updated_at) == (before.revision, before.updated_at)
+    jobs.record_progress(database_url, a, 5, 10)
+    moved = row(database_url, exp)
+    assert moved.revision > before.revision and moved.updated_at >= before.updated_at
+
+
 def test_writes_need_the_lease(database_url):
     exp = make(database_url)
     a = claim(database_url)
