@@ -91,5 +91,9 @@ def test_hosts_with_clocks_off_run_every_job_in_one_attempt(tmp_path, database_u
                 (done, attempts(here, exp_id), f"lease left while running: {left:.1f} s", stack.logs())
             assert attempts(here, exp_id) == [(1, "skewed", "succeeded", None)]
         assert 0 < left <= LEASE_SECONDS + 0.5, left
+        print(f"API host 7 min ahead, worker host 10 min behind: {len(ids)} jobs, attempts "
+              f"{[attempts(here, i) for i in ids]}; a running job's lease ended {left:.1f} s after the database's "
+              f"now (lease {LEASE_SECONDS} s); created_at {(as_utc(made[1]) - as_utc(made[0])).total_seconds():.2f} s "
+              f"before the database's now")
     finally:
         stack.close()

@@ -75,3 +75,5 @@ def test_two_idle_workers_split_a_study_and_a_killed_batch_resumes_fused(alice_s
     starts = sorted(datetime.fromisoformat(a["started_at"]) for a in resumed.values())
     batches = 1 + sum((b - a).total_seconds() > 0.5 for a, b in zip(starts, starts[1:], strict=False))
     assert batches <= 2, (starts, stack.logs())
+    print(f"children first claimed per worker: {dict(split)}; w1 killed, its {len(lost)} children resumed from "
+          f"step {steps.pop()} in {batches} fused batch(es) on w2")

@@ -91,6 +91,8 @@ def test_postgres_out_of_space_is_an_outage_not_a_failure(small_disk):
                 r = api.get(path)
                 assert r.status_code == 503 and "Retry-After" in r.headers, (path, r.text)
                 assert "disk full" in r.json()["database"], r.text
+            print(f"PostgreSQL disk full: attempt 1 {status}, job queued; {path} {r.status_code} "
+                  f"Retry-After {r.headers['Retry-After']}: {r.json()['database']!r}")
         filler.unlink()   # space is back
         time.sleep(settings.lease_seconds)   # the probes trust writes again a lease after the last refused one
         with TestClient(create_app(settings)) as api:
@@ -102,5 +104,7 @@ def test_postgres_out_of_space_is_an_outage_not_a_failure(small_disk):
             alone = smdengine.json_safe(smdengine.run(spec).to_document())
             assert row.summary == alone["summary"]
             assert smdengine.json_safe(read_series(s, exp))["au_rms"] == alone["series"]["au_rms"]
+            print(f"PostgreSQL: space back, attempts {[a.outcome for a in jobs.attempts(s, exp)]}, series and summary "
+                  f"equal to a run alone")
     finally:
         pg.close()

@@ -67,6 +67,8 @@ def test_a_full_disk_is_ridden_out_and_named_by_the_probes(sqlite_settings):
             r = api.get(path)
             assert r.status_code == 503 and "Retry-After" in r.headers, (path, r.text)
             assert "disk full" in r.json()["database"], r.text
+        print(f"SQLite disk full: attempt 1 {status}, job queued; {path} {r.status_code} "
+              f"Retry-After {r.headers['Retry-After']}: {r.json()['database']!r}")
     # space is back: the probes say so once a lease has passed since the last refused write, and the job
     # resumes to the end of a run that never saw the full disk
     time.sleep(settings.lease_seconds)
@@ -79,6 +81,8 @@ def test_a_full_disk_is_ridden_out_and_named_by_the_probes(sqlite_settings):
         alone = smdengine.json_safe(smdengine.run(spec).to_document())
         assert row.summary == alone["summary"]
         assert smdengine.json_safe(read_series(s, exp))["au_rms"] == alone["series"]["au_rms"]
+        print(f"SQLite: space back, attempts {[a.outcome for a in jobs.attempts(s, exp)]}, series and summary "
+              f"equal to a run alone")
 
 
 def test_a_database_error_that_fails_a_job_carries_no_sql(sqlite_settings):
