@@ -258,18 +258,18 @@ def list_attempts(experiment: ExperimentDep, db: DbDep):
             responses={**NOT_FOUND, **NOT_MODIFIED})
 async def get_results(experiment: ExperimentDep, db: DbDep, request: Request,
                       fields: Annotated[str | None, Query(
-                    description="Comma-separated series/theory names to return (step is always included).",
-                    max_length=2000)] = None,
+                          description="Comma-separated series/theory names to return (step is always included).",
+                          max_length=2000)] = None,
                       max_points: Annotated[int | None, Query(
-                    ge=2, le=1_000_000, description="Downsample to at most this many points, keeping first and last.")] = None,
+                          ge=2, le=1_000_000, description="Downsample to at most this many points, keeping first and last.")] = None,
                       downsample: Annotated[Literal["even", "minmax"], Query(
-                    description="With max_points: even (evenly spread points) or minmax (each bucket's minimum and "
-                                "maximum of every series, aligned on one set of steps: a transient is never "
-                                "stepped over).")] = "even",
+                          description="With max_points: even (evenly spread points) or minmax (each bucket's minimum and "
+                                      "maximum of every series, aligned on one set of steps: a transient is never "
+                                      "stepped over).")] = "even",
                       since_step: Annotated[int | None, SINCE_STEP] = None,
                       until_step: Annotated[int | None, Query(
-                    ge=0, le=2**62, description="Only points recorded at or before this step (with since_step: "
-                                                "a window, e.g. a zoomed chart's range, downsampled on its own).")] = None):
+                          ge=0, le=2**62, description="Only points recorded at or before this step (with since_step: "
+                                                      "a window, e.g. a zoomed chart's range, downsampled on its own).")] = None):
     """The result document: series, theory and summary (partial while running). ETag: send
     If-None-Match to poll; since_step for only the new points."""
     selected = [f.strip() for f in fields.split(",") if f.strip()] if fields else None
