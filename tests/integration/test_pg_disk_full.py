@@ -12,23 +12,17 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-import smdengine
-from api.main import create_app
-from store import jobs
-from store.models import Experiment, Status
-from store.series import read_series
 from store.settings import Settings
 from tests.conftest import small_spec
-from tests.dbutil import session_scope
 from tests.servers import PG_USER, PostgresCluster, _connect
+from tests.worker.test_disk_full import ride_out_a_full_disk
 from tests.worker.test_runner import make
-from worker import runner
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("fresh_retry_journal")]
 
@@ -53,15 +47,19 @@ def small_disk():
         folder.rmdir()
 
 
-def fill(disk: Path, leave_kb: int) -> Path:
-    """A file that takes all of the disk's free space but ``leave_kb``."""
+@contextmanager
+def filled(disk: Path, leave_kb: int) -> Iterator[None]:
+    """A file that takes all of the disk's free space but ``leave_kb``, removed at the exit."""
     free = os.statvfs(disk)
     size = free.f_bavail * free.f_frsize - leave_kb * 1024
     filler = disk / "filler"
     with open(filler, "wb") as f:
         f.truncate(0)
         os.posix_fallocate(f.fileno(), 0, size)
-    return filler
+    try:
+        yield
+    finally:
+        filler.unlink()
 
 
 def test_postgres_out_of_space_is_an_outage_not_a_failure(small_disk):
@@ -79,32 +77,6 @@ def test_postgres_out_of_space_is_an_outage_not_a_failure(small_disk):
                             lease_seconds=1.0, worker_db_wait_seconds=1.0, db_retry_seconds=1.0, flush_seconds=0.05)
         spec = small_spec(steps=3000, record_every=1, trials=256)   # a few hundred KB of series: new pages
         exp = make(settings, spec)
-        filler = fill(small_disk, leave_kb=64)
-        with TestClient(create_app(settings)) as api:
-            status = runner.execute(settings, exp)
-            assert status == "interrupted"                            # given up, not failed
-            with session_scope(url) as s:   # given back at once (that small write fits), uncounted
-                row = s.get(Experiment, exp)
-                assert row.status == Status.queued and row.error is None, (row.status, row.error)
-                assert [a.outcome for a in jobs.attempts(s, exp)] == ["interrupted"]
-            for path in ("/healthz", "/readyz"):
-                r = api.get(path)
-                assert r.status_code == 503 and "Retry-After" in r.headers, (path, r.text)
-                assert "disk full" in r.json()["database"], r.text
-            print(f"PostgreSQL disk full: attempt 1 {status}, job queued; {path} {r.status_code} "
-                  f"Retry-After {r.headers['Retry-After']}: {r.json()['database']!r}")
-        filler.unlink()   # space is back
-        time.sleep(settings.lease_seconds)   # the probes trust writes again a lease after the last refused one
-        with TestClient(create_app(settings)) as api:
-            assert api.get("/healthz").status_code == 200 and api.get("/readyz").status_code == 200
-        assert runner.execute(settings, exp) == "succeeded"
-        with session_scope(url) as s:
-            row = s.get(Experiment, exp)
-            assert [a.outcome for a in jobs.attempts(s, exp)] == ["interrupted", "succeeded"]
-            alone = smdengine.json_safe(smdengine.run(spec).to_document())
-            assert row.summary == alone["summary"]
-            assert smdengine.json_safe(read_series(s, exp))["au_rms"] == alone["series"]["au_rms"]
-            print(f"PostgreSQL: space back, attempts {[a.outcome for a in jobs.attempts(s, exp)]}, series and summary "
-                  f"equal to a run alone")
+        ride_out_a_full_disk(settings, exp, spec, filled(small_disk, leave_kb=64), "PostgreSQL")
     finally:
         pg.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import AbstractContextManager
 from queue import Empty
 
 import pytest
@@ -21,6 +22,7 @@ from api.main import create_app
 from store import jobs, retry
 from store.models import Experiment, Status
 from store.series import read_series
+from store.settings import Settings
 from tests.conftest import small_spec
 from tests.dbutil import session_scope
 from tests.worker.test_runner import make
@@ -56,22 +58,28 @@ def test_a_full_disk_is_ridden_out_and_named_by_the_probes(sqlite_settings):
                                                   "db_retry_seconds": 1.0, "flush_seconds": 0.05})
     spec = small_spec(steps=3000, record_every=1, trials=256)   # a few hundred KB of series: new pages
     exp = make(settings, spec)
-    with TestClient(create_app(settings)) as api, FullDisk(settings.db_url):
+    ride_out_a_full_disk(settings, exp, spec, FullDisk(settings.db_url), "SQLite")
+
+
+def ride_out_a_full_disk(settings: Settings, exp: str, spec: dict, full: AbstractContextManager, database: str) -> None:
+    """The outage sequence on any database: while ``full`` holds (its exit frees the space), the job's
+    attempt is given up (``interrupted``, uncounted, the job queued without an error) and both probes
+    answer 503 naming the full disk with Retry-After; a lease after the space is back they answer 200,
+    and the job resumes to the end of a run that never saw the full disk."""
+    with TestClient(create_app(settings)) as api, full:
         status = runner.execute(settings, exp)
         assert status == "interrupted"                            # given up, not failed
         with session_scope(settings.db_url) as s:   # given back at once (that small write fits), uncounted
             row = s.get(Experiment, exp)
-            assert row.status == Status.queued and row.error is None
+            assert row.status == Status.queued and row.error is None, (row.status, row.error)
             assert [a.outcome for a in jobs.attempts(s, exp)] == ["interrupted"]
         for path in ("/healthz", "/readyz"):
             r = api.get(path)
             assert r.status_code == 503 and "Retry-After" in r.headers, (path, r.text)
             assert "disk full" in r.json()["database"], r.text
-        print(f"SQLite disk full: attempt 1 {status}, job queued; {path} {r.status_code} "
+        print(f"{database} disk full: attempt 1 {status}, job queued; {path} {r.status_code} "
               f"Retry-After {r.headers['Retry-After']}: {r.json()['database']!r}")
-    # space is back: the probes say so once a lease has passed since the last refused write, and the job
-    # resumes to the end of a run that never saw the full disk
-    time.sleep(settings.lease_seconds)
+    time.sleep(settings.lease_seconds)   # the probes trust writes again a lease after the last refused one
     with TestClient(create_app(settings)) as api:
         assert api.get("/healthz").status_code == 200 and api.get("/readyz").status_code == 200
     assert runner.execute(settings, exp) == "succeeded"
@@ -81,8 +89,7 @@ def test_a_full_disk_is_ridden_out_and_named_by_the_probes(sqlite_settings):
         alone = smdengine.json_safe(smdengine.run(spec).to_document())
         assert row.summary == alone["summary"]
         assert smdengine.json_safe(read_series(s, exp))["au_rms"] == alone["series"]["au_rms"]
-        print(f"SQLite: space back, attempts {[a.outcome for a in jobs.attempts(s, exp)]}, series and summary "
-              f"equal to a run alone")
+    print(f"{database}: space back, attempts ['interrupted', 'succeeded'], series and summary equal to a run alone")
 
 
 def test_a_database_error_that_fails_a_job_carries_no_sql(sqlite_settings):
