@@ -87,13 +87,15 @@ def group_members(pgid: int, needle: str) -> list[int]:
     return pids
 
 
-def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
+def wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 90,
+              client: httpx.Client | None = None) -> None:
+    """Until ``url`` answers 200 (through ``client``, e.g. one that ignores proxy variables), while ``proc`` lives."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise AssertionError(f"process exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
         try:
-            if httpx.get(url, timeout=2).status_code == 200:
+            if (client.get(url, timeout=2) if client is not None else httpx.get(url, timeout=2)).status_code == 200:
                 return
         except httpx.HTTPError:
             pass

@@ -27,7 +27,7 @@ import pytest
 import smdengine
 from tests.integration.clocks import ClockUnavailable, wall_clock_off
 from tests.integration.hosts import Lab, unavailable
-from tests.integration.procs import RestartableRedis, smd_cli, stop
+from tests.integration.procs import RestartableRedis, smd_cli, stop, wait_http
 from tests.integration.test_study_workers import ENDED, nrq, wait_study
 from tests.servers import PG_DATABASE, PG_USER, PostgresCluster
 
@@ -93,23 +93,12 @@ class Site:
             self.start(name, ["worker"], SMD_WORKER_NAME=name)
         self.client = httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {key}"}, timeout=30,
                                    trust_env=False)   # no proxy for the bridge
-        self.wait_api()
+        wait_http(f"{self.base}/healthz", self.procs["api"], self.tmp / "api.log", client=self.client)
 
     def start(self, host: str, command: list[str], **env: str) -> None:
         env = {**self.env, **self.clocks.get(host, {}), "SMD_STATE_DIR": str(self.tmp / host / "state"), **env}
         self.procs[host] = self.lab.spawn(self.lab.hosts[host], [sys.executable, "-m", "smdcli.main", *command], env,
                                           self.tmp / f"{host}.log")
-
-    def wait_api(self, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                if self.client.get("/healthz").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            assert self.procs["api"].poll() is None and time.monotonic() < deadline, self.logs()
-            time.sleep(0.3)
 
     def log(self, host: str) -> str:
         return (self.tmp / f"{host}.log").read_text(errors="replace")
