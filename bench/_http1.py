@@ -1,7 +1,7 @@
 """A light HTTP/1.1 client for load benchmarks: one keep-alive connection, GET only.
 
 A load bench that shares the machine with the server it measures should spend as little CPU as it can:
-on 2 cores, httpx's ~2.5 ms of client CPU per request took 0.5 of a core at 200 requests/s, CPU the
+on 2 cores, httpx's 1.9–2.5 ms of client CPU per request took 0.5 of a core at 200 requests/s, CPU the
 server then lacked. This sends a request line and headers written by hand and parses the answer with
 httptools (the C parser uvicorn uses): Content-Length and chunked bodies, keep-alive, a server that
 closes an idle connection (a request that finds its kept connection closed or reset before any answer is

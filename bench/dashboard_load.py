@@ -29,7 +29,7 @@ the same load right after within 35 ms (p99 17 ms). Between measurements the ser
 Clients. Each dashboard has its own connection, kept alive between its polls, as a browser tab keeps
 its own: the server sees N persistent connections, which is what N open dashboards cost it. By default
 (--client light) the requests go through bench/_http1.py, a minimal HTTP/1.1 client on uvloop (about a
-tenth of httpx's CPU per request: on 2 cores the client's CPU is CPU the server lacks, where real
+fifth of httpx's CPU per request: on 2 cores the client's CPU is CPU the server lacks, where real
 dashboards run in browsers on other machines); --client httpx sends them through an httpx.AsyncClient
 per dashboard with a one-connection pool, on asyncio's loop, as the bench's first versions did. The idle
 connection is dropped after 4 s, before uvicorn's 5 s keep-alive timeout can close it under a request.
