@@ -5,15 +5,16 @@ and no ε tensor ever exists in memory.
 The noise stream (:data:`NOISE_STREAM`, named in a run's provenance). ε of update n (0-based), trial
 t (0-based, within its run) and coordinate j of a run with seed S and dimension p: with Q = ⌈p/4⌉,
 write j = k·Q + i (0 ≤ i < Q, k ∈ {0, 1, 2, 3}); Philox-4×32 with 10 rounds, key (S mod 2³², ⌊S/2³²⌋)
-and counter (i, t, n, 0), gives four 32-bit words w₀…w₃; each becomes a uniform
-u = w'·2⁻³¹·(1 − 2⁻²³) (w' the word as a signed integer, folded to w' ≥ 0 by w' ← −w' − 1), and the
-pairs (u₀, u₁), (u₂, u₃) become normals by Box–Muller (u₀ clamped ≥ 1e-7, float32): r = √(−2 ln u₀),
-θ = 2πu₁ − π, ε_{0Q+i} = r cos θ, ε_{1Q+i} = r sin θ, and the same of (u₂, u₃) for k = 2, 3. On the GPU
-sin and cos are its approximate instructions (absolute error ~2⁻²¹ on [−π, π), hence θ centred there;
-~3× fewer instructions than the exact ones, which were half of a step's), ln and √ the exact ones.
-ε depends only on (S, t, n, j): a fused
-member draws exactly what it draws alone, in any batch and at any row; a checkpoint needs only the
-state and the step; a float64 run casts the float32 normals. tests/engine/test_multistep.py checks the
+and counter (i, t, n, 0), gives four 32-bit words w₀…w₃. In float32, the radii come from w₀ and w₂ as
+u = w·2⁻³² + 2⁻³³ ∈ (0, 1] (w rounded to float32 first), r = √(−2 ln 2 · log₂ u); the angles from w₁ and
+w₃ as θ = 2π·2⁻³²·w' ∈ [−π, π] (w' the word as a signed integer); then ε_{0Q+i} = r₀ cos θ₁,
+ε_{1Q+i} = r₀ sin θ₁, ε_{2Q+i} = r₂ cos θ₃, ε_{3Q+i} = r₂ sin θ₃ (Box–Muller). On the GPU log₂, sin and
+cos are its approximate instructions (MUFU: log₂ absolute error ≤ 2⁻²² on [½, 2], else 2 ulp; sin and cos
+absolute error ~2⁻²¹ on [−π, π]) and √ is the approximate one too: each normal costs a few instructions
+besides Philox, where an exact log alone cost ~20 (v1 of the stream). The interpreter computes the same
+formulas with NumPy's float32 functions. ε depends only on (S, t, n, j): a fused member draws exactly
+what it draws alone, in any batch and at any row; a checkpoint needs only the state and the step; a
+float64 run casts the float32 normals. tests/engine/test_multistep.py checks the
 stream against a NumPy Philox written from the Random123 paper.
 
 Arithmetic. Each update is the one of :mod:`smdengine.nrq._fused_step` (the same formulas, stepper
@@ -38,9 +39,9 @@ import torch
 import triton
 import triton.language as tl
 from triton.language.extra.cuda import libdevice
-from triton.language.random import philox_impl, uint_to_uniform_float
+from triton.language.random import philox_impl
 
-NOISE_STREAM = "philox4x32-10 box-muller v1: key seed, counter (coordinate mod ⌈p/4⌉, trial, update, 0)"
+NOISE_STREAM = "philox4x32-10 box-muller v2: key seed, counter (coordinate mod ⌈p/4⌉, trial, update, 0)"
 MAX_DIM = 8192   # a row in registers: 4·QB ≤ 8192 values over ≤ 8 warps
 RECORD_COLUMNS = 5   # s, q, x1², |u − u'|², |u + u'|²
 
@@ -48,20 +49,22 @@ RECORD_COLUMNS = 5   # s, q, x1², |u − u'|², |u + u'|²
 @triton.jit
 def _normals(k_lo, k_hi, c0, c1, step, FAST: tl.constexpr):
     """Four blocks of N(0, 1) (float32) for the counters (c0, c1, step, 0) under key (k_lo, k_hi) (the
-    key per row, (ROWS, 1): its schedule is computed once per row, not per element). ``FAST``: sin and
-    cos by the GPU's approximate instructions (the interpreter has no libdevice: its own sin and cos)."""
+    key per row, (ROWS, 1): its schedule is computed once per row, not per element). ``FAST``: log₂, sin
+    and cos by the GPU's approximate instructions (the interpreter has no libdevice: its own)."""
     zero = c0 * 0
     w0, w1, w2, w3 = philox_impl(c0, c1, zero + step, zero, k_lo, k_hi, 10)
-    u0 = tl.maximum(1.0e-7, uint_to_uniform_float(w0))
-    u2 = tl.maximum(1.0e-7, uint_to_uniform_float(w2))
-    r0 = tl.sqrt(-2.0 * tl.log(u0))
-    r2 = tl.sqrt(-2.0 * tl.log(u2))
-    t1 = 6.283185307179586 * uint_to_uniform_float(w1) - 3.141592653589793   # in [−π, π)
-    t3 = 6.283185307179586 * uint_to_uniform_float(w3) - 3.141592653589793
+    u0 = w0.to(tl.float32) * 2.3283064365386963e-10 + 1.1641532182693481e-10   # w·2⁻³² + 2⁻³³ ∈ (0, 1]
+    u2 = w2.to(tl.float32) * 2.3283064365386963e-10 + 1.1641532182693481e-10
+    t1 = w1.to(tl.int32, bitcast=True).to(tl.float32) * 1.4629180792671596e-09   # 2π·int32(w)·2⁻³² ∈ [−π, π]
+    t3 = w3.to(tl.int32, bitcast=True).to(tl.float32) * 1.4629180792671596e-09
     if FAST:
+        r0 = tl.sqrt(-1.3862943611198906 * libdevice.fast_log2f(u0))   # −2 ln u = −2 ln 2 · log₂ u
+        r2 = tl.sqrt(-1.3862943611198906 * libdevice.fast_log2f(u2))
         return (r0 * libdevice.fast_cosf(t1), r0 * libdevice.fast_sinf(t1), r2 * libdevice.fast_cosf(t3),
                 r2 * libdevice.fast_sinf(t3))
     else:
+        r0 = tl.sqrt(-1.3862943611198906 * tl.log2(u0))
+        r2 = tl.sqrt(-1.3862943611198906 * tl.log2(u2))
         return r0 * tl.cos(t1), r0 * tl.sin(t1), r2 * tl.cos(t3), r2 * tl.sin(t3)
 
 
