@@ -4,7 +4,7 @@ nvdisasm disassembles it. The count is what the arithmetic (issue) limit in benc
 
 The loop of updates is the one backward branch of the kernel; inside it the record branch (taken on the
 first update of a record step only) is the one forward branch over ≥ 100 instructions, left out. Each
-thread holds ROWS·4·QB / (32·num_warps) elements of the tile, each element 1 coordinate slot (padding
+thread holds ROWS·BLOCKS·QB / (32·num_warps) elements of the tile, each element 1 coordinate slot (padding
 included), so instructions per slot = instructions per thread-update / elements per thread.
 
     .venv/bin/python bench/kernel_instructions.py [--dims 10,100,1000] [--momentum]
@@ -68,6 +68,14 @@ def loop_count(sass: str) -> tuple[int, int]:
     return count - record, record
 
 
+def per_coordinate(p: int, momentum: bool = False) -> float:
+    """SASS instructions per coordinate and update of the kernel's update loop (record branch left out),
+    padding included: what the issue limit of bench/nrq_gpu.py divides by."""
+    sass, (_q, qb, rows, warps) = sass_of(p, momentum)
+    update, _record = loop_count(sass)
+    return update * 32 * warps / (rows * p)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dims", default="10,100,1000")
@@ -75,6 +83,8 @@ def main() -> int:
     args = ap.parse_args()
     try:
         import triton
+
+        from smdengine.nrq import _multistep
     except ImportError:
         print("kernel_instructions: skipped — Triton is not installed (pip install triton==3.6.0)")
         return 0
@@ -84,9 +94,9 @@ def main() -> int:
     for p in (int(d) for d in args.dims.split(",")):
         sass, (_q, qb, rows, warps) = sass_of(p, args.momentum)
         update, record = loop_count(sass)
-        per_thread = rows * 4 * qb / (32 * warps)
-        print(f"{p:>5} {rows:>3}×4×{qb:<3} {warps:>5} | {update:>17} {record:>6} | {update / per_thread:8.1f} "
-              f"{update / per_thread * 4 * qb / p:14.1f}")
+        per_thread = rows * _multistep.BLOCKS * qb / (32 * warps)
+        print(f"{p:>5} {rows:>3}×{_multistep.BLOCKS}×{qb:<3} {warps:>5} | {update:>17} {record:>6} | "
+              f"{update / per_thread:8.1f} {update / per_thread * _multistep.BLOCKS * qb / p:14.1f}")
     return 0
 
 

@@ -16,8 +16,12 @@ device:
   arith     the arithmetic limit of the multi-step kernel, whose state stays on chip: the GPU's FP32
             instruction rate (a float32 matrix product without TF32, measured here, FLOP/s ÷ 2) over
             the operations of a trial-step, p·OPS_PER_COORDINATE (the count below, noise included).
+  issue     the instruction-issue limit of the multi-step kernel (float32): SMs × 128 lanes × the SM
+            clock (nvidia-smi's clocks.max.sm) over the SASS instructions of a trial-step, counted in
+            its compiled update loop by bench/kernel_instructions.py (padding included). The honest
+            limit once the state is on chip: every instruction, not only the FP32 ones, takes an issue slot.
 
-``of roof`` and ``of arith`` are the engine's share of the two limits. ``limit`` says what bounds the
+``of roof``, ``of arith`` and ``of issue`` are the engine's share of the limits. ``limit`` says what bounds the
 engine: ``launch`` where an update costs no more than 1.5× one of a single trial, else ``arith`` or
 ``memory`` by which limit is nearer. Cells whose run would not fit in 80% of the free device memory are
 skipped. On the CPU (no --device cuda) the same table is made without the graph and arith columns,
@@ -32,6 +36,7 @@ import argparse
 import math
 import os
 import platform
+import subprocess
 import sys
 import time
 import warnings
@@ -47,13 +52,14 @@ from smdengine._simulator import Context  # noqa: E402
 from smdengine.nrq.simulate import NRQRun  # noqa: E402
 from smdengine.nrq.stepper import Stepper  # noqa: E402
 
-# operations per coordinate and update of the multi-step kernel (per SASS-level instruction, an FMA one):
-# Philox-4×32-10 for 4 normals: 10 rounds × (2 wide multiplies, 2 three-way xors, 2 key adds) = 60, so 15
-# per normal; the word to a uniform 3 (convert, fold, scale); Box–Muller 6 per normal (per pair: clamp, log,
-# scale, sqrt, 2π·u, sin, cos, 2 products and the range reductions ~ 12); the update 8 (the mask of ε, three
-# reductions' FMAs and x², the coefficient, the product and the noise FMA). An estimate, stated so that the
-# limit it gives can be checked.
-OPS_PER_COORDINATE = 15 + 3 + 6 + 8
+# operations per coordinate and update of the multi-step kernel (per SASS-level instruction, an FMA one),
+# noise stream v2: Philox-4×32-10 for 4 normals: 10 rounds × (2 multiplies for the high and low words, 2
+# three-way xors, the key added in the xor) = 60, so 15 per normal; the word to a uniform or an angle 2
+# (convert, scale); Box–Muller 4 per normal (per pair: log₂, its scale, √, the angle's range reduction, sin,
+# cos, 2 products); the update 8 (the mask of ε, three reductions' FMAs and x², the coefficient, the product
+# and the noise FMA). An estimate, stated so that the limit it gives can be checked; the issue column
+# counts the compiled instructions instead.
+OPS_PER_COORDINATE = 15 + 2 + 4 + 8
 DIMS = (10, 100, 1000)
 TRIALS = (10**3, 10**4, 10**5, 10**6)
 DTYPES = ("float32", "float64")
@@ -128,6 +134,29 @@ def fp32_rate(device: torch.device) -> float:
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
     return 2 * 8192**3 / times[2]
+
+
+def issue_rate(device: torch.device) -> float:
+    """Instructions the GPU can issue per second, SMs × 128 (four schedulers of a warp each per cycle) ×
+    the maximum SM clock; NaN on the CPU or without nvidia-smi."""
+    if device.type != "cuda":
+        return math.nan
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits",
+                              "-i", str(device.index or 0)], capture_output=True, text=True, timeout=20, check=True)
+        clock = float(out.stdout.split()[0]) * 1e6
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return math.nan
+    return torch.cuda.get_device_properties(device).multi_processor_count * 128 * clock
+
+
+def instructions_per_coordinate(p: int) -> float:
+    """bench/kernel_instructions.py's count for the float32 SGD kernel; NaN where it cannot compile."""
+    try:
+        from kernel_instructions import per_coordinate
+        return per_coordinate(p)
+    except Exception:   # no Triton, or no nvdisasm beside it: the column is left out
+        return math.nan
 
 
 def multi(sim: NRQRun, span: int, n: int) -> None:
@@ -231,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     bw = copy_bandwidth(device, 2**30 if device.type == "cuda" else 2**28)
     rate = fp32_rate(device)
+    issue = issue_rate(device)
     prov = smdengine.provenance(spec(10, 1, "float32", 1, device.type))
     print(f"nrq on {device.type} ({name}) — torch {torch.__version__}, {os.cpu_count()} CPUs, "
           f"copy bandwidth {bw / 1e9:.0f} GB/s (read + write), FP32 {rate / 1e12:.1f} TFLOP/s (no TF32)"
@@ -239,12 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trial-steps/s; engine = smdengine.run (marginal); multi = {args.span} updates per launch; "
           f"step = issue 19's update (randn + one kernel); graph = {args.chunk} steps per CUDA graph replay; "
           "rng = torch.randn per step; roofline = bandwidth / (2·p·itemsize); "
-          f"arith = FP32 rate / 2 / ({OPS_PER_COORDINATE}·p)")
+          f"arith = FP32 rate / 2 / ({OPS_PER_COORDINATE}·p); issue = {issue:.3g} instructions/s / (SASS "
+          "instructions per coordinate·p), float32")
     print(f"{'p':>5} {'trials':>8} {'dtype':>7} | {'engine':>9} {'multi':>9} {'step':>9} {'graph':>9} {'rng':>9} | "
-          f"{'roofline':>9} {'of roof':>7} {'arith':>9} {'of arith':>8} {'limit':>7}")
+          f"{'roofline':>9} {'of roof':>7} {'arith':>9} {'of arith':>8} {'issue':>9} {'of issue':>8} {'limit':>7}")
     for dtype in args.dtypes.split(","):
         itemsize = torch.finfo(getattr(torch, dtype)).bits // 8
         for p in dims:
+            per_coordinate = instructions_per_coordinate(p) if dtype == "float32" else math.nan
+            issue_limit = issue / (per_coordinate * p)
             one = simulator(p, 1, dtype, device)   # one trial: the update's fixed (per-launch) cost
             advance = multi if one.stepper.multistep is not None else lambda sim, _span, n: steps(sim, n)
             single = per_update(lambda n, one=one, advance=advance: advance(one, args.span, n), device, budget, 3)
@@ -272,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                 graph_col = f"{trials / graph:9.3g}" if isinstance(graph, float) else f"{graph[:9]:>9}"
                 arith_cols = (f"{arith:9.3g} {trials / engine / arith:8.1%}" if math.isfinite(arith)
                               else f"{'n/a':>9} {'n/a':>8}")
+                arith_cols += (f" {issue_limit:9.3g} {trials / engine / issue_limit:8.1%}" if math.isfinite(issue_limit)
+                               else f" {'n/a':>9} {'n/a':>8}")
                 print(f"{p:>5} {trials:>8} {dtype:>7} | {trials / engine:9.3g} {trials / many:9.3g} "
                       f"{trials / step:9.3g} {graph_col} {trials / rng:9.3g} | {roof:9.3g} "
                       f"{trials / engine / roof:7.1%} {arith_cols} {limit:>7}", flush=True)

@@ -32,7 +32,7 @@ from smdengine._runtime import (
     StopCheck,
     fingerprint,
 )
-from smdengine._simulator import Context
+from smdengine._simulator import Context, Row, RowTable
 
 if TYPE_CHECKING:
     import torch
@@ -148,15 +148,32 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
             sim.member_load_state(c, checkpoint.state, checkpoint.step)
             start = checkpoint.step
     live = list(members)   # members not stopped
+    tables: list[tuple[int, RowTable]] = []   # buffered record steps whose rows came as one table
+
+    def take(label: int, rows: list[Row] | RowTable) -> None:
+        """Buffer the rows of record step ``label`` (a list of rows or one table; never both in a run)."""
+        if isinstance(rows, RowTable):
+            tables.append((label, rows))
+            return
+        for c in live:
+            row, buffer = rows[c], buffered[c]
+            buffer["step"].append(label)
+            for name in names:
+                buffer[name].append(row[name])
 
     def flush(step: int) -> None:
         """Move the buffered rows into the series and report them as one progress event per member."""
+        from_tables = _table_points(tables, live, names) if tables else None
+        tables.clear()
         for c in live:
-            points = {k: rows if k == "step" else torch.stack(rows).tolist() if rows else []
-                      for k, rows in buffered[c].items()}
+            if from_tables is not None:
+                points = from_tables[c]
+            else:
+                points = {k: rows if k == "step" else torch.stack(rows).tolist() if rows else []
+                          for k, rows in buffered[c].items()}
+                buffered[c] = {k: [] for k in buffered[c]}
             for key, values in points.items():
                 series[c][key].extend(values)
-                buffered[c][key] = []
             report = on_progress[c]
             if report is not None:
                 report(Progress(step=step, total_steps=total, points=points))
@@ -174,12 +191,7 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
         done = n + span(n)   # a span never crosses a record step (Simulator.span)
         rows = step(n, n % every == 0)
         if rows is not None:
-            label = n - n % every
-            for c in live:
-                row, buffer = rows[c], buffered[c]
-                buffer["step"].append(label)
-                for name in names:
-                    buffer[name].append(row[name])
+            take(n - n % every, rows)
         n = done
         if clock() - last_emit >= progress_interval:
             flush(done)
@@ -195,13 +207,10 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
                     save(_checkpoint(c, done))
                 last_save = clock()
     finals = sim.final_members()   # the state after the last update: every series ends at `total`
-    for c in live:
-        row = finals[c]
-        if set(row) != set(names):
-            raise RuntimeError(f"final row: expected the names {sorted(names)}, got {sorted(row)}")
-        buffered[c]["step"].append(total)
-        for name in names:
-            buffered[c][name].append(row[name])
+    got = finals.names if isinstance(finals, RowTable) else [k for c in live for k in finals[c]]
+    if set(got) != set(names):
+        raise RuntimeError(f"final row: expected the names {sorted(names)}, got {sorted(set(got))}")
+    take(total, finals)
     flush(total)
     # what precedes the final row: a continuation's checkpoint (its longer run records a regular row at
     # `total`, or none), and what summaries average (Simulator.final_row)
@@ -218,6 +227,22 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
         results[c] = RunResult(series=series[c], theory=theory, summary=sim.member_summary(c, regular[c], aligned),
                                distributions=sim.member_distributions(c))
     return results
+
+
+def _table_points(tables: list[tuple[int, RowTable]], live: list[int],
+                  names: Sequence[str]) -> dict[int, dict[str, list]]:
+    """Each live member's points of the buffered tables: one stack and one copy to the host for all of them."""
+    import torch
+
+    first = tables[0][1].names
+    for _, table in tables:
+        if table.names != first or set(first) != set(names):
+            raise RuntimeError(f"rows: expected the names {sorted(names)}, got {sorted(table.names)}")
+    values = torch.stack([table.values for _, table in tables]).tolist()   # [record][member][column]
+    labels = [label for label, _ in tables]
+    column = {name: k for k, name in enumerate(tables[0][1].names)}
+    return {c: {"step": list(labels), **{name: [v[c][column[name]] for v in values] for name in names}}
+            for c in live}
 
 
 def predict(spec: AnySpec | dict[str, Any]) -> dict[str, Any]:

@@ -53,6 +53,22 @@ SpecT = TypeVar("SpecT")
 
 
 @dataclass(frozen=True)
+class RowTable:
+    """Every member's row of one record step as one tensor: ``values`` (members, len(names)) on the
+    run's device, column k the metric ``names[k]`` (each a number per point). A fused simulator may
+    return it from ``step_members`` and ``final_members`` instead of a list of Rows: the driver then
+    moves a flush's points to the host in one copy, where Rows cost a copy per member and metric. A
+    run returns tables at every record step and at the end, or at none."""
+
+    names: tuple[str, ...]
+    values: torch.Tensor
+
+    def row(self, member: int) -> Row:
+        """Member ``member``'s row as a Row."""
+        return dict(zip(self.names, self.values[member], strict=True))
+
+
+@dataclass(frozen=True)
 class Context:
     """What the driver gives a simulator: where it runs, its dtype, the run's generator (seeded with
     the spec's seed), the data directory of datasets that are not bundled (``SMD_DATA_DIR``), and
@@ -124,11 +140,11 @@ class Simulator(ABC, Generic[SpecT]):
     def fuse(cls, specs: list[SpecT], ctxs: list[Context]) -> Simulator[SpecT]:
         raise NotImplementedError(f"{cls.__name__} does not run fused")
 
-    def step_members(self, n: int, record: bool) -> list[Row] | None:
+    def step_members(self, n: int, record: bool) -> list[Row] | RowTable | None:
         row = self.step(n, record)
         return None if row is None else [row]
 
-    def final_members(self) -> list[Row]:
+    def final_members(self) -> list[Row] | RowTable:
         return [self.final_row()]
 
     def member_state(self, c: int) -> dict[str, Any]:

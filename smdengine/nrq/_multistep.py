@@ -3,25 +3,28 @@ stream: the state of a trial (X, and v with momentum) stays in registers between
 and no ε tensor ever exists in memory.
 
 The noise stream (:data:`NOISE_STREAM`, named in a run's provenance). ε of update n (0-based), trial
-t (0-based, within its run) and coordinate j of a run with seed S and dimension p: with Q = ⌈p/4⌉,
-write j = k·Q + i (0 ≤ i < Q, k ∈ {0, 1, 2, 3}); Philox-4×32 with 10 rounds, key (S mod 2³², ⌊S/2³²⌋)
-and counter (i, t, n, 0), gives four 32-bit words w₀…w₃. In float32, the radii come from w₀ and w₂ as
-u = w·2⁻³² + 2⁻³³ ∈ (0, 1] (w rounded to float32 first), r = √(−2 ln 2 · log₂ u); the angles from w₁ and
-w₃ as θ = 2π·2⁻³²·w' ∈ [−π, π] (w' the word as a signed integer); then ε_{0Q+i} = r₀ cos θ₁,
-ε_{1Q+i} = r₀ sin θ₁, ε_{2Q+i} = r₂ cos θ₃, ε_{3Q+i} = r₂ sin θ₃ (Box–Muller). On the GPU log₂, sin and
-cos are its approximate instructions (MUFU: log₂ absolute error ≤ 2⁻²² on [½, 2], else 2 ulp; sin and cos
-absolute error ~2⁻²¹ on [−π, π]) and √ is the approximate one too: each normal costs a few instructions
-besides Philox, where an exact log alone cost ~20 (v1 of the stream). The interpreter computes the same
-formulas with NumPy's float32 functions. ε depends only on (S, t, n, j): a fused member draws exactly
-what it draws alone, in any batch and at any row; a checkpoint needs only the state and the step; a
-float64 run casts the float32 normals. tests/engine/test_multistep.py checks the
-stream against a NumPy Philox written from the Random123 paper.
+t (0-based, within its run) and coordinate j of a run with seed S and dimension p: with Q = ⌈p/8⌉,
+write j = k·Q + i (0 ≤ i < Q, 0 ≤ k < 8) and k = 4h + l (h ∈ {0, 1}, l < 4); Philox-4×32 with 10
+rounds, key (S mod 2³², ⌊S/2³²⌋) and counter (i, t, n, h), gives four 32-bit words w₀…w₃. In float32,
+the radii come from w₀ and w₂ as u = w·2⁻³² + 2⁻³³ ∈ (0, 1] (w rounded to float32 first),
+r = √(−2 ln 2 · log₂ u), the angles from w₁ and w₃ as θ = 2π·2⁻³²·w' ∈ [−π, π] (w' the word as a
+signed integer), and blocks l = 0…3 are r₀ cos θ₁, r₀ sin θ₁, r₂ cos θ₃, r₂ sin θ₃ (Box–Muller). On the
+GPU log₂, sin and cos are its approximate instructions (MUFU: log₂ absolute error ≤ 2⁻²² on [½, 2],
+else 2 ulp; sin and cos absolute error ~2⁻²¹ on [−π, π]) and √ is the approximate one too: a normal
+costs a few instructions besides Philox, where an exact log alone cost ~20 (v1 of the stream: a
+float32 uniform from the signed word, exact log, four blocks of ⌈p/4⌉). The interpreter computes the
+same formulas with NumPy's float32 functions. ε depends only on (S, t, n, j): a fused member draws
+exactly what it draws alone, in any batch and at any row; a checkpoint needs only the state and the
+step; a float64 run casts the float32 normals. tests/engine/test_multistep.py checks the stream
+against a NumPy Philox written from the Random123 paper.
 
 Arithmetic. Each update is the one of :mod:`smdengine.nrq._fused_step` (the same formulas, stepper
-module docstring): three row reductions, then the update. A row is held as four (ROWS, QB) tiles (the
-four k above), and the tile shape and warp count depend on p alone, never on the number of rows, so a
-row's sums are made in an order that depends only on p and the dtype (one compilation per p, dtype
-and momentum). The step count, the first step and the record flag are runtime arguments: the same
+module docstring): three row reductions, then the update. A row is held as eight (ROWS, QB) tiles
+(the eight k above, QB = Q rounded up to a power of two): a thread holds the eight values of a column
+i, so a row's sums are mostly made in the thread, and the lanes that share a row, QB of them, need
+log₂ QB shuffles per sum (four blocks of ⌈p/4⌉ needed one more; the padding is the same). The tile
+shape and warp count depend on p alone, never on the number of rows, so a row's sums are made in an
+order that depends only on p and the dtype (one compilation per p, dtype and momentum). The step count, the first step and the record flag are runtime arguments: the same
 compiled code advances 1 or 1000 steps, so where a launch starts or ends never changes a bit, which
 is what makes a resumed checkpoint and a fused member exact.
 
@@ -41,18 +44,19 @@ import triton.language as tl
 from triton.language.extra.cuda import libdevice
 from triton.language.random import philox_impl
 
-NOISE_STREAM = "philox4x32-10 box-muller v2: key seed, counter (coordinate mod ⌈p/4⌉, trial, update, 0)"
-MAX_DIM = 8192   # a row in registers: 4·QB ≤ 8192 values over ≤ 8 warps
+NOISE_STREAM = "philox4x32-10 box-muller v2: key seed, counter (coordinate mod ⌈p/8⌉, trial, update, block ÷ 4)"
+BLOCKS = 8   # a row is BLOCKS tiles of QB coordinates (module docstring, Arithmetic)
+MAX_DIM = 8192   # a row in registers: BLOCKS·QB ≤ 8192 values over ≤ 8 warps
 RECORD_COLUMNS = 5   # s, q, x1², |u − u'|², |u + u'|²
 
 
 @triton.jit
-def _normals(k_lo, k_hi, c0, c1, step, FAST: tl.constexpr):
-    """Four blocks of N(0, 1) (float32) for the counters (c0, c1, step, 0) under key (k_lo, k_hi) (the
+def _normals(k_lo, k_hi, c0, c1, step, half, FAST: tl.constexpr):
+    """Four blocks of N(0, 1) (float32) for the counters (c0, c1, step, half) under key (k_lo, k_hi) (the
     key per row, (ROWS, 1): its schedule is computed once per row, not per element). ``FAST``: log₂, sin
     and cos by the GPU's approximate instructions (the interpreter has no libdevice: its own)."""
     zero = c0 * 0
-    w0, w1, w2, w3 = philox_impl(c0, c1, zero + step, zero, k_lo, k_hi, 10)
+    w0, w1, w2, w3 = philox_impl(c0, c1, zero + step, zero + half, k_lo, k_hi, 10)
     u0 = w0.to(tl.float32) * 2.3283064365386963e-10 + 1.1641532182693481e-10   # w·2⁻³² + 2⁻³³ ∈ (0, 1]
     u2 = w2.to(tl.float32) * 2.3283064365386963e-10 + 1.1641532182693481e-10
     t1 = w1.to(tl.int32, bitcast=True).to(tl.float32) * 1.4629180792671596e-09   # 2π·int32(w)·2⁻³² ∈ [−π, π]
@@ -79,6 +83,74 @@ def _row_keys(seed_ptr, trial_ptr, rows, row_ok, QB: tl.constexpr):
     return k_lo, k_hi, c0 + trial * 0, trial + c0 * 0   # the key (ROWS, 1); the counters (ROWS, QB)
 
 
+@triton.jit
+def _masks(row_ok, i, h: tl.constexpr, p: tl.constexpr, Q: tl.constexpr):
+    """Masks (ROWS, QB) of blocks k = 4h … 4h + 3 of a row: coordinate kQ + i exists."""
+    ok = row_ok[:, None] & (i < Q)[None, :]
+    return (ok & ((4 * h + 0) * Q + i < p)[None, :], ok & ((4 * h + 1) * Q + i < p)[None, :],
+            ok & ((4 * h + 2) * Q + i < p)[None, :], ok & ((4 * h + 3) * Q + i < p)[None, :])
+
+
+@triton.jit
+def _load4(ptr, base, i, m0, m1, m2, m3, h: tl.constexpr, Q: tl.constexpr):
+    """Blocks k = 4h … 4h + 3 of rows (ROWS, p) at ``ptr`` (``base`` (ROWS, 1) the rows' offsets) or of
+    a vector (p,) (``base`` 0), 0 where masked."""
+    return (tl.load(ptr + base + ((4 * h + 0) * Q + i)[None, :], mask=m0, other=0.0),
+            tl.load(ptr + base + ((4 * h + 1) * Q + i)[None, :], mask=m1, other=0.0),
+            tl.load(ptr + base + ((4 * h + 2) * Q + i)[None, :], mask=m2, other=0.0),
+            tl.load(ptr + base + ((4 * h + 3) * Q + i)[None, :], mask=m3, other=0.0))
+
+
+@triton.jit
+def _store4(ptr, base, i, t0, t1, t2, t3, m0, m1, m2, m3, h: tl.constexpr, Q: tl.constexpr):
+    tl.store(ptr + base + ((4 * h + 0) * Q + i)[None, :], t0, mask=m0)
+    tl.store(ptr + base + ((4 * h + 1) * Q + i)[None, :], t1, mask=m1)
+    tl.store(ptr + base + ((4 * h + 2) * Q + i)[None, :], t2, mask=m2)
+    tl.store(ptr + base + ((4 * h + 3) * Q + i)[None, :], t3, mask=m3)
+
+
+@triton.jit
+def _noise4(k_lo, k_hi, c0, c1, step, h: tl.constexpr, m0, m1, m2, m3, dtype: tl.constexpr,
+            FAST: tl.constexpr):
+    """ε of blocks k = 4h … 4h + 3, 0 in the padding (so that it never enters a row's sums)."""
+    n0, n1, n2, n3 = _normals(k_lo, k_hi, c0, c1, step, h, FAST)
+    return (tl.where(m0, n0.to(dtype), 0.0), tl.where(m1, n1.to(dtype), 0.0), tl.where(m2, n2.to(dtype), 0.0),
+            tl.where(m3, n3.to(dtype), 0.0))
+
+
+@triton.jit
+def _sum4(t0, t1, t2, t3):
+    return (t0 + t1) + (t2 + t3)
+
+
+@triton.jit
+def _sgd4(x0, x1, x2, x3, a0, a1, a2, a3, e0, e1, e2, e3, c0_, ca, nz):
+    """X ← X·(c0 + ca·a) − ε·nz on four blocks."""
+    return (x0 * (c0_ + ca * a0) - e0 * nz, x1 * (c0_ + ca * a1) - e1 * nz, x2 * (c0_ + ca * a2) - e2 * nz,
+            x3 * (c0_ + ca * a3) - e3 * nz)
+
+
+@triton.jit
+def _sgdm4(x0, x1, x2, x3, v0, v1, v2, v3, a0, a1, a2, a3, e0, e1, e2, e3, alpha, c0_, ca, nz):
+    """v ← αv + X·(c0 + ca·a) + ε·nz on four blocks."""
+    return (alpha * v0 + x0 * (c0_ + ca * a0) + e0 * nz, alpha * v1 + x1 * (c0_ + ca * a1) + e1 * nz,
+            alpha * v2 + x2 * (c0_ + ca * a2) + e2 * nz, alpha * v3 + x3 * (c0_ + ca * a3) + e3 * nz)
+
+
+@triton.jit
+def _unit_gaps4(x0, x1, x2, x3, y0, y1, y2, y3, r, r_after):
+    """Σ (x·r − y·r')² and Σ (x·r + y·r')² over four blocks, before the row reduction."""
+    d0 = x0 * r - y0 * r_after
+    d1 = x1 * r - y1 * r_after
+    d2 = x2 * r - y2 * r_after
+    d3 = x3 * r - y3 * r_after
+    p0 = x0 * r + y0 * r_after
+    p1 = x1 * r + y1 * r_after
+    p2 = x2 * r + y2 * r_after
+    p3 = x3 * r + y3 * r_after
+    return (d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3), (p0 * p0 + p1 * p1) + (p2 * p2 + p3 * p3)
+
+
 @triton.jit(do_not_specialize=["n_rows", "step"])
 def _draw(out_ptr, seed_ptr, trial_ptr, n_rows, step, p: tl.constexpr, Q: tl.constexpr, QB: tl.constexpr,
           ROWS: tl.constexpr, FAST: tl.constexpr):
@@ -88,13 +160,12 @@ def _draw(out_ptr, seed_ptr, trial_ptr, n_rows, step, p: tl.constexpr, Q: tl.con
     i = tl.arange(0, QB)
     base = rows.to(tl.int64)[:, None] * p
     k_lo, k_hi, c0, c1 = _row_keys(seed_ptr, trial_ptr, rows, row_ok, QB)
-    n0, n1, n2, n3 = _normals(k_lo, k_hi, c0, c1, step.to(tl.uint32), FAST)
-    ok = row_ok[:, None] & (i < Q)[None, :]
-    dtype = out_ptr.dtype.element_ty
-    tl.store(out_ptr + base + i[None, :], n0.to(dtype), mask=ok & (i < p)[None, :])
-    tl.store(out_ptr + base + (Q + i)[None, :], n1.to(dtype), mask=ok & (Q + i < p)[None, :])
-    tl.store(out_ptr + base + (2 * Q + i)[None, :], n2.to(dtype), mask=ok & (2 * Q + i < p)[None, :])
-    tl.store(out_ptr + base + (3 * Q + i)[None, :], n3.to(dtype), mask=ok & (3 * Q + i < p)[None, :])
+    dtype: tl.constexpr = out_ptr.dtype.element_ty
+    s = step.to(tl.uint32)
+    for h in tl.static_range(2):
+        m0, m1, m2, m3 = _masks(row_ok, i, h, p, Q)
+        e0, e1, e2, e3 = _noise4(k_lo, k_hi, c0, c1, s, h, m0, m1, m2, m3, dtype, FAST)
+        _store4(out_ptr, base, i, e0, e1, e2, e3, m0, m1, m2, m3, h, Q)
 
 
 @triton.jit(do_not_specialize=["n_rows", "step0", "n_steps", "record"])
@@ -104,116 +175,85 @@ def _advance(x_ptr, v_ptr, a_ptr, seed_ptr, trial_ptr, c1_ptr, c2_ptr, c3_ptr, c
     """Updates step0 … step0 + n_steps − 1 of rows [pid·ROWS, pid·ROWS + ROWS) of X (n_rows, p),
     contiguous (and v). Per-row columns (n_rows,): SGD c1 = lr, c2 = keep (1 − lr·λ), c3 = sig (lr·σ);
     SGDM c1 = lr, c2 = λ, c3 = σ, c4 = α; seeds (int64) and trial indices (int32). With ``record`` ≠ 0,
-    rec (n_rows, 5) gets the record columns of the first update (module docstring)."""
+    rec (n_rows, 5) gets the record columns of the first update (module docstring). The eight blocks of a
+    row are two groups of four (the normals of one Philox call each): A (k < 4) and B (k ≥ 4)."""
     rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     row_ok = rows < n_rows
     i = tl.arange(0, QB)
     base = rows.to(tl.int64)[:, None] * p
-    ok = row_ok[:, None] & (i < Q)[None, :]
-    m0 = ok & (i < p)[None, :]
-    m1 = ok & (Q + i < p)[None, :]
-    m2 = ok & (2 * Q + i < p)[None, :]
-    m3 = ok & (3 * Q + i < p)[None, :]
-    o0 = base + i[None, :]
-    o1 = base + (Q + i)[None, :]
-    o2 = base + (2 * Q + i)[None, :]
-    o3 = base + (3 * Q + i)[None, :]
-    x0 = tl.load(x_ptr + o0, mask=m0, other=0.0)
-    x1 = tl.load(x_ptr + o1, mask=m1, other=0.0)
-    x2 = tl.load(x_ptr + o2, mask=m2, other=0.0)
-    x3 = tl.load(x_ptr + o3, mask=m3, other=0.0)
-    a0 = tl.load(a_ptr + i, mask=(i < Q) & (i < p), other=0.0)[None, :]
-    a1 = tl.load(a_ptr + Q + i, mask=(i < Q) & (Q + i < p), other=0.0)[None, :]
-    a2 = tl.load(a_ptr + 2 * Q + i, mask=(i < Q) & (2 * Q + i < p), other=0.0)[None, :]
-    a3 = tl.load(a_ptr + 3 * Q + i, mask=(i < Q) & (3 * Q + i < p), other=0.0)[None, :]
-    dtype = x0.dtype
+    am0, am1, am2, am3 = _masks(row_ok, i, 0, p, Q)
+    bm0, bm1, bm2, bm3 = _masks(row_ok, i, 1, p, Q)
+    ax0, ax1, ax2, ax3 = _load4(x_ptr, base, i, am0, am1, am2, am3, 0, Q)
+    bx0, bx1, bx2, bx3 = _load4(x_ptr, base, i, bm0, bm1, bm2, bm3, 1, Q)
+    aa0, aa1, aa2, aa3 = _load4(a_ptr, 0, i, am0, am1, am2, am3, 0, Q)
+    ba0, ba1, ba2, ba3 = _load4(a_ptr, 0, i, bm0, bm1, bm2, bm3, 1, Q)
+    dtype: tl.constexpr = x_ptr.dtype.element_ty
     if MOMENTUM:
-        v0 = tl.load(v_ptr + o0, mask=m0, other=0.0)
-        v1 = tl.load(v_ptr + o1, mask=m1, other=0.0)
-        v2 = tl.load(v_ptr + o2, mask=m2, other=0.0)
-        v3 = tl.load(v_ptr + o3, mask=m3, other=0.0)
+        av0, av1, av2, av3 = _load4(v_ptr, base, i, am0, am1, am2, am3, 0, Q)
+        bv0, bv1, bv2, bv3 = _load4(v_ptr, base, i, bm0, bm1, bm2, bm3, 1, Q)
     else:
-        v0 = x0
-        v1 = x1
-        v2 = x2
-        v3 = x3
+        av0, av1, av2, av3 = ax0, ax1, ax2, ax3
+        bv0, bv1, bv2, bv3 = bx0, bx1, bx2, bx3
     k_lo, k_hi, c0, c1 = _row_keys(seed_ptr, trial_ptr, rows, row_ok, QB)
     lr = tl.load(c1_ptr + rows, mask=row_ok, other=0.0)
     cb = tl.load(c2_ptr + rows, mask=row_ok, other=0.0)
     cc = tl.load(c3_ptr + rows, mask=row_ok, other=0.0)
-    alpha = tl.load(c4_ptr + rows, mask=row_ok, other=0.0)
+    alpha = tl.load(c4_ptr + rows, mask=row_ok, other=0.0)[:, None]
     it = 0
     while it < n_steps:   # a while loop: the interpreter cannot iterate a runtime range (NumPy ≥ 2)
-        n0, n1, n2, n3 = _normals(k_lo, k_hi, c0, c1, (step0 + it).to(tl.uint32), FAST)
-        e0 = tl.where(m0, n0.to(dtype), 0.0)
-        e1 = tl.where(m1, n1.to(dtype), 0.0)
-        e2 = tl.where(m2, n2.to(dtype), 0.0)
-        e3 = tl.where(m3, n3.to(dtype), 0.0)
-        xx0 = x0 * x0
-        xx1 = x1 * x1
-        xx2 = x2 * x2
-        xx3 = x3 * x3
-        s = tl.where(row_ok, tl.sum((xx0 + xx1) + (xx2 + xx3), axis=1), 1.0)
-        q = tl.sum((xx0 * a0 + xx1 * a1) + (xx2 * a2 + xx3 * a3), axis=1)
-        xe = tl.sum((x0 * e0 + x1 * e1) + (x2 * e2 + x3 * e3), axis=1)
+        step = (step0 + it).to(tl.uint32)
+        ae0, ae1, ae2, ae3 = _noise4(k_lo, k_hi, c0, c1, step, 0, am0, am1, am2, am3, dtype, FAST)
+        be0, be1, be2, be3 = _noise4(k_lo, k_hi, c0, c1, step, 1, bm0, bm1, bm2, bm3, dtype, FAST)
+        axx0, axx1, axx2, axx3 = ax0 * ax0, ax1 * ax1, ax2 * ax2, ax3 * ax3
+        bxx0, bxx1, bxx2, bxx3 = bx0 * bx0, bx1 * bx1, bx2 * bx2, bx3 * bx3
+        s = tl.where(row_ok, tl.sum(_sum4(axx0, axx1, axx2, axx3) + _sum4(bxx0, bxx1, bxx2, bxx3), axis=1), 1.0)
+        q = tl.sum(_sum4(axx0 * aa0, axx1 * aa1, axx2 * aa2, axx3 * aa3)
+                   + _sum4(bxx0 * ba0, bxx1 * ba1, bxx2 * ba2, bxx3 * ba3), axis=1)
+        xe = tl.sum(_sum4(ax0 * ae0, ax1 * ae1, ax2 * ae2, ax3 * ae3)
+                    + _sum4(bx0 * be0, bx1 * be1, bx2 * be2, bx3 * be3), axis=1)
         inv_s = 1.0 / s
+        noise = tl.sqrt(inv_s) * cc
         if MOMENTUM:
-            noise = tl.sqrt(inv_s) * cc
             radial = (q * inv_s + xe * noise) * inv_s
             c0_ = (cb - radial)[:, None]           # g + λX = X·(c0 + a/s) + σε/√s
             ca = inv_s[:, None]
             nz = noise[:, None]
-            v0 = alpha[:, None] * v0 + x0 * (c0_ + ca * a0) + e0 * nz
-            v1 = alpha[:, None] * v1 + x1 * (c0_ + ca * a1) + e1 * nz
-            v2 = alpha[:, None] * v2 + x2 * (c0_ + ca * a2) + e2 * nz
-            v3 = alpha[:, None] * v3 + x3 * (c0_ + ca * a3) + e3 * nz
-            y0 = x0 - lr[:, None] * v0
-            y1 = x1 - lr[:, None] * v1
-            y2 = x2 - lr[:, None] * v2
-            y3 = x3 - lr[:, None] * v3
+            av0, av1, av2, av3 = _sgdm4(ax0, ax1, ax2, ax3, av0, av1, av2, av3, aa0, aa1, aa2, aa3,
+                                        ae0, ae1, ae2, ae3, alpha, c0_, ca, nz)
+            bv0, bv1, bv2, bv3 = _sgdm4(bx0, bx1, bx2, bx3, bv0, bv1, bv2, bv3, ba0, ba1, ba2, ba3,
+                                        be0, be1, be2, be3, alpha, c0_, ca, nz)
+            step_lr = lr[:, None]
+            ay0, ay1, ay2, ay3 = ax0 - step_lr * av0, ax1 - step_lr * av1, ax2 - step_lr * av2, ax3 - step_lr * av3
+            by0, by1, by2, by3 = bx0 - step_lr * bv0, bx1 - step_lr * bv1, bx2 - step_lr * bv2, bx3 - step_lr * bv3
         else:
-            noise = tl.sqrt(inv_s) * cc
             radial = (q * inv_s * lr + xe * noise) * inv_s
             c0_ = (radial + cb)[:, None]           # X ← X·(c0 − a·lr/s) − sig·ε/√s
             ca = -(inv_s * lr)[:, None]
             nz = noise[:, None]
-            y0 = x0 * (c0_ + ca * a0) - e0 * nz
-            y1 = x1 * (c0_ + ca * a1) - e1 * nz
-            y2 = x2 * (c0_ + ca * a2) - e2 * nz
-            y3 = x3 * (c0_ + ca * a3) - e3 * nz
+            ay0, ay1, ay2, ay3 = _sgd4(ax0, ax1, ax2, ax3, aa0, aa1, aa2, aa3, ae0, ae1, ae2, ae3, c0_, ca, nz)
+            by0, by1, by2, by3 = _sgd4(bx0, bx1, bx2, bx3, ba0, ba1, ba2, ba3, be0, be1, be2, be3, c0_, ca, nz)
         if (record != 0) & (it == 0):
-            s_after = tl.sum((y0 * y0 + y1 * y1) + (y2 * y2 + y3 * y3), axis=1)
+            s_after = tl.sum(_sum4(ay0 * ay0, ay1 * ay1, ay2 * ay2, ay3 * ay3)
+                             + _sum4(by0 * by0, by1 * by1, by2 * by2, by3 * by3), axis=1)
             r = (1.0 / tl.sqrt(s))[:, None]
             r_after = (1.0 / tl.sqrt(tl.where(row_ok, s_after, 1.0)))[:, None]
-            d0 = x0 * r - y0 * r_after
-            d1 = x1 * r - y1 * r_after
-            d2 = x2 * r - y2 * r_after
-            d3 = x3 * r - y3 * r_after
-            p0 = x0 * r + y0 * r_after
-            p1 = x1 * r + y1 * r_after
-            p2 = x2 * r + y2 * r_after
-            p3 = x3 * r + y3 * r_after
-            first = tl.sum(tl.where((i == 0)[None, :], xx0, 0.0), axis=1)
+            a_minus, a_plus = _unit_gaps4(ax0, ax1, ax2, ax3, ay0, ay1, ay2, ay3, r, r_after)
+            b_minus, b_plus = _unit_gaps4(bx0, bx1, bx2, bx3, by0, by1, by2, by3, r, r_after)
+            first = tl.sum(tl.where((i == 0)[None, :], axx0, 0.0), axis=1)
             out = rec_ptr + rows * 5
             tl.store(out, s, mask=row_ok)
             tl.store(out + 1, q, mask=row_ok)
             tl.store(out + 2, first, mask=row_ok)
-            tl.store(out + 3, tl.sum((d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3), axis=1), mask=row_ok)
-            tl.store(out + 4, tl.sum((p0 * p0 + p1 * p1) + (p2 * p2 + p3 * p3), axis=1), mask=row_ok)
-        x0 = y0
-        x1 = y1
-        x2 = y2
-        x3 = y3
+            tl.store(out + 3, tl.sum(a_minus + b_minus, axis=1), mask=row_ok)
+            tl.store(out + 4, tl.sum(a_plus + b_plus, axis=1), mask=row_ok)
+        ax0, ax1, ax2, ax3 = ay0, ay1, ay2, ay3
+        bx0, bx1, bx2, bx3 = by0, by1, by2, by3
         it += 1
-    tl.store(x_ptr + o0, x0, mask=m0)
-    tl.store(x_ptr + o1, x1, mask=m1)
-    tl.store(x_ptr + o2, x2, mask=m2)
-    tl.store(x_ptr + o3, x3, mask=m3)
+    _store4(x_ptr, base, i, ax0, ax1, ax2, ax3, am0, am1, am2, am3, 0, Q)
+    _store4(x_ptr, base, i, bx0, bx1, bx2, bx3, bm0, bm1, bm2, bm3, 1, Q)
     if MOMENTUM:
-        tl.store(v_ptr + o0, v0, mask=m0)
-        tl.store(v_ptr + o1, v1, mask=m1)
-        tl.store(v_ptr + o2, v2, mask=m2)
-        tl.store(v_ptr + o3, v3, mask=m3)
+        _store4(v_ptr, base, i, av0, av1, av2, av3, am0, am1, am2, am3, 0, Q)
+        _store4(v_ptr, base, i, bv0, bv1, bv2, bv3, bm0, bm1, bm2, bm3, 1, Q)
 
 
 @triton.jit(do_not_specialize=["n_cols"])
@@ -240,10 +280,10 @@ def _fast() -> bool:
 
 def layout(p: int) -> tuple[int, int, int, int]:
     """(Q, QB, ROWS, num_warps) for dimension p: a function of p alone (module docstring)."""
-    q = -(-p // 4)
+    q = -(-p // BLOCKS)
     qb = triton.next_power_of_2(q)
-    rows = max(1, 512 // (4 * qb))
-    warps = max(1, min(8, rows * 4 * qb // 256))
+    rows = max(1, 512 // (BLOCKS * qb))
+    warps = max(1, min(8, rows * BLOCKS * qb // 256))
     return q, qb, rows, warps
 
 

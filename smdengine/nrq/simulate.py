@@ -13,7 +13,7 @@ import torch
 
 from smdengine._runtime import saved
 from smdengine._science import equilibrium_summary, phase_at, phase_regime, record_steps, tail_means
-from smdengine._simulator import Context, Row, Simulator
+from smdengine._simulator import Context, Row, RowTable, Simulator
 from smdengine.nrq import theory
 from smdengine.nrq.predict import predict_physics
 from smdengine.nrq.spec import OUTPUTS
@@ -35,6 +35,7 @@ class NRQRun(Simulator[Any]):
     the case of one member."""
 
     names = OUTPUTS.metrics
+    ROW_NAMES = ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr")   # the columns of its RowTables
     k, dt = 1, 1.0   # updates per step and their size: one SGD update per step
     MULTISTEP = True   # from one record step to the next in one launch where the stepper can (CUDA, Triton)
     MAX_ELEMENT_STEPS = 2**34   # a launch's work cap, rows·p·updates: progress and cancellation stay responsive
@@ -83,8 +84,9 @@ class NRQRun(Simulator[Any]):
             end = min(end, self.phase_starts[later])
         return max(1, min(end - n, self.MAX_ELEMENT_STEPS // self.stepper.x.numel()))
 
-    def step_members(self, n: int, record: bool) -> list[Row] | None:
-        """Updates n … n + span(n) − 1 of every member; on record steps, each member's row."""
+    def step_members(self, n: int, record: bool) -> list[Row] | RowTable | None:
+        """Updates n … n + span(n) − 1 of every member; on record steps, each member's row (one table
+        of them with the multi-step kernel)."""
         stepper = self.stepper
         i = self.phase_at_start.get(n)
         if i is not None:
@@ -102,7 +104,7 @@ class NRQRun(Simulator[Any]):
 
     def step(self, n: int, record: bool) -> Row | None:
         rows = self.step_members(n, record)
-        return None if rows is None else rows[0]
+        return None if rows is None else rows.row(0) if isinstance(rows, RowTable) else rows[0]
 
     def metrics(self, n: int, before: torch.Tensor, sq: torch.Tensor) -> list[Row]:
         """Each member's metrics row of the state ``before`` update n and of the update (means over
@@ -112,8 +114,8 @@ class NRQRun(Simulator[Any]):
         after, lr = self.stepper.x, self.stepper.lr[:, 0]
         return [self.member_metrics(before[rows], after[rows], sq[rows], lr[rows]) for rows in self.stepper.rows]
 
-    def record_rows(self, rec: torch.Tensor) -> list[Row]:
-        """Each member's metrics row from the record columns of :meth:`Stepper.advance` (trials, 5): the
+    def record_rows(self, rec: torch.Tensor) -> RowTable:
+        """Every member's metrics row from the record columns of :meth:`Stepper.advance` (trials, 5): the
         row-wise values for all rows at once, then each member's means in an order fixed by its trial
         count (:func:`smdengine.nrq._multistep.segment_means`), so a member's row is its run alone's."""
         from smdengine.nrq._multistep import segment_means
@@ -127,22 +129,25 @@ class NRQRun(Simulator[Any]):
         table = torch.stack([first / s, q / (2.0 * s), au, au * au, s, stepper.lr[:, 0] / s], dim=1)
         m = segment_means(table, stepper.starts, stepper.counts)
         out = torch.stack([1.0 - m[:, 0], m[:, 1], m[:, 2], m[:, 3].sqrt(), m[:, 4], m[:, 5]], dim=1)
-        names = ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr")
-        return [dict(zip(names, row, strict=True)) for row in out]
+        return RowTable(self.ROW_NAMES, out)
 
-    def final_members(self) -> list[Row]:
+    def final_members(self) -> list[Row] | RowTable:
         """Each member's state after the last update: risk, loss, norm_sq and eff_lr of X (means over its
-        trials, each member's in the order of its run alone), the angular updates NaN (no next update)."""
+        trials, each member's in the order of its run alone), the angular updates NaN (no next update);
+        one table with the multi-step kernel, as its record rows are."""
         x = self.stepper.x
         sq = x.square()
         s, q = sq.sum(dim=1), (sq * self.stepper.a).sum(dim=1)
         m = self.member_means(torch.stack([x[:, 0].square() / s, q / (2.0 * s), s, self.true_lr() / s], dim=1))
-        nan = torch.full_like(m[0, 0], math.nan)
-        return [{"risk": 1.0 - row[0], "loss": row[1], "au_mean": nan, "au_rms": nan, "norm_sq": row[2],
-                 "eff_lr": row[3]} for row in m]
+        nan = torch.full_like(m[:, 0], math.nan)
+        table = RowTable(self.ROW_NAMES, torch.stack([1.0 - m[:, 0], m[:, 1], nan, nan, m[:, 2], m[:, 3]], dim=1))
+        if self.stepper.multistep is not None:
+            return table
+        return [table.row(c) for c in range(len(self.stepper.sizes))]
 
     def final_row(self) -> Row:
-        return self.final_members()[0]
+        rows = self.final_members()
+        return rows.row(0) if isinstance(rows, RowTable) else rows[0]
 
     def true_lr(self) -> torch.Tensor:
         """η in force per trial (trials,): the phase's rate, not the Euler–Maruyama drift η·dt."""

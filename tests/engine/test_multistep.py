@@ -36,11 +36,10 @@ def oracle_radii_and_normals(seed: int, trials: np.ndarray, step: int, p: int) -
     """(r, ε), each (len(trials), p), of the stream as the kernel's module docstring defines it: the float32
     uniforms and angles as the kernel rounds them, then log, √, cos and sin in float64; r is the radius that
     scales each ε."""
-    q = -(-p // 4)
+    q = -(-p // 8)
     i = np.arange(q, dtype=np.uint64)[None, :]
     t = np.asarray(trials, dtype=np.uint64)[:, None]
     zero = np.zeros_like(i * t)
-    w = philox4x32((i + zero, t + zero, zero + step, zero), (seed & 0xFFFFFFFF, seed >> 32))
     f32 = np.float32
 
     def radius(word: np.ndarray) -> np.ndarray:
@@ -50,9 +49,13 @@ def oracle_radii_and_normals(seed: int, trials: np.ndarray, step: int, p: int) -
     def angle(word: np.ndarray) -> np.ndarray:
         return (word.view(np.int32).astype(f32) * f32(2 * np.pi * 2.0**-32)).astype(np.float64)
 
-    r0, r2, t1, t3 = radius(w[0]), radius(w[2]), angle(w[1]), angle(w[3])
-    blocks = [r0 * np.cos(t1), r0 * np.sin(t1), r2 * np.cos(t3), r2 * np.sin(t3)]
-    return np.concatenate([r0, r0, r2, r2], axis=1)[:, :p], np.concatenate(blocks, axis=1)[:, :p]
+    radii, blocks = [], []
+    for half in (0, 1):   # blocks 4·half … 4·half + 3
+        w = philox4x32((i + zero, t + zero, zero + step, zero + half), (seed & 0xFFFFFFFF, seed >> 32))
+        r0, r2, t1, t3 = radius(w[0]), radius(w[2]), angle(w[1]), angle(w[3])
+        radii += [r0, r0, r2, r2]
+        blocks += [r0 * np.cos(t1), r0 * np.sin(t1), r2 * np.cos(t3), r2 * np.sin(t3)]
+    return np.concatenate(radii, axis=1)[:, :p], np.concatenate(blocks, axis=1)[:, :p]
 
 
 def test_the_oracle_gives_random123s_known_answers():
@@ -87,8 +90,8 @@ def keys(device, n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
             torch.arange(n, dtype=torch.int32, device=device))
 
 
-# seeds below and above 2³², and one whose int64 form is negative; p divisible by 4 and not
-@pytest.mark.parametrize(("seed", "p"), [(0, 8), (12345, 10), (2**40 + 7, 7), (2**63 + 5, 13)])
+# seeds below and above 2³², and one whose int64 form is negative; p divisible by 8 and not, and p < 8
+@pytest.mark.parametrize(("seed", "p"), [(0, 16), (12345, 10), (2**40 + 7, 7), (2**63 + 5, 13), (5, 100)])
 def test_the_stream_is_the_oracles(device, seed, p):
     seeds, trials = keys(device, 9, seed)
     got = _multistep.draw(seeds, trials, 1234, p, torch.float32).cpu().double().numpy()
