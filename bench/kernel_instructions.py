@@ -3,8 +3,8 @@ from its SASS, with no GPU: Triton compiles the kernel for a Hopper target (sm_9
 nvdisasm disassembles it. The count is what the arithmetic (issue) limit in bench/README.md rests on.
 
 The loop of updates is the one backward branch of the kernel; inside it the record branch (taken on the
-first update of a record step only) is the one forward branch over ≥ 100 instructions, left out. Each
-thread holds ROWS·BLOCKS·QB / (32·num_warps) elements of the tile, each element 1 coordinate slot (padding
+first update of a record step only) is the longest forward branch in it, left out. Each
+thread holds ROWS·K·Q / (32·num_warps) elements of the tile, each element 1 coordinate slot (padding
 included), so instructions per slot = instructions per thread-update / elements per thread.
 
     .venv/bin/python bench/kernel_instructions.py [--dims 10,100,1000] [--momentum]
@@ -33,21 +33,21 @@ def sass_of(p: int, momentum: bool) -> tuple[str, tuple[int, int, int, int]]:
 
     from smdengine.nrq import _multistep
 
-    q, qb, rows, warps = _multistep.layout(p)
+    q, k, rows, warps = _multistep.layout(p)
     ptr = "*fp32"
     signature = {"x_ptr": ptr, "v_ptr": ptr, "a_ptr": ptr, "seed_ptr": "*i64", "trial_ptr": "*i32", "c1_ptr": ptr,
                  "c2_ptr": ptr, "c3_ptr": ptr, "c4_ptr": ptr, "rec_ptr": ptr, "n_rows": "i32", "step0": "i32",
-                 "n_steps": "i32", "record": "i32", "p": "constexpr", "Q": "constexpr", "QB": "constexpr",
+                 "n_steps": "i32", "record": "i32", "p": "constexpr", "Q": "constexpr", "K": "constexpr",
                  "ROWS": "constexpr", "MOMENTUM": "constexpr", "FAST": "constexpr"}
     src = ASTSource(fn=_multistep._advance, signature=signature,
-                    constexprs={"p": p, "Q": q, "QB": qb, "ROWS": rows, "MOMENTUM": momentum, "FAST": True})
+                    constexprs={"p": p, "Q": q, "K": k, "ROWS": rows, "MOMENTUM": momentum, "FAST": True})
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
     nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "nvdisasm")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
         cubin.write(kernel.asm["cubin"])
         cubin.flush()
         sass = subprocess.run([nvdisasm, "-c", cubin.name], check=True, capture_output=True, text=True).stdout
-    return sass, (q, qb, rows, warps)
+    return sass, (q, k, rows, warps)
 
 
 def loop_count(sass: str) -> tuple[int, int]:
@@ -64,14 +64,14 @@ def loop_count(sass: str) -> tuple[int, int]:
         m = BRANCH.search(line)
         if m and m.group(1) + ":" in body[i:]:
             skipped = sum(1 for x in body[i:body.index(m.group(1) + ":")] if INSTRUCTION.match(x))
-            record = max(record, skipped if skipped >= 100 else 0)
+            record = max(record, skipped)
     return count - record, record
 
 
 def per_coordinate(p: int, momentum: bool = False) -> float:
     """SASS instructions per coordinate and update of the kernel's update loop (record branch left out),
     padding included: what the issue limit of bench/nrq_gpu.py divides by."""
-    sass, (_q, qb, rows, warps) = sass_of(p, momentum)
+    sass, (_q, _k, rows, warps) = sass_of(p, momentum)
     update, _record = loop_count(sass)
     return update * 32 * warps / (rows * p)
 
@@ -83,8 +83,6 @@ def main() -> int:
     args = ap.parse_args()
     try:
         import triton
-
-        from smdengine.nrq import _multistep
     except ImportError:
         print("kernel_instructions: skipped — Triton is not installed (pip install triton==3.6.0)")
         return 0
@@ -92,11 +90,11 @@ def main() -> int:
     print(f"{'p':>5} {'tile':>9} {'warps':>5} | {'per thread-update':>17} {'record':>6} | {'per slot':>8} "
           f"{'per coordinate':>14}")
     for p in (int(d) for d in args.dims.split(",")):
-        sass, (_q, qb, rows, warps) = sass_of(p, args.momentum)
+        sass, (q, k, rows, warps) = sass_of(p, args.momentum)
         update, record = loop_count(sass)
-        per_thread = rows * _multistep.BLOCKS * qb / (32 * warps)
-        print(f"{p:>5} {rows:>3}×{_multistep.BLOCKS}×{qb:<3} {warps:>5} | {update:>17} {record:>6} | "
-              f"{update / per_thread:8.1f} {update / per_thread * _multistep.BLOCKS * qb / p:14.1f}")
+        per_thread = rows * k * q / (32 * warps)
+        print(f"{p:>5} {rows:>3}×{k}×{q:<3} {warps:>5} | {update:>17} {record:>6} | "
+              f"{update / per_thread:8.1f} {update / per_thread * k * q / p:14.1f}")
     return 0
 
 

@@ -36,7 +36,7 @@ def oracle_radii_and_normals(seed: int, trials: np.ndarray, step: int, p: int) -
     """(r, ε), each (len(trials), p), of the stream as the kernel's module docstring defines it: the float32
     uniforms and angles as the kernel rounds them, then log, √, cos and sin in float64; r is the radius that
     scales each ε."""
-    q = -(-p // 8)
+    q = 1 << (-(-p // 8) - 1).bit_length()   # ⌈p/8⌉ rounded up to a power of two
     i = np.arange(q, dtype=np.uint64)[None, :]
     t = np.asarray(trials, dtype=np.uint64)[:, None]
     zero = np.zeros_like(i * t)
@@ -119,6 +119,9 @@ def test_the_stream_is_standard_normal_and_independent_across_keys(device):
     shifted = _multistep.draw(seeds, trials + 1, 0, p, torch.float64).cpu()
     for b in (later, other, shifted):
         assert abs(torch.corrcoef(torch.stack([eps.flatten(), b.flatten()]))[0, 1].item()) < 4 / math.sqrt(n * p)
+    # the two Philox calls of a column (counter word 3 = 0 and 1; blocks 0–3 and 4–7, Q = 128 at p = 1000)
+    first, second = eps[:, :4 * 128 - 24].flatten(), eps[:, 4 * 128:].flatten()
+    assert abs(torch.corrcoef(torch.stack([first, second]))[0, 1].item()) < 4 / math.sqrt(first.numel())
 
 
 def state(device, n: int, p: int, dtype, momentum: float, seed: int = 0):
