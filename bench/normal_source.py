@@ -7,6 +7,11 @@ Two sources of ε ~ N(0, I), for the nrq update's (trials, p) noise each step:
   numpy  ``np.random.Generator(PCG64(seed)).standard_normal(out=eps.numpy())``: NumPy's ziggurat,
          written straight into the tensor's memory
 
+and, as a source alone, the GPU kernel's counter-based stream (smdengine/nrq/_multistep.py, v2) computed
+with torch integer ops on the CPU (:func:`counter_normals`; issue 35: the CPU path keeps its stream unless
+a counter-based one is as fast there). Each update's ε is then a function of (seed, trial, update,
+coordinate) alone, at the price of 10 Philox rounds of 64-bit tensor ops per four normals.
+
 It prints, in one process, for float32 and float64 at p ∈ {10, 100, 1000}:
   - each source alone, in normals/s (best of --repeat);
   - the whole engine (``smdengine.run`` of an nrq spec, recording once) with each source, in
@@ -36,6 +41,48 @@ import smdengine  # noqa: E402
 from smdengine.nrq.stepper import Stepper  # noqa: E402
 
 CELLS = ((10, 1000), (100, 1000), (1000, 100))   # (p, trials)
+
+
+M0, M1, W0, W1, LOW = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85, 0xFFFFFFFF
+
+
+def _mulhilo(m: int, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(high, low) 32-bit words of m·c for uint32 values held in int64 (c split in 16-bit halves: no overflow)."""
+    a = m * (c & 0xFFFF)
+    b = m * (c >> 16)
+    mid = a + ((b & 0xFFFF) << 16)
+    return (b >> 16) + (mid >> 32), mid & LOW
+
+
+def counter_normals(seed: int, trials: torch.Tensor, step: int, p: int, dtype: torch.dtype) -> torch.Tensor:
+    """ε (len(trials), p) of update ``step`` from stream v2 of the multi-step kernel, in torch ops (float32
+    functions on the CPU): tests/engine/test_multistep.py checks it against the NumPy oracle."""
+    q = 1 << (-(-p // 8) - 1).bit_length()
+    i = torch.arange(q, dtype=torch.int64)[None, :]
+    t = trials.to(torch.int64)[:, None]
+    blocks = []
+    for half in range(-(-p // (4 * q))):
+        c = [i + 0 * t, t + 0 * i, torch.full_like(i + t, step), torch.full_like(i + t, half)]
+        k0, k1 = seed & LOW, (seed >> 32) & LOW
+        for _ in range(10):
+            hi0, lo0 = _mulhilo(M0, c[0])
+            hi1, lo1 = _mulhilo(M1, c[2])
+            c = [hi1 ^ c[1] ^ k0, lo1, hi0 ^ c[3] ^ k1, lo0]
+            k0, k1 = (k0 + W0) & LOW, (k1 + W1) & LOW
+        r0, r2 = (torch.sqrt(-1.3862943611198906 * torch.log2(w.to(torch.float32) * 2.0**-32 + 2.0**-33))
+                  for w in (c[0], c[2]))
+        t1, t3 = (torch.where(w >= 2**31, w - 2**32, w).to(torch.float32) * 1.4629180792671596e-09 for w in (c[1], c[3]))
+        blocks += [r0 * torch.cos(t1), r0 * torch.sin(t1), r2 * torch.cos(t3), r2 * torch.sin(t3)]
+    return torch.cat(blocks, dim=1)[:, :p].to(dtype)
+
+
+def counter_rate(shape: tuple[int, int], dtype: str, numel_target: float) -> float:
+    trials = torch.arange(shape[0], dtype=torch.int32)
+    n = max(2, int(numel_target // (shape[0] * shape[1]) // 10))
+    t0 = time.perf_counter()
+    for step in range(n):
+        counter_normals(12345, trials, step, shape[1], getattr(torch, dtype))
+    return n * shape[0] * shape[1] / (time.perf_counter() - t0)
 
 
 def source_rates(shape: tuple[int, int], dtype: str, numel_target: float) -> tuple[float, float]:
@@ -84,19 +131,19 @@ def main() -> int:
     work, repeat = (2e6, 1) if args.quick else (3e7, args.repeat)
     print(f"torch {torch.__version__}, numpy {np.__version__}, threads {torch.get_num_threads()}, "
           f"load {load_average()}")
-    print(f"{'dtype':8}{'p':>6}{'trials':>8}{'torch N/s':>12}{'numpy N/s':>12}"
+    print(f"{'dtype':8}{'p':>6}{'trials':>8}{'torch N/s':>12}{'numpy N/s':>12}{'counter N/s':>13}"
           f"{'engine torch':>14}{'engine numpy':>14}{'lift':>7}")
     for dtype in ("float32", "float64"):
         for p, trials in CELLS:
             steps = max(1, int(work / (p * trials)))
-            best_src, best_eng = [0.0, 0.0], [float("inf"), float("inf")]
+            best_src, best_eng = [0.0, 0.0, 0.0], [float("inf"), float("inf")]
             for _ in range(repeat):
-                rates = source_rates((trials, p), dtype, work)
+                rates = (*source_rates((trials, p), dtype, work), counter_rate((trials, p), dtype, work))
                 best_src = [max(a, b) for a, b in zip(best_src, rates, strict=True)]
                 for i, numpy_source in enumerate((False, True)):
                     best_eng[i] = min(best_eng[i], engine_seconds(p, trials, dtype, steps, numpy_source))
             w = p * trials * steps
-            print(f"{dtype:8}{p:6d}{trials:8d}{best_src[0]:12.2e}{best_src[1]:12.2e}"
+            print(f"{dtype:8}{p:6d}{trials:8d}{best_src[0]:12.2e}{best_src[1]:12.2e}{best_src[2]:13.2e}"
                   f"{w / best_eng[0]:14.2e}{w / best_eng[1]:14.2e}{best_eng[0] / best_eng[1]:7.2f}")
     Stepper.NUMPY_FLOAT64, Stepper.draw_noise = True, _ENGINE_DRAW   # type: ignore[method-assign]
     print(f"load {load_average()}")

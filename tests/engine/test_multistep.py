@@ -67,6 +67,19 @@ def test_the_oracle_gives_random123s_known_answers():
         assert [int(w) for w in philox4x32(counter, key)] == list(want)
 
 
+def test_the_cpu_counter_stream_of_the_bench_is_the_oracles(monkeypatch):
+    """bench/normal_source.py times the stream in torch ops on the CPU: it must be this stream."""
+    import importlib
+    import pathlib
+
+    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parents[2] / "bench"))
+    bench = importlib.import_module("normal_source")
+    for seed, p in ((12345, 10), (2**63 + 5, 100), (7, 1000)):
+        got = bench.counter_normals(seed, torch.arange(5, dtype=torch.int32), 77, p, torch.float64).numpy()
+        _, want = oracle_radii_and_normals(seed, np.arange(5), 77, p)
+        np.testing.assert_allclose(got, want, rtol=0, atol=7e-6)   # float32 functions (the draw test's bound)
+
+
 # ----------------------------------------------------------------------------- the kernel
 
 triton = pytest.importorskip("triton")
