@@ -207,9 +207,9 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
                     save(_checkpoint(c, done))
                 last_save = clock()
     finals = sim.final_members()   # the state after the last update: every series ends at `total`
-    got = finals.names if isinstance(finals, RowTable) else [k for c in live for k in finals[c]]
-    if set(got) != set(names):
-        raise RuntimeError(f"final row: expected the names {sorted(names)}, got {sorted(set(got))}")
+    for got in [finals.names] if isinstance(finals, RowTable) else [list(finals[c]) for c in live]:
+        if set(got) != set(names):
+            raise RuntimeError(f"final row: expected the names {sorted(names)}, got {sorted(got)}")
     take(total, finals)
     flush(total)
     # what precedes the final row: a continuation's checkpoint (its longer run records a regular row at

@@ -67,6 +67,14 @@ class RowTable:
         """Member ``member``'s row as a Row."""
         return dict(zip(self.names, self.values[member], strict=True))
 
+    @classmethod
+    def stack(cls, rows: list[Row]) -> RowTable:
+        """The table of rows of 0-d tensors with the same names (one per member)."""
+        import torch
+
+        names = tuple(rows[0])
+        return cls(names, torch.stack([torch.stack([row[name] for name in names]) for row in rows]))
+
 
 @dataclass(frozen=True)
 class Context:

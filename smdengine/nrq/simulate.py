@@ -84,9 +84,8 @@ class NRQRun(Simulator[Any]):
             end = min(end, self.phase_starts[later])
         return max(1, min(end - n, self.MAX_ELEMENT_STEPS // self.stepper.x.numel()))
 
-    def step_members(self, n: int, record: bool) -> list[Row] | RowTable | None:
-        """Updates n … n + span(n) − 1 of every member; on record steps, each member's row (one table
-        of them with the multi-step kernel)."""
+    def step_members(self, n: int, record: bool) -> RowTable | None:
+        """Updates n … n + span(n) − 1 of every member; on record steps, the table of their rows."""
         stepper = self.stepper
         i = self.phase_at_start.get(n)
         if i is not None:
@@ -97,14 +96,14 @@ class NRQRun(Simulator[Any]):
         rows = None
         if record:
             before = stepper.x.clone()
-            rows = self.metrics(n, before, stepper.step())
+            rows = RowTable.stack(self.metrics(n, before, stepper.step()))
         for _ in range(self.k - 1 if record else self.k):
             stepper.step()
         return rows
 
     def step(self, n: int, record: bool) -> Row | None:
         rows = self.step_members(n, record)
-        return None if rows is None else rows.row(0) if isinstance(rows, RowTable) else rows[0]
+        return None if rows is None else rows.row(0)
 
     def metrics(self, n: int, before: torch.Tensor, sq: torch.Tensor) -> list[Row]:
         """Each member's metrics row of the state ``before`` update n and of the update (means over
@@ -131,23 +130,18 @@ class NRQRun(Simulator[Any]):
         out = torch.stack([1.0 - m[:, 0], m[:, 1], m[:, 2], m[:, 3].sqrt(), m[:, 4], m[:, 5]], dim=1)
         return RowTable(self.ROW_NAMES, out)
 
-    def final_members(self) -> list[Row] | RowTable:
+    def final_members(self) -> RowTable:
         """Each member's state after the last update: risk, loss, norm_sq and eff_lr of X (means over its
-        trials, each member's in the order of its run alone), the angular updates NaN (no next update);
-        one table with the multi-step kernel, as its record rows are."""
+        trials, each member's in the order of its run alone), the angular updates NaN (no next update)."""
         x = self.stepper.x
         sq = x.square()
         s, q = sq.sum(dim=1), (sq * self.stepper.a).sum(dim=1)
         m = self.member_means(torch.stack([x[:, 0].square() / s, q / (2.0 * s), s, self.true_lr() / s], dim=1))
         nan = torch.full_like(m[:, 0], math.nan)
-        table = RowTable(self.ROW_NAMES, torch.stack([1.0 - m[:, 0], m[:, 1], nan, nan, m[:, 2], m[:, 3]], dim=1))
-        if self.stepper.multistep is not None:
-            return table
-        return [table.row(c) for c in range(len(self.stepper.sizes))]
+        return RowTable(self.ROW_NAMES, torch.stack([1.0 - m[:, 0], m[:, 1], nan, nan, m[:, 2], m[:, 3]], dim=1))
 
     def final_row(self) -> Row:
-        rows = self.final_members()
-        return rows.row(0) if isinstance(rows, RowTable) else rows[0]
+        return self.final_members().row(0)
 
     def true_lr(self) -> torch.Tensor:
         """η in force per trial (trials,): the phase's rate, not the Euler–Maruyama drift η·dt."""
@@ -249,14 +243,14 @@ class NRQSDE(NRQRun):
             "gamma": (s / lr).square().mean(),
         }]
 
-    def final_members(self) -> list[Row]:
+    def final_members(self) -> RowTable:
         """The state after the last update: risk, norm_sq, eff_lr, gamma; au_rms NaN (a rate over an update)."""
         x = self.stepper.x
         s = x.square().sum(dim=1)
         lr = self.true_lr()
         m = self.member_means(torch.stack([x[:, 0].square() / s, s, lr / s, (s / lr).square()], dim=1))[0]
-        return [{"risk": 1.0 - m[0], "norm_sq": m[1], "au_rms": torch.full_like(m[0], math.nan), "eff_lr": m[2],
-                 "gamma": m[3]}]
+        return RowTable.stack([{"risk": 1.0 - m[0], "norm_sq": m[1], "au_rms": torch.full_like(m[0], math.nan),
+                                "eff_lr": m[2], "gamma": m[3]}])
 
     def member_summary(self, c: int, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
         """Tail means only (its au_rms is the continuous-time rate, not an angle per update)."""
