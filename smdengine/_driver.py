@@ -152,6 +152,9 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
 
     def take(label: int, rows: list[Row] | RowTable) -> None:
         """Buffer the rows of record step ``label`` (a list of rows or one table; never both in a run)."""
+        table = isinstance(rows, RowTable)
+        if (table and any(buffered[c]["step"] for c in live)) or (not table and tables):   # one flush's order
+            raise RuntimeError("rows: expected a RowTable at every record step and at the end, or at none")
         if isinstance(rows, RowTable):
             tables.append((label, rows))
             return

@@ -52,7 +52,7 @@ Row = dict[str, "torch.Tensor"]
 SpecT = TypeVar("SpecT")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RowTable:
     """Every member's row of one record step as one tensor: ``values`` (members, len(names)) on the
     run's device, column k the metric ``names[k]`` (each a number per point). A fused simulator may

@@ -16,13 +16,15 @@ too. The interpreter computes the same formulas with NumPy's float32 functions. 
 checkpoint needs only the state and the step; a float64 run casts the float32 normals.
 tests/engine/test_multistep.py checks the stream against a NumPy Philox written from the Random123
 paper. (v1 of the stream: four blocks of ⌈p/4⌉, a float32 uniform from the signed word, the exact log;
-it cost about twice the instructions per coordinate.)
+it cost 1.4–2.1× the instructions per coordinate.)
 
 Arithmetic. Each update is the one of :mod:`smdengine.nrq._fused_step` (the same formulas, stepper
 module docstring): three row reductions, then the update. A row is held as its K = ⌈p/Q⌉ blocks, each a
 (ROWS, Q) tile (the k above; only the last one has padding), so a thread holds up to eight values of a
 row — one per block, the same i — and sums them before the Q lanes that share the row do, in log₂ Q
-shuffles per sum; blocks no coordinate reaches are never computed, nor normals no block uses. The tile
+shuffles per sum (for Q ≤ 32; a larger Q spans warps, whose partial sums meet in shared memory, and
+from p > 2048 a thread holds several columns); blocks no coordinate reaches are never computed, nor
+normals no block uses. The tile
 shape and warp count depend on p alone, never on the number of rows, so a row's sums are made in an
 order that depends only on p and the dtype (one compilation per p, dtype and momentum). The step count,
 the first step and the record flag are runtime arguments: the same compiled code advances 1 or 1000
@@ -271,7 +273,7 @@ def _segment_means(col_ptr, start_ptr, size_ptr, out_ptr, n_cols, BLOCK: tl.cons
 
 
 def _fast() -> bool:
-    """The GPU's approximate sin and cos, except under ``TRITON_INTERPRET=1`` (no libdevice there)."""
+    """The GPU's approximate log₂, sin and cos, except under ``TRITON_INTERPRET=1`` (no libdevice there)."""
     return os.environ.get("TRITON_INTERPRET") != "1"
 
 

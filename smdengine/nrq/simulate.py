@@ -35,7 +35,8 @@ class NRQRun(Simulator[Any]):
     the case of one member."""
 
     names = OUTPUTS.metrics
-    ROW_NAMES = ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr")   # the columns of its RowTables
+    ROW_NAMES = ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr")   # its RowTables' columns, in order
+    assert set(ROW_NAMES) == set(OUTPUTS.metrics)
     k, dt = 1, 1.0   # updates per step and their size: one SGD update per step
     MULTISTEP = True   # from one record step to the next in one launch where the stepper can (CUDA, Triton)
     MAX_ELEMENT_STEPS = 2**34   # a launch's work cap, rows·p·updates: progress and cancellation stay responsive

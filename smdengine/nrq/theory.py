@@ -84,6 +84,15 @@ class _StationaryLaw:
         self.kappa, self.dim = kappa_value, dim
         self.peak = math.acos(math.sqrt(min(1.0, (dim - 2) / (4.0 * kappa_value))))
         self.top = self.log_density(self.peak)
+        # the peak's width 1/√|ℓ''| of the log density ℓ = 2κ sin²φ + (p−2) ln cos φ: ℓ'' = 2(p−2) − 8κ
+        # inside, 4κ − (p−2) at φ = 0, −4κ at φ = π/2 (p = 2). The integral is cut at the peak and 10 widths
+        # on each side, so that a narrow peak (large κ) gets its own pieces instead of falling between nodes.
+        m = dim - 2
+        curvature = (4.0 * kappa_value if m == 0 else m - 4.0 * kappa_value if self.peak == 0.0
+                     else 8.0 * kappa_value - 2.0 * m)
+        width = 1.0 / math.sqrt(curvature) if curvature > 0 else math.inf
+        self.cuts = sorted({self.peak, *(c for c in (self.peak - 10 * width, self.peak + 10 * width)
+                                         if 0.0 < c < math.pi / 2)})
         self.total = self.integral(0.0, math.pi / 2)
 
     def log_density(self, phi: float) -> float:
@@ -93,10 +102,11 @@ class _StationaryLaw:
         return 2.0 * self.kappa * math.sin(phi) ** 2 + (self.dim - 2) * math.log(c) if c > 0 else -math.inf
 
     def integral(self, lo: float, hi: float, cos_power: int = 0) -> float:
-        """∫_lo^hi (density/max)·cos^{cos_power}φ dφ, split at the peak: on each piece Gauss–Legendre with
+        """∫_lo^hi (density/max)·cos^{cos_power}φ dφ, cut at the peak and 10 widths on each side of it
+        (:meth:`__init__`): on each piece Gauss–Legendre with
         64 and then 128 nodes (NumPy, all nodes at once); where the two differ by more than 1e-12 of the
         value (a peak too narrow for them: large κ or p), QUADPACK's adaptive rule to 1e-10."""
-        cuts = [lo] + ([self.peak] if lo < self.peak < hi else []) + [hi]
+        cuts = [lo, *(c for c in self.cuts if lo < c < hi), hi]
         return math.fsum(self._piece(a, b, cos_power) for a, b in zip(cuts, cuts[1:], strict=False) if b > a)
 
     def _piece(self, a: float, b: float, cos_power: int) -> float:
