@@ -18,13 +18,14 @@ device:
             the operations of a trial-step, p·OPS_PER_COORDINATE (the count below, noise included).
   issue     the instruction-issue limit of the multi-step kernel (float32): SMs × 128 lanes × the SM
             clock (nvidia-smi's clocks.max.sm) over the SASS instructions of a trial-step, counted in
-            its compiled update loop by bench/kernel_instructions.py (padding included). The honest
-            limit once the state is on chip: every instruction, not only the FP32 ones, takes an issue slot.
+            its update loop as compiled for sm_90 by the local Triton (bench/kernel_instructions.py,
+            padding included). The honest limit once the state is on chip: every instruction, not only
+            the FP32 ones, takes an issue slot.
 
 ``of roof``, ``of arith`` and ``of issue`` are the engine's share of the limits. ``limit`` says what bounds the
-engine: ``launch`` where an update costs no more than 1.5× one of a single trial, else ``arith`` or
-``memory`` by which limit is nearer. Cells whose run would not fit in 80% of the free device memory are
-skipped. On the CPU (no --device cuda) the same table is made without the graph and arith columns,
+engine: ``launch`` where an update costs no more than 1.5× one of a single trial, else the nearest of
+``memory``, ``issue`` and ``arith``. Cells whose run would not fit in 80% of the free device memory are
+skipped. On the CPU (no --device cuda) the same table is made without the graph, arith and issue columns,
 which is how the script is checked here; --quick keeps p ≤ 100 and trials ≤ 10⁴.
 
     python bench/nrq_gpu.py [--device cuda|cpu] [--quick] [--dtypes float32,float64] [--span 100]
@@ -53,8 +54,8 @@ from smdengine.nrq.simulate import NRQRun  # noqa: E402
 from smdengine.nrq.stepper import Stepper  # noqa: E402
 
 # operations per coordinate and update of the multi-step kernel (per SASS-level instruction, an FMA one),
-# noise stream v2: Philox-4×32-10 for 4 normals: 10 rounds × (2 multiplies for the high and low words, 2
-# three-way xors, the key added in the xor) = 60, so 15 per normal; the word to a uniform or an angle 2
+# noise stream v2: Philox-4×32-10 for 4 normals: 10 rounds × (the high and the low word of 2 products: 4
+# multiplies; 2 three-way xors that take the key too) = 60, so 15 per normal; the word to a uniform or an angle 2
 # (convert, scale); Box–Muller 4 per normal (per pair: log₂, its scale, √, the angle's range reduction, sin,
 # cos, 2 products); the update 8 (the mask of ε, three reductions' FMAs and x², the coefficient, the product
 # and the noise FMA). An estimate, stated so that the limit it gives can be checked; the issue column
@@ -276,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     for dtype in args.dtypes.split(","):
         itemsize = torch.finfo(getattr(torch, dtype)).bits // 8
         for p in dims:
-            per_coordinate = instructions_per_coordinate(p) if dtype == "float32" else math.nan
+            per_coordinate = (instructions_per_coordinate(p) if dtype == "float32" and math.isfinite(issue)
+                              else math.nan)
             issue_limit = issue / (per_coordinate * p)
             one = simulator(p, 1, dtype, device)   # one trial: the update's fixed (per-launch) cost
             advance = multi if one.stepper.multistep is not None else lambda sim, _span, n: steps(sim, n)
@@ -300,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
                 engine = engine_update(p, trials, dtype, device, budget, many if has_multi else step)
                 roof = bw / (2 * p * itemsize)
                 arith = rate / 2 / (OPS_PER_COORDINATE * p)
-                limit = ("launch" if engine <= 1.5 * single else
-                         "arith" if math.isfinite(arith) and arith < roof else "memory")
+                nearest = min((bound, name) for bound, name in ((roof, "memory"), (issue_limit, "issue"),
+                                                                 (arith, "arith")) if math.isfinite(bound))
+                limit = "launch" if engine <= 1.5 * single else nearest[1]
                 graph_col = f"{trials / graph:9.3g}" if isinstance(graph, float) else f"{graph[:9]:>9}"
                 arith_cols = (f"{arith:9.3g} {trials / engine / arith:8.1%}" if math.isfinite(arith)
                               else f"{'n/a':>9} {'n/a':>8}")

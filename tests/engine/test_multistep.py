@@ -71,9 +71,11 @@ def test_the_cpu_counter_stream_of_the_bench_is_the_oracles(monkeypatch):
     """bench/normal_source.py times the stream in torch ops on the CPU: it must be this stream."""
     import importlib
     import pathlib
+    import sys
 
-    monkeypatch.syspath_prepend(str(pathlib.Path(__file__).parents[2] / "bench"))
+    monkeypatch.setattr(sys, "path", [str(pathlib.Path(__file__).parents[2] / "bench"), *sys.path])   # restored
     bench = importlib.import_module("normal_source")
+    del sys.modules["normal_source"]   # not left imported for other tests
     for seed, p in ((12345, 10), (2**63 + 5, 100), (7, 1000)):
         got = bench.counter_normals(seed, torch.arange(5, dtype=torch.int32), 77, p, torch.float64).numpy()
         _, want = oracle_radii_and_normals(seed, np.arange(5), 77, p)
