@@ -70,19 +70,12 @@ def _angle(w):
 
 
 @triton.jit
-def _cos(t, FAST: tl.constexpr):
+def _polar(r, t, SIN: tl.constexpr, FAST: tl.constexpr):
+    """r·sin θ (``SIN``) or r·cos θ."""
     if FAST:
-        return libdevice.fast_cosf(t)
+        return r * (libdevice.fast_sinf(t) if SIN else libdevice.fast_cosf(t))
     else:
-        return tl.cos(t)
-
-
-@triton.jit
-def _sin(t, FAST: tl.constexpr):
-    if FAST:
-        return libdevice.fast_sinf(t)
-    else:
-        return tl.sin(t)
+        return r * (tl.sin(t) if SIN else tl.cos(t))
 
 
 @triton.jit
@@ -95,15 +88,15 @@ def _normals(k_lo, k_hi, c0, c1, step, h: tl.constexpr, L: tl.constexpr, FAST: t
     w0, w1, w2, w3 = philox_impl(c0, c1, zero + step, zero + h, k_lo, k_hi, 10)
     r0 = _radius(w0, FAST)
     t1 = _angle(w1)
-    out = (r0 * _cos(t1, FAST),)
+    out = (_polar(r0, t1, False, FAST),)
     if L > 1:
-        out = out + (r0 * _sin(t1, FAST),)
+        out = out + (_polar(r0, t1, True, FAST),)
     if L > 2:
         r2 = _radius(w2, FAST)
         t3 = _angle(w3)
-        out = out + (r2 * _cos(t3, FAST),)
+        out = out + (_polar(r2, t3, False, FAST),)
         if L > 3:
-            out = out + (r2 * _sin(t3, FAST),)
+            out = out + (_polar(r2, t3, True, FAST),)
     return out
 
 

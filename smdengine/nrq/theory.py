@@ -110,22 +110,26 @@ class _StationaryLaw:
         return math.fsum(self._piece(a, b, cos_power) for a, b in zip(cuts, cuts[1:], strict=False) if b > a)
 
     def _piece(self, a: float, b: float, cos_power: int) -> float:
-        two_kappa, power, top = 2.0 * self.kappa, self.dim - 2 + cos_power, self.top
+        # ℓ(φ) − ℓ(φ*) = −2κ(cos²φ − cos²φ*) + (p−2)(ln cos φ − ln cos φ*), then × cos^{cos_power}φ: in cosines,
+        # which keep their relative precision near π/2, where 2κ sin²φ − ℓ(φ*) cancelled (1e-8 at κ = 1e9)
+        two_kappa, m, c_peak = 2.0 * self.kappa, self.dim - 2, math.cos(self.peak)
+        shift = two_kappa * c_peak**2 - (m * math.log(c_peak) if m else 0.0)
         previous = math.nan
         for nodes in (64, 128):
             x, w = _legendre(nodes)
             phi = 0.5 * (b - a) * x + 0.5 * (b + a)   # interior points: cos φ > 0 on [0, π/2)
             c = np.cos(phi)
-            log_g = two_kappa * np.sin(phi) ** 2 + (power * np.log(c) if power else 0.0) - top
+            log_g = shift - two_kappa * c * c + ((m + cos_power) * np.log(c) if m + cos_power else 0.0)
             value = 0.5 * (b - a) * float(w @ np.exp(log_g))
             if abs(value - previous) <= 1e-12 * abs(value):
                 return value
             previous = value
-        exp, sin, cos, log = math.exp, math.sin, math.cos, math.log
+        exp, cos, log = math.exp, math.cos, math.log
+        power = m + cos_power
 
         def g(phi: float) -> float:
             c = cos(phi)
-            return exp(two_kappa * sin(phi) ** 2 + power * log(c) - top) if c > 0 else 0.0
+            return exp(shift - two_kappa * c * c + (power * log(c) if power else 0.0)) if c > 0 else 0.0
 
         return integrate.quad(g, a, b, limit=500, epsabs=0.0, epsrel=1e-10)[0]
 

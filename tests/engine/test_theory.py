@@ -158,9 +158,11 @@ def test_risk_stationary_large_kappa_asymptote(kappa, p):
 @pytest.mark.parametrize("kappa", [1e8, 1e9])
 def test_risk_stationary_finds_a_narrow_peak(kappa, p):
     # the peak of the law in φ is ~κ^{-1/2} wide: with cuts only at its maximum, every quadrature node of
-    # a piece missed it and r* came out 39% low at p = 10, κ = 1e9 (and p = 2 divided by zero). The
-    # asymptote's correction is 1/(4κ) ≤ 2.5e-9; the quadrature's error measured ≤ 7.2e-9 here.
-    assert theory.risk_stationary(kappa, p) == pytest.approx(theory.risk_stationary_asymptote(kappa, p), rel=1e-7)
+    # a piece missed it and r* came out 39% low at p = 10, κ = 1e9 (and p = 2 divided by zero). Beyond the
+    # asymptote's first correction 1/(4κ) the next is ~p/(16κ²) ≤ 6e-15 here; the quadrature's own error
+    # measured ≤ 9e-12 (p = 2, κ = 1e9), so 3e-11 leaves room for another machine's rounding.
+    r = theory.risk_stationary(kappa, p)
+    assert r / theory.risk_stationary_asymptote(kappa, p) - 1.0 == pytest.approx(1.0 / (4.0 * kappa), abs=3e-11)
 
 
 def test_risk_stationary_monotone_in_kappa():
