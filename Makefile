@@ -108,7 +108,8 @@ test-quick: venv
 TRITON_VERSION ?= 3.6.0
 test-kernels: venv
 	$(VPY) -c "import triton" 2>/dev/null || $(VPY) -m pip install -q "triton==$(TRITON_VERSION)"
-	TRITON_INTERPRET=1 $(VPY) -m pytest -q $(XDIST) tests/engine/test_multistep.py tests/engine/test_fused_step.py \
+	TRITON_INTERPRET=1 $(VPY) -m pytest -q $(XDIST) tests/engine/test_noise_stream.py tests/engine/test_multistep.py \
+	    tests/engine/test_fused_step.py \
 	    $(PYTEST_ARGS)
 
 bench: venv
