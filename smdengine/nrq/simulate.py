@@ -35,8 +35,6 @@ class NRQRun(Simulator[Any]):
     the case of one member."""
 
     names = OUTPUTS.metrics
-    ROW_NAMES = ("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr")   # its RowTables' columns, in order
-    assert set(ROW_NAMES) == set(OUTPUTS.metrics)
     k, dt = 1, 1.0   # updates per step and their size: one SGD update per step
     MULTISTEP = True   # from one record step to the next in one launch where the stepper can (CUDA, Triton)
     MAX_ELEMENT_STEPS = 2**34   # a launch's work cap, rows·p·updates: progress and cancellation stay responsive
@@ -129,7 +127,7 @@ class NRQRun(Simulator[Any]):
         table = torch.stack([first / s, q / (2.0 * s), au, au * au, s, stepper.lr[:, 0] / s], dim=1)
         m = segment_means(table, stepper.starts, stepper.counts)
         out = torch.stack([1.0 - m[:, 0], m[:, 1], m[:, 2], m[:, 3].sqrt(), m[:, 4], m[:, 5]], dim=1)
-        return RowTable(self.ROW_NAMES, out)
+        return RowTable(OUTPUTS.metrics, out)   # columns in the kind's metric order
 
     def final_members(self) -> RowTable:
         """Each member's state after the last update: risk, loss, norm_sq and eff_lr of X (means over its
@@ -139,7 +137,7 @@ class NRQRun(Simulator[Any]):
         s, q = sq.sum(dim=1), (sq * self.stepper.a).sum(dim=1)
         m = self.member_means(torch.stack([x[:, 0].square() / s, q / (2.0 * s), s, self.true_lr() / s], dim=1))
         nan = torch.full_like(m[:, 0], math.nan)
-        return RowTable(self.ROW_NAMES, torch.stack([1.0 - m[:, 0], m[:, 1], nan, nan, m[:, 2], m[:, 3]], dim=1))
+        return RowTable(OUTPUTS.metrics, torch.stack([1.0 - m[:, 0], m[:, 1], nan, nan, m[:, 2], m[:, 3]], dim=1))
 
     def final_row(self) -> Row:
         return self.final_members().row(0)

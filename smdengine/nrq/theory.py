@@ -83,7 +83,6 @@ class _StationaryLaw:
             raise ValueError(f"kappa: expected > 0, got {kappa_value}")
         self.kappa, self.dim = kappa_value, dim
         self.peak = math.acos(math.sqrt(min(1.0, (dim - 2) / (4.0 * kappa_value))))
-        self.top = self.log_density(self.peak)
         # the peak's width 1/√|ℓ''| of the log density ℓ = 2κ sin²φ + (p−2) ln cos φ: ℓ'' = 2(p−2) − 8κ
         # inside, 4κ − (p−2) at φ = 0, −4κ at φ = π/2 (p = 2). The integral is cut at the peak and 10 widths
         # on each side, so that a narrow peak (large κ) gets its own pieces instead of falling between nodes.
@@ -94,12 +93,6 @@ class _StationaryLaw:
         self.cuts = sorted({self.peak, *(c for c in (self.peak - 10 * width, self.peak + 10 * width)
                                          if 0.0 < c < math.pi / 2)})
         self.total = self.integral(0.0, math.pi / 2)
-
-    def log_density(self, phi: float) -> float:
-        c = math.cos(phi)
-        if self.dim == 2:
-            return 2.0 * self.kappa * math.sin(phi) ** 2
-        return 2.0 * self.kappa * math.sin(phi) ** 2 + (self.dim - 2) * math.log(c) if c > 0 else -math.inf
 
     def integral(self, lo: float, hi: float, cos_power: int = 0) -> float:
         """∫_lo^hi (density/max)·cos^{cos_power}φ dφ, cut at the peak and 10 widths on each side of it
