@@ -76,19 +76,18 @@ lint: venv
 	$(VENV)/bin/mypy
 
 # Two pytest processes (pytest-xdist): every module goes whole to either; the fault scenarios whose timings
-# matter run one after another in one of them (tests/conftest.py, SERIAL_MODULES). The schema fuzzing runs
-# first, in its own session: schemathesis reports each API operation as a subtest, which only --dist load keeps.
-# PYTEST_ARGS='...' runs just that selection (in the same two processes); PYTEST_WORKERS=0 runs one process.
-# --durations=15: the slowest tests are printed at the end of every run, so that growth shows.
+# matter run one after another in one of them (tests/conftest.py, SERIAL_MODULES). Lint and the schema fuzzing
+# run beside them at nice 19, in the CPU the main session leaves idle (scripts/run-tests.sh says why).
+# PYTEST_ARGS='...' runs lint, then just that selection (in the same two processes); PYTEST_WORKERS=0 runs one
+# process. --durations=15: the slowest tests are printed at the end of every run, so that growth shows.
 PYTEST_WORKERS ?= 2
-FUZZ_TESTS    := tests/api/test_schemathesis.py
 XDIST          = -n $(PYTEST_WORKERS) --dist loadfile
 
-test: venv redis postgres chromium faketime lint
+test: venv redis postgres chromium faketime
 ifeq ($(strip $(PYTEST_ARGS)),)
-	$(VPY) -m pytest -q -n $(PYTEST_WORKERS) --dist load $(FUZZ_TESTS)
-	$(VPY) -m pytest -q $(XDIST) --durations=15 -m "not paper" --ignore=$(FUZZ_TESTS)
+	./scripts/run-tests.sh $(VENV) $(PYTEST_WORKERS)
 else
+	$(VENV)/bin/ruff check . && $(VENV)/bin/mypy
 	$(VPY) -m pytest -q $(XDIST) --durations=15 -m "not paper" $(PYTEST_ARGS)
 endif
 
