@@ -445,9 +445,10 @@ def postgres_server(*, timeout: float = 30.0, settings: Mapping[str, str] | None
         yield cluster.url
 
 
-def fresh_database(admin_url: str, name: str) -> str:
+def fresh_database(admin_url: str, name: str, *, template: str | None = None) -> str:
     """(Re)create an empty database `name` on the server of `admin_url` (any database URL of that
-    server, e.g. the one postgres_server() yields) and return the URL of the new database.
+    server, e.g. the one postgres_server() yields) and return the URL of the new database; with
+    `template`, a copy of that database of the server (which nobody may be connected to).
 
     An existing database of that name is dropped first, its connections terminated."""
     from psycopg import sql
@@ -458,5 +459,8 @@ def fresh_database(admin_url: str, name: str) -> str:
     with _connect(admin_url, timeout=5) as conn:
         ident = sql.Identifier(name)
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
+        if template is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(ident))
+        else:
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(ident, sql.Identifier(template)))
     return make_url(admin_url).set(database=name).render_as_string(hide_password=False)

@@ -37,40 +37,40 @@ def row(url, experiment_id) -> Experiment:
         return s.get(Experiment, experiment_id)
 
 
-def test_alembic_round_trip(database_url):
+def test_alembic_round_trip(empty_database_url):
     """upgrade → downgrade to base → upgrade, on both databases."""
-    cfg = alembic_config(database_url)
+    cfg = alembic_config(empty_database_url)
     command.upgrade(cfg, "head")
     command.downgrade(cfg, "base")
-    assert not {"experiments", "attempts", "checkpoints", "users", "api_keys"} & set(inspect(get_engine(database_url)).get_table_names())
+    assert not {"experiments", "attempts", "checkpoints", "users", "api_keys"} & set(inspect(get_engine(empty_database_url)).get_table_names())
     command.upgrade(cfg, "head")
-    get_engine(database_url).dispose()
-    tables = set(inspect(get_engine(database_url)).get_table_names())
+    get_engine(empty_database_url).dispose()
+    tables = set(inspect(get_engine(empty_database_url)).get_table_names())
     assert {"experiments", "series_chunks", "attempts", "checkpoints", "users", "api_keys"} <= tables
-    cols = {c["name"] for c in inspect(get_engine(database_url)).get_columns("experiments")}
+    cols = {c["name"] for c in inspect(get_engine(empty_database_url)).get_columns("experiments")}
     assert {"queue", "lease_owner", "lease_expires_at", "owner_id", "visibility", "priority", "revision",
             "warnings"} <= cols
     command.downgrade(cfg, "0006")   # 0007 alone: experiments.warnings goes, and comes back
-    get_engine(database_url).dispose()
-    assert "warnings" not in {c["name"] for c in inspect(get_engine(database_url)).get_columns("experiments")}
+    get_engine(empty_database_url).dispose()
+    assert "warnings" not in {c["name"] for c in inspect(get_engine(empty_database_url)).get_columns("experiments")}
     command.upgrade(cfg, "head")
     command.downgrade(cfg, "0007")   # 0008 alone: study_members and studies.kind go; older studies read as expand
-    get_engine(database_url).dispose()
-    assert "study_members" not in inspect(get_engine(database_url)).get_table_names()
-    with get_engine(database_url).begin() as conn:
+    get_engine(empty_database_url).dispose()
+    assert "study_members" not in inspect(get_engine(empty_database_url)).get_table_names()
+    with get_engine(empty_database_url).begin() as conn:
         conn.execute(text("INSERT INTO studies (id, spec, axes, children, points, created_at) "
                           "VALUES ('s0', '{}', '[]', 0, 0, CURRENT_TIMESTAMP)"))
     command.upgrade(cfg, "head")
-    get_engine(database_url).dispose()
-    with get_engine(database_url).begin() as conn:
+    get_engine(empty_database_url).dispose()
+    with get_engine(empty_database_url).begin() as conn:
         assert conn.execute(text("SELECT kind FROM studies WHERE id = 's0'")).scalar() == "expand"
         conn.execute(text("DELETE FROM studies"))
-    assert "study_members" in inspect(get_engine(database_url)).get_table_names()
-    make(database_url)  # and the schema works
+    assert "study_members" in inspect(get_engine(empty_database_url)).get_table_names()
+    make(empty_database_url)  # and the schema works
     warned = [{"code": "no_equilibrium", "message": "m", "omits": ["kappa"]}]
-    with session_scope(database_url) as s:
+    with session_scope(empty_database_url) as s:
         stored = jobs.create(s, kind="nrq", name="w", spec={"kind": "nrq"}, total_steps=10, warnings=warned).id
-    assert row(database_url, stored).warnings == warned
+    assert row(empty_database_url, stored).warnings == warned
 
 
 def test_claim_takes_oldest_of_its_queues_exclusively(database_url):

@@ -16,10 +16,10 @@ def make(url: str) -> str:
         return jobs.create(s, kind="nrq", name="x", spec={"kind": "nrq"}, total_steps=10).id
 
 
-def test_migration_creates_schema_and_is_idempotent(database_url):
-    upgrade_head(database_url)
-    upgrade_head(database_url)
-    insp = inspect(get_engine(database_url))
+def test_migration_creates_schema_and_is_idempotent(empty_database_url):
+    upgrade_head(empty_database_url)
+    upgrade_head(empty_database_url)
+    insp = inspect(get_engine(empty_database_url))
     assert {"experiments", "series_chunks", "alembic_version"} <= set(insp.get_table_names())
     cols = {c["name"] for c in insp.get_columns("experiments")}
     assert {"status", "progress", "spec", "theory", "summary", "error", "cancel_requested"} <= cols
