@@ -79,6 +79,8 @@ class Settings(BaseSettings):
                                                                 "running jobs may go on before they are cut off "
                                                                 "(SIGTERM instead hands them back at once, "
                                                                 "after a last checkpoint).")
+    broker_poll_seconds: float = Field(default=0.1, gt=0, le=10, description="Filesystem broker (`smd serve`): how often "
+                                       "an idle worker lists the broker's folder for a new job.")
     worker_queues: str = Field(default="cpu", pattern=r"^(cpu|gpu)(,(cpu|gpu))?$",
                                description="Queues `smd worker` consumes: cpu, gpu or gpu,cpu.")
     worker_concurrency: int = Field(default=1, ge=1, description="Worker processes started by `smd worker` "

@@ -65,7 +65,9 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     if settings.broker.startswith("filesystem"):
         folder = settings.broker_folder
         conf["broker_transport_options"] = {"data_folder_in": str(folder), "data_folder_out": str(folder),
-                                            "control_folder": str(folder / "control"), "store_processed": False}
+                                            "control_folder": str(folder / "control"), "store_processed": False,
+                                            # kombu's default, 1 s, started each job ~1 s after its submission
+                                            "polling_interval": settings.broker_poll_seconds}
     else:
         conf["broker_transport_options"] = {"visibility_timeout": settings.visibility_timeout}
     return conf

@@ -41,3 +41,12 @@ def test_queues_and_gpu_placement():
     assert Settings(worker_queues="gpu,cpu").queues == ["gpu", "cpu"]
     with pytest.raises(ValueError):
         Settings(worker_queues="fast")
+
+
+def test_the_filesystem_broker_is_polled_as_set(tmp_path):
+    """`smd serve`'s broker is a folder that an idle worker lists every SMD_BROKER_POLL_SECONDS: kombu's default
+    (1 s) started each job ~1 s after its submission. The transport the app opens takes the setting."""
+    for poll in (None, 0.5):
+        settings = Settings(state_dir=tmp_path / "state", **({} if poll is None else {"broker_poll_seconds": poll}))
+        with create_celery(settings).connection_for_read() as connection:
+            assert connection.transport.polling_interval == settings.broker_poll_seconds == (poll or 0.1)
