@@ -177,19 +177,14 @@ def smd(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProc
 @contextmanager
 def serve_for_alice_and_bob(tmp: Path, *, bob: bool = True, **settings: str) -> Iterator[tuple[dict, dict, str, Path]]:
     """A real `smd serve` (embedded SQLite and filesystem broker, auth on, ``SMD_*`` ``settings`` on top)
-    with users alice and bob, whose work quota is 10⁶, and their keys made by `smd keys create`. Yields
+    with users alice and bob (bob's work quota 10⁶) and their keys, as `smd users` and `smd keys` make them. Yields
     (env for remote commands as alice, the same as bob, base URL, the folder with serve.log). ``bob=False``:
-    alice alone (bob's env is then empty), two CLI runs instead of five (~1 s each)."""
+    alice alone (bob's env is then empty)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SMD_")}
     env.update(SMD_PORT=str(port), SMD_STATE_DIR=str(tmp / "state"), SMD_AUTH="on", SMD_FLUSH_SECONDS="0.3",
                SMD_SWEEP_SECONDS="0.5", **settings)
-    keys = {}
-    for name in ("alice", "bob") if bob else ("alice",):
-        smd_cli(env, "users", "create", name)
-        keys[name] = smd_cli(env, "keys", "create", name).strip()
-    if bob:
-        smd_cli(env, "users", "quota", "bob", "--max-work", "1000000")
+    keys = _users_and_keys(tmp / "state", ("alice", "bob") if bob else ("alice",), quota_of={"bob": 1_000_000})
     proc = spawn([sys.executable, "-m", "smdcli.main", "serve"], env, tmp / "serve.log")
     base = f"http://127.0.0.1:{port}"
     try:
@@ -198,6 +193,26 @@ def serve_for_alice_and_bob(tmp: Path, *, bob: bool = True, **settings: str) -> 
                {**env, "SMD_URL": base, "SMD_KEY": keys["bob"]} if bob else {}, base, tmp)
     finally:
         stop(proc, timeout=TEARDOWN_SECONDS)
+
+
+def _users_and_keys(state_dir: Path, names: tuple[str, ...], quota_of: dict[str, int]) -> dict[str, str]:
+    """What `smd users create`, `smd keys create` and `smd users quota --max-work` would make in the embedded
+    database of ``state_dir``, made in this process: the store's functions the CLI calls, without a Python
+    start and the project's imports per command (~1 s each; tests/smdcli/test_admin.py runs the commands)."""
+    from store import users
+    from store.db import get_engine
+    from store.migrate import upgrade_head
+
+    url = f"sqlite:///{(state_dir / 'smd.sqlite3').resolve()}"
+    upgrade_head(url)
+    keys = {}
+    for name in names:
+        users.create_user(url, name)
+        _, keys[name] = users.create_key(url, name)
+        if name in quota_of:
+            users.set_quota(url, name, max_work=quota_of[name])
+    get_engine(url).dispose()   # the service owns the file from here
+    return keys
 
 
 class Processes:
