@@ -4,7 +4,7 @@
 #
 # Why side by side: the main session leaves about a fifth of the two cores idle (its fault scenarios wait
 # on leases, sweeps and servers), and lint and fuzzing assert on no timing, so they take that idle time
-# instead of a minute and a half of their own before it. At nice 19 they get ~1.5% of a core while the main
+# instead of two minutes of their own before it. At nice 19 they get ~1.5% of a core while the main
 # session wants it, so its timing-sensitive scenarios see the same CPU as before.
 #
 # Usage: scripts/run-tests.sh VENV WORKERS   (make test passes .venv and PYTEST_WORKERS)

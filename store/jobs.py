@@ -833,8 +833,8 @@ SETTLED_PROGRESS = 0.1
 @transaction
 def retry_after(session: Session, owner_id: str, default: int) -> int:
     """Seconds until the owner's first running job should end (from its pace so far), within
-    [1, 3600]; ``default`` when none has progressed yet, at most ``default`` while the most advanced is
-    below SETTLED_PROGRESS. Elapsed times on the database's clock (the starts are its times)."""
+    [1, 3600]; ``default`` when none has progressed yet, and a job below SETTLED_PROGRESS counts at most
+    ``default``. Elapsed times on the database's clock (the starts are its times)."""
     best: float | None = None
     for started, progress, now in session.execute(select(Experiment.started_at, Experiment.progress, db_now()).where(
             Experiment.owner_id == owner_id, Experiment.status == Status.running)).all():

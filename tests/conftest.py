@@ -94,6 +94,11 @@ def postgres_admin_url() -> Iterator[str]:
 _db_counter = iter(range(10**6))
 
 
+def _database_name() -> str:
+    """A PostgreSQL database name no other test of this session uses (a counter and the process id)."""
+    return f"t{next(_db_counter)}_{os.getpid()}"
+
+
 @pytest.fixture(params=DATABASES)
 def empty_database_url(request, tmp_path) -> str:
     """An empty database (no tables), on SQLite and on a real PostgreSQL: for the tests of the migrations."""
@@ -102,7 +107,7 @@ def empty_database_url(request, tmp_path) -> str:
     from tests.servers import fresh_database
 
     admin = request.getfixturevalue("postgres_admin_url")
-    return fresh_database(admin, f"t{next(_db_counter)}_{os.getpid()}")
+    return fresh_database(admin, _database_name())
 
 
 class MigratedTemplates:
@@ -151,7 +156,7 @@ def database_url(request, tmp_path) -> str:
 
     from tests.servers import fresh_database
 
-    return fresh_database(request.getfixturevalue("postgres_admin_url"), f"t{next(_db_counter)}_{os.getpid()}",
+    return fresh_database(request.getfixturevalue("postgres_admin_url"), _database_name(),
                           template=make_url(template).database)
 
 

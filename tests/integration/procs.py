@@ -202,8 +202,9 @@ def _users_and_keys(state_dir: Path, names: tuple[str, ...], quota_of: dict[str,
     from store import users
     from store.db import get_engine
     from store.migrate import upgrade_head
+    from store.settings import Settings
 
-    url = f"sqlite:///{(state_dir / 'smd.sqlite3').resolve()}"
+    url = Settings(state_dir=state_dir).db_url   # the embedded database `smd serve` opens there
     upgrade_head(url)
     keys = {}
     for name in names:

@@ -215,10 +215,16 @@ def test_outputs_are_read_again_when_the_revision_changes(database_url):
                                                                                    {"f": [1]})
 
 
-@pytest.mark.parametrize("progress, low, high", [(0.02, 5, 5),      # pace 10 s × 49 = 490 s: mostly start-up
-                                                  (0.5, 9, 11)])      # settled: 10 s × 1 = 10 s left
-def test_retry_after_trusts_a_pace_only_once_it_has_settled(database_url, progress, low, high):
-    """Retry-After of an over-quota owner: the time their running job should still take from its pace
+ELAPSED, DEFAULT = 10.0, 5   # seconds a test job has run; the server's default Retry-After
+
+
+@pytest.mark.parametrize("progress, expected", [
+    # below SETTLED_PROGRESS the pace (ELAPSED·(1 − p)/p = 490 s at p = 0.02) is mostly start-up: the default
+    (jobs.SETTLED_PROGRESS / 5, DEFAULT),
+    # settled: the pace itself, ELAPSED·(1 − p)/p = 10 s at p = 0.5
+    (0.5, ELAPSED * (1 - 0.5) / 0.5)])
+def test_retry_after_trusts_a_pace_only_once_it_has_settled(database_url, progress, expected):
+    """Retry-After of an over-quota owner: the time their running job should still take at its pace
     (elapsed × (1 − p)/p), but not more than the default while p < SETTLED_PROGRESS, when a pace is mostly
     the job's start (a 1 s job seen at 2 % after 0.5 s would give 24 s)."""
     from store import users
@@ -227,7 +233,7 @@ def test_retry_after_trusts_a_pace_only_once_it_has_settled(database_url, progre
     with session_scope(database_url) as s:
         owner = users.create_user(s, "alice").id
         s.execute(update(Experiment).where(Experiment.id == experiment_id).values(
-            owner_id=owner, status="running", progress=progress, started_at=utcnow() - timedelta(seconds=10)))
-    assert jobs.SETTLED_PROGRESS == 0.1
-    assert low <= jobs.retry_after(database_url, owner, 5) <= high
-    assert jobs.retry_after(database_url, "nobody", 5) == 5
+            owner_id=owner, status="running", progress=progress, started_at=utcnow() - timedelta(seconds=ELAPSED)))
+    # rounded down to whole seconds; the statements after started_at add at most a second to the elapsed time
+    assert expected - 1 <= jobs.retry_after(database_url, owner, DEFAULT) <= expected
+    assert jobs.retry_after(database_url, "nobody", DEFAULT) == DEFAULT
