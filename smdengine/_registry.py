@@ -90,6 +90,16 @@ def parse_spec(data: Any) -> AnySpec:
     return parsed
 
 
+def load_simulators() -> None:
+    """Import every registered simulator's module (torch and SciPy with them), running nothing. A worker
+    that forks its job processes calls this before the fork, so each inherits the imports instead of paying
+    them at its first job (seconds). Nothing is computed, so no CUDA context or thread pool exists to be
+    forked: the children stay free to pick their GPU and start their own threads."""
+    for kind in REGISTRY.values():
+        for model in kind.models:
+            model.load_simulator()
+
+
 def spec_json_schema() -> dict[str, Any]:
     return _adapter.json_schema()
 

@@ -1,17 +1,22 @@
 """Celery tasks and worker-process hooks: thin wrappers over :mod:`worker.runner`."""
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
 import threading
+import time
 
 from celery import shared_task, signals
 
+import smdengine
 from store.settings import get_settings
 from worker import presence
 from worker.celery_app import RUN_NEXT_TASK
 from worker.runner import execute_next, running, shutting_down
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name=RUN_NEXT_TASK)  # registered in the process's app (worker.celery_app)
@@ -38,6 +43,18 @@ def gpu_for_process(index: int, gpus: str, concurrency: int) -> str:
 
 HAND_BACK = signal.SIGUSR2
 HAND_BACK_SECONDS = 10.0
+
+
+@signals.worker_init.connect
+def _load_simulators(**_) -> None:
+    """In the main process, before the pool forks: import the simulators (torch, SciPy), which each pool
+    process then inherits instead of importing them at its first job (a few seconds on a small machine;
+    again in a pool process restarted after a crash). SMD_WORKER_PRELOAD=off leaves it to each of them."""
+    if not get_settings().worker_preload:
+        return
+    start = time.monotonic()
+    smdengine.load_simulators()
+    log.info("simulators loaded in %.1f s", time.monotonic() - start)
 
 
 @signals.worker_process_init.connect
