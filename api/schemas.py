@@ -57,7 +57,7 @@ Submission = tagged_union("kind", {
 
 
 class ExperimentPatch(BaseModel):
-    """What the owner may change after submitting: any of name, tags (replaced) and note (null clears)."""
+    """What the owner may change after submitting: any of name, tags (replaced) and note; null clears one."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"tags": ["baseline", "fig2"],
                                                                                "note": "the reference run"}]})

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from smdengine import LAYER_SEPARATOR
@@ -166,12 +167,19 @@ def runs_csv(experiments: list[Any]) -> bytes:
     rows: list[dict[str, Any]] = []
     for e in experiments:
         row: dict[str, Any] = {"id": e.id, "name": e.name or "", "tags": " ".join(e.tags), "kind": e.kind,
-                               "status": e.status, "created_at": e.created_at.isoformat()}
-        row.update(_flat(e.spec, ""))
+                               "status": e.status, "created_at": _utc_iso(e.created_at)}
+        # the spec's own name is the one it was submitted with: the column is the current one (PATCH renames)
+        row.update((path, value) for path, value in _flat(e.spec, "").items() if path not in row)
         row.update({f"summary.{k}": v for k, v in (e.summary or {}).items() if not isinstance(v, (dict, list))})
         rows.append(row)
     columns = list(dict.fromkeys([*RUN_COLUMNS, *(k for row in rows for k in row)]))
     return rows_to_csv(columns, rows)
+
+
+def _utc_iso(value: datetime) -> str:
+    """A stored time as the JSON bodies write it: ISO 8601 in UTC with a Z (SQLite returns naive UTC times)."""
+    utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return utc.isoformat().replace("+00:00", "Z")
 
 
 def _flat(value: Any, prefix: str) -> dict[str, Any]:

@@ -754,16 +754,20 @@ _UNSET: Any = object()
 @transaction
 def annotate(session: Session, experiment_id: str, *, name: str | None = _UNSET, tags: Sequence[str] | None = None,
              note: str | None = _UNSET) -> Experiment:
-    """Set what was given of the name, tags (replacing them) and note; a change clients see (revision)."""
+    """Set what was given of the name, tags (replacing them) and note; a change clients see (revision), unless
+    nothing changed: then pollers' ETags stay valid."""
     experiment = session.get(Experiment, experiment_id, options=list(_WITHOUT_OUTPUTS))
     if experiment is None:
         raise LookupError(experiment_id)
-    if name is not _UNSET:
-        experiment.name = name
-    if note is not _UNSET:
-        experiment.note = note
-    if tags is not None:
-        experiment.tag_rows = [ExperimentTag(tag=t) for t in sorted(set(tags))]
+    changed = False
+    if name is not _UNSET and name != experiment.name:
+        experiment.name, changed = name, True
+    if note is not _UNSET and note != experiment.note:
+        experiment.note, changed = note, True
+    if tags is not None and sorted(set(tags)) != sorted(row.tag for row in experiment.tag_rows):
+        experiment.tag_rows, changed = [ExperimentTag(tag=t) for t in sorted(set(tags))], True
+    if not changed:
+        return experiment
     experiment.revision = experiment.revision + 1
     experiment.updated_at = db_time(session)
     session.flush()

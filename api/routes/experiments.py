@@ -215,10 +215,11 @@ def export_experiments_csv(db: DbDep, user: CurrentUserDep, query: ListQueryDep)
                          **invalid("A field is invalid (named with the reason).")})
 def patch_experiment(experiment: ManagedExperimentDep, body: ExperimentPatch, db: DbDep):
     """Change the name, the tags (the list replaces the old one) or the note; owner or admin. Only the
-    fields given change; ``"note": null`` clears the note."""
+    fields given change; null clears a field (``"tags": null`` as ``[]``). A body that changes nothing leaves
+    the ETag as it was."""
     given = body.model_dump(exclude_unset=True)
     return jobs.annotate(db, experiment.id, **{k: given[k] for k in ("name", "note") if k in given},
-                         tags=given.get("tags"))
+                         tags=(given["tags"] or []) if "tags" in given else None)
 
 
 @router.get("/{experiment_id}", response_model=ExperimentOut, operation_id="getExperiment",

@@ -94,7 +94,8 @@ def test_unknown_paths_and_names_are_422_naming_the_parameter(env):
 def test_the_owner_edits_name_tags_and_note(lab):
     client, keys, _ = lab
     alice, bob, root = auth(keys.alice), auth(keys.bob), auth(keys.root)
-    r = client.post("/v1/experiments", json={**small_spec(), "tags": ["a"], "visibility": "lab"}, headers=alice)
+    r = client.post("/v1/experiments", json={**small_spec(), "name": "first", "tags": ["a"], "visibility": "lab"},
+                    headers=alice)
     experiment_id = r.json()["id"]
     before = client.get(f"/v1/experiments/{experiment_id}", headers=alice).headers["etag"]
     r = client.patch(f"/v1/experiments/{experiment_id}", json={"tags": ["b", "c"], "note": "keep"}, headers=alice)
@@ -109,6 +110,18 @@ def test_the_owner_edits_name_tags_and_note(lab):
     assert r.json()["tags"] == ["b", "c"]                                   # not given: unchanged
     bad = client.patch(f"/v1/experiments/{experiment_id}", json={"tags": ["x" * 65]}, headers=alice)
     assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][:2] == ["body", "tags"]
+    # the runs table shows the current name, not the one the spec was submitted with; times as in JSON
+    (row,) = csv.DictReader(io.StringIO(client.get("/v1/experiments.csv", headers=alice).text))
+    assert row["name"] == "renamed" and row["tags"] == "b c"
+    assert row["created_at"] == r.json()["created_at"] and row["created_at"].endswith("Z")
+    # a body that changes nothing keeps the ETag (pollers download nothing); null tags clear them, as [] does
+    same = client.get(f"/v1/experiments/{experiment_id}", headers=alice).headers["etag"]
+    for unchanged in ({}, {"name": "renamed"}, {"tags": ["c", "b", "c"]}):
+        assert client.patch(f"/v1/experiments/{experiment_id}", json=unchanged, headers=alice).status_code == 200
+        assert client.get(f"/v1/experiments/{experiment_id}", headers=alice).headers["etag"] == same, unchanged
+    r = client.patch(f"/v1/experiments/{experiment_id}", json={"tags": None}, headers=alice)
+    assert r.status_code == 200 and r.json()["tags"] == []
+    assert client.get(f"/v1/experiments/{experiment_id}", headers=alice).headers["etag"] != same
 
 
 
