@@ -24,9 +24,18 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from copy import deepcopy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from smdengine._registry import AnySpec, parse_spec
@@ -62,7 +71,16 @@ class Span(StrictModel):
         return [a, *(float(f"{x:.12g}") for x in inner), b]   # 12 digits: 0.01, not 0.010000000000000004
 
 
-AxisValues = list[Any] | Span
+def _axis_form(values: Any) -> str | None:
+    """Which form an axis is written in: a list of values, or a span (an object)."""
+    return "list" if isinstance(values, list) else "span" if isinstance(values, dict | Span) else None
+
+
+# One form per input, so that a bad span is reported as that (not also as "should be a valid list"); a span's
+# errors are located under "span"
+AxisValues = Annotated[Annotated[list[Any], Tag("list")] | Annotated[Span, Tag("span")], Discriminator(
+    _axis_form, custom_error_type="axis_values",
+    custom_error_message='expected a list of values or {"linspace"|"logspace": [a, b], "num": n}')]
 
 
 class StudySpec(StrictModel):
@@ -85,6 +103,35 @@ class StudySpec(StrictModel):
         "(nrq kind; each child's result is bit for bit its run alone). false: every child runs alone, e.g. "
         "to time each one."))
 
+    @field_validator("grid", "zip")
+    @classmethod
+    def _axes(cls, axes: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        """Each check in the field it is about, so that an error's location names it (not the whole body)."""
+        for path, values in axes.items():
+            if not path:
+                raise ValueError(f"{info.field_name}: expected non-empty dotted paths")
+            if isinstance(values, list) and not 1 <= len(values) <= MAX_AXIS_VALUES:
+                raise ValueError(f"{path}: expected 1 to {MAX_AXIS_VALUES} values, got {len(values)}")
+            if path == "seed":   # as for `seeds`: a repeat is the same run again, a false standard error of 0
+                _distinct_seeds(_values(values), f"{info.field_name} axis seed")
+        if info.field_name == "zip":
+            both = set(info.data.get("grid") or {}) & set(axes)
+            if both:
+                raise ValueError(f"zip: {sorted(both)[0]!r} is also a grid axis")
+            lengths = {path: len(_values(v)) for path, v in axes.items()}
+            if len(set(lengths.values())) > 1:
+                raise ValueError("zip: expected axes of equal lengths, got " + ", ".join(f"{p}: {n}" for p, n in lengths.items()))
+        return axes
+
+    @field_validator("points")
+    @classmethod
+    def _points(cls, points: list[dict[str, Any]] | None, info: ValidationInfo) -> list[dict[str, Any]] | None:
+        if points is not None and (info.data.get("grid") or info.data.get("zip")):
+            raise ValueError("points: expected either points or grid/zip, got both")
+        if points is not None and not points:
+            raise ValueError("points: expected at least one point")
+        return points
+
     @field_validator("seeds")
     @classmethod
     def _seeds_or_seed_axis(cls, seeds: list[int] | None, info: ValidationInfo) -> list[int] | None:
@@ -92,6 +139,9 @@ class StudySpec(StrictModel):
         every child's seed over the axis's (the same run repeated) while the table showed the axis's."""
         if not seeds:
             return seeds
+        if any(s < 0 or s > 2**63 - 1 for s in seeds):
+            raise ValueError("seeds: expected integers in [0, 2^63 − 1]")
+        _distinct_seeds(seeds, "seeds")
         where = next((f"the {name} axis `seed`" for name in ("grid", "zip") if "seed" in (info.data.get(name) or {})),
                      None)
         points = info.data.get("points") or []
@@ -102,32 +152,6 @@ class StudySpec(StrictModel):
             raise PydanticCustomError("seeds_and_seed_axis", "give the seeds either as an axis on `seed` or as "
                                       "`seeds`, not both (this study has `seeds` and {where})", {"where": where})
         return seeds
-
-    @model_validator(mode="after")
-    def _shape(self) -> StudySpec:
-        if self.points is not None and (self.grid or self.zip):
-            raise ValueError("points: expected either points or grid/zip, got both")
-        if self.points is not None and not self.points:
-            raise ValueError("points: expected at least one point")
-        for path in (*self.grid, *self.zip):
-            if not path:
-                raise ValueError("grid: expected non-empty dotted paths")
-        both = set(self.grid) & set(self.zip)
-        if both:
-            raise ValueError(f"zip: {sorted(both)[0]!r} is also a grid axis")
-        for path, values in (*self.grid.items(), *self.zip.items()):
-            if isinstance(values, list) and not 1 <= len(values) <= MAX_AXIS_VALUES:
-                raise ValueError(f"{path}: expected 1 to {MAX_AXIS_VALUES} values, got {len(values)}")
-        lengths = {path: len(_values(v)) for path, v in self.zip.items()}
-        if len(set(lengths.values())) > 1:
-            raise ValueError("zip: expected axes of equal lengths, got "
-                             + ", ".join(f"{p}: {n}" for p, n in lengths.items()))
-        if self.seeds is not None and any(s < 0 or s > 2**63 - 1 for s in self.seeds):
-            raise ValueError("seeds: expected integers in [0, 2^63 − 1]")
-        repeated = sorted(s for s, n in Counter(self.seeds or ()).items() if n > 1)
-        if repeated:   # a repeat is the same run again: a point's standard error would be a false 0
-            raise ValueError(f"seeds: expected distinct seeds, got {', '.join(map(str, repeated))} more than once")
-        return self
 
     def axes(self) -> list[str]:
         """The axis paths, in expansion order (for points: every path any point sets, first seen first)."""
@@ -148,6 +172,12 @@ class StudySpec(StrictModel):
 
 def _values(values: AxisValues) -> list[Any]:
     return values.values() if isinstance(values, Span) else values
+
+
+def _distinct_seeds(seeds: list[Any], what: str) -> None:
+    repeated = sorted(s for s, n in Counter(seeds).items() if n > 1)
+    if repeated:   # a repeat is the same run again: a point's standard error would be a false 0
+        raise ValueError(f"{what}: expected distinct seeds, got {', '.join(map(str, repeated))} more than once")
 
 
 @dataclass(frozen=True)

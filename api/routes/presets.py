@@ -83,18 +83,32 @@ def _timed(entry: dict[str, Any], rates: dict[str, float | None]) -> dict[str, A
 
 
 def _override_loc(loc: tuple | list, overrides: dict[str, Any] | None) -> list[Any]:
-    """Where a validation error of the built study lies: ``["overrides", path]`` for the override
-    it comes from (the error's location ends with the path, or with a parent of it of at least two
-    parts, union tags aside), else the study's own location."""
+    """Where a validation error of the built study lies, in the request: ``["overrides", path]`` for the
+    override it comes from, else ``["overrides"]`` for an error in the study's base (the preset's own base is
+    valid: its overrides made it invalid), else the study's own location.
+
+    The error's location reads the path's parts in order with the union tags between them (``base.sde.params.
+    norm_map.lr`` for ``params.lr``); an error on a parent (a check across fields: ``base.nrq.params``) is the
+    override's when it is the only override below that parent."""
     parts = [str(part) for part in loc]
+    below: list[str] = []
     for path in overrides or {}:
-        if ".".join(parts).endswith(f".{path}"):
+        steps = path.split(".")
+        if _reads_in_order(parts, steps):
             return ["overrides", path]
-        for k in range(1, len(parts) - 1):
-            suffix = ".".join(parts[k:])
-            if path.startswith(f"{suffix}."):
-                return ["overrides", path]
-    return list(loc)
+        if any(_reads_in_order(parts, steps[:n]) for n in range(1, len(steps))):
+            below.append(path)
+    if len(below) == 1:
+        return ["overrides", below[0]]
+    return ["overrides"] if parts[:1] == ["base"] else list(loc)
+
+
+def _reads_in_order(parts: list[str], steps: list[str]) -> bool:
+    """``steps`` are ``parts``' last element and, before it, others of ``parts`` in order (skipping tags)."""
+    if not steps or steps[-1] != parts[-1]:
+        return False
+    rest = iter(parts[:-1])
+    return all(step in rest for step in steps[:-1])
 
 
 def _unprocessable(loc: list[Any], msg: str, kind: str = "value_error") -> HTTPException:

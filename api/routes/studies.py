@@ -162,6 +162,11 @@ def submit_compare(submission: CompareStudySubmission, db: str, user: User) -> S
         raise HTTPException(status_code=422, detail=sorted(errors, key=lambda e: e["loc"][2])) from None
 
 
+def _check_priority(submission: StudySubmission, user: User) -> None:
+    if submission.priority == "high" and not user.is_admin:
+        raise HTTPException(status_code=403, detail="priority: 'high' is for admins only; use 'low' or 'normal'")
+
+
 def _expand(submission: StudySubmission, settings: Settings) -> list[Any]:
     """The study's children, each validated; 422 naming the axis, or the point, field and reason."""
     engine = submission.model_dump(mode="json", exclude=SERVICE_FIELDS)
@@ -177,13 +182,15 @@ def _expand(submission: StudySubmission, settings: Settings) -> list[Any]:
 @plan_router.post("", response_model=StudyPlan, operation_id="planStudy",
              responses={400: {"model": ErrorOut, "description": "The body could not be read (not UTF-8 JSON)."},
                         **UNAUTHORIZED,
+                        403: {"model": ErrorOut, "description": "priority high is for admins only."},
                         422: {"description": "Invalid study, as POST /v1/studies answers it: each error names "
                                              "the axis, or the point, field and reason.",
                               "model": ValidationErrorOut}})
 def plan_study(submission: StudySubmission, settings: SettingsDep, user: CurrentUserDep) -> StudyPlan:
     """What a study would run, without storing or queueing anything: its children counted (points ×
     seeds), their work together beside your work limit, and the warnings its points raise. The same
-    validation as POST /v1/studies (a form shows the 422 next to the axis it names)."""
+    validation as POST /v1/studies (a form shows the 422 next to the axis it names), and its 403."""
+    _check_priority(submission, user)
     expanded = _expand(submission, settings)
     warnings: dict[str, dict[str, Any]] = {}
     for child in expanded:
@@ -200,8 +207,7 @@ def submit(submission: StudySubmission, db: str, settings: Settings, user: User,
     expand and validate (422 naming the axis, or the point, field and reason); quotas for the
     whole study (429, nothing stored); the study and all its children in one transaction (with
     its ``preset`` and ``preset_size``); then the doorbells."""
-    if submission.priority == "high" and not user.is_admin:
-        raise HTTPException(status_code=403, detail="priority: 'high' is for admins only; use 'low' or 'normal'")
+    _check_priority(submission, user)
     expanded = _expand(submission, settings)
     label = (submission.name or submission.base.name or "study")[:190]
     children = [NewChild(index=c.index, point=c.point, seed=c.seed, values=c.values, kind=c.spec.kind,

@@ -89,6 +89,19 @@ def test_a_bad_size_or_override_is_422_and_stores_nothing(sqlite_env, body, loc,
     assert counts(settings.db_url) == (0, 0)
 
 
+@pytest.mark.parametrize("preset, overrides, path", [
+    ("norm-map-sgd", {"params.lr": -1}, "params.lr"),   # sde: the model's tag between the path's parts
+    ("norm-map-sgd", {"params.bogus": 3, "params.lr": 0.5}, "params.bogus"),
+    ("nrq-momentum-risk", {"params.record_every": 999_999_999}, "params.record_every"),   # a check across fields
+])
+def test_an_override_error_is_located_at_the_override(sqlite_env, preset, overrides, path):
+    client, settings = sqlite_env
+    r = client.post(f"/v1/presets/{preset}/run", json={"overrides": overrides})
+    assert r.status_code == 422, r.text
+    assert [e["loc"] for e in r.json()["detail"]] == [["body", "overrides", path]], r.json()
+    assert counts(settings.db_url) == (0, 0)
+
+
 @pytest.mark.parametrize("preset, seeds, msg", [
     ("toy2d-chaos", [0], "seeds: expected at least 2 seeds for preset toy2d-chaos (its checks' standard errors are "
                          "over seeds), got 1"),

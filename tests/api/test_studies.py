@@ -149,7 +149,20 @@ def test_pages_of_studies(sqlite_env):
 @pytest.mark.parametrize("change, where, words", [
     ({"grid": {"params.lrr": [0.1]}}, ["body", "axis", "params.lrr"], ["params.lr"]),
     ({"grid": {"params.lr": [0.1, -0.1]}}, ["body", "point", 1, "params", "lr"], ["greater than 0"]),
-    ({"grid": {}, "zip": {"params.lr": [0.1, 0.2], "params.weight_decay": [0.01]}}, None, ["equal lengths"]),
+    ({"grid": {}, "zip": {"params.lr": [0.1, 0.2], "params.weight_decay": [0.01]}}, ["body", "zip"],
+     ["equal lengths"]),
+    # a bad span is one error, about the span (not also "should be a valid list")
+    ({"grid": {"params.lr": {"linspace": [0.1, 0.2], "num": 0}}}, ["body", "grid", "params.lr", "span", "num"],
+     ["greater than or equal to 1"]),
+    ({"grid": {"params.lr": {"logspace": [-1, 0.2], "num": 3}}}, ["body", "grid", "params.lr", "span"],
+     ["logspace: expected positive ends"]),
+    ({"grid": {"params.lr": 0.1}}, ["body", "grid", "params.lr"], ["expected a list of values or", "linspace"]),
+    ({"seeds": [1, 2, 1]}, ["body", "seeds"], ["seeds: expected distinct seeds, got 1 more than once"]),
+    ({"seeds": [-1]}, ["body", "seeds"], ["seeds: expected integers in [0, 2^63"]),
+    ({"grid": {"params.lr": [0.1], "seed": [4, 4]}, "seeds": None}, ["body", "grid"],
+     ["grid axis seed: expected distinct seeds, got 4 more than once"]),
+    ({"grid": {}, "points": []}, ["body", "points"], ["points: expected at least one point"]),
+    ({"points": [{"params.lr": 0.1}]}, ["body", "points"], ["points: expected either points or grid/zip"]),
 ])
 def test_bad_studies_are_422_and_store_nothing(sqlite_env, change, where, words):
     client, settings = sqlite_env
@@ -159,7 +172,7 @@ def test_bad_studies_are_422_and_store_nothing(sqlite_env, change, where, words)
     text = str(errors)
     assert all(w in text for w in words), errors
     if where is not None:
-        assert any(e["loc"] == where for e in errors), errors
+        assert [e["loc"] for e in errors] == [where], errors
     if where and where[1] == "point":
         error = next(e for e in errors if e["loc"] == where)
         assert error["point"] == {"index": 1, "values": {"params.lr": -0.1}}
@@ -275,7 +288,8 @@ def test_owner_and_admin_rules(tmp_path):
         assert [s["id"] for s in client.get("/v1/studies", headers=bob).json()["items"]] == [shared["id"]]
         assert client.get("/v1/studies", headers=root).json()["total"] == 2
         assert client.post(f"/v1/studies/{private['id']}/cancel", headers=root).status_code == 202
-        assert client.post("/v1/studies", json=study_spec(priority="high"), headers=bob).status_code == 403
+        for path in ("/v1/studies", "/v1/study-plans"):   # a plan answers as the submission would
+            assert client.post(path, json=study_spec(priority="high"), headers=bob).status_code == 403
         assert client.get("/v1/studies").status_code == 401
         high = submit(client, study_spec(seeds=[1], priority="high"), root)
         assert high["priority"] == "high"
