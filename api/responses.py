@@ -47,17 +47,19 @@ def query_error(key: str, reason: str) -> HTTPException:
 QUOTA_HEADER = "SMD-Quota"
 
 
-def over_quota(detail: str, *, quota: Literal["work", "active_jobs"], retry_after: int) -> HTTPException:
-    """A 429 naming the quota in its detail and in the SMD-Quota header, with Retry-After."""
-    return HTTPException(status_code=429, detail=detail,
-                         headers={"Retry-After": str(retry_after), QUOTA_HEADER: quota})
+def over_quota(detail: str, *, quota: Literal["work", "active_jobs"], retry_after: int | None) -> HTTPException:
+    """A 429 naming the quota in its detail and in the SMD-Quota header, with Retry-After unless ``None``: a
+    request that does not fit the active-jobs limit even with none active (waiting can never make room)."""
+    headers = {QUOTA_HEADER: quota} if retry_after is None else {"Retry-After": str(retry_after), QUOTA_HEADER: quota}
+    return HTTPException(status_code=429, detail=detail, headers=headers)
 
 
 def quota_response(description: str) -> Responses:
     """The documented 429 of a route that checks quotas."""
     return {429: {"model": ErrorOut, "description": description, "headers": {
         "Retry-After": {"description": "Seconds until room is expected (an estimate; with SMD-Quota: work no "
-                                       "wait helps).", "schema": {"type": "integer"}},
+                                       "wait helps). Absent when no wait can help: a study with more children "
+                                       "than the active-jobs limit itself.", "schema": {"type": "integer"}},
         QUOTA_HEADER: {"description": "The quota: 'work' (this request is too big; waiting does not help) or "
                                       "'active_jobs' (wait for jobs to end).",
                        "schema": {"type": "string", "enum": ["work", "active_jobs"]}}}}}

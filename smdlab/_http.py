@@ -47,8 +47,10 @@ class Transport:
                 retry_after = _seconds(response.headers.get("Retry-After"))
                 wait = retry_after if retry_after is not None else 5.0
                 quota = response.headers.get("SMD-Quota")
-                # a request over the work quota is too big: waiting never makes room for it
-                if self.retry_429 and quota != "work" and waited + wait <= self.max_quota_wait:
+                # a request over the work quota is too big, and a quota's 429 without Retry-After (a study larger
+                # than the active-jobs limit) has no room coming: waiting never makes room for either
+                hopeless = quota == "work" or (quota is not None and retry_after is None)
+                if self.retry_429 and not hopeless and waited + wait <= self.max_quota_wait:
                     time.sleep(wait)
                     waited += wait
                     continue

@@ -26,7 +26,8 @@ class SMDValidationError(SMDError):
 
 class QuotaExceeded(SMDError):
     """429: over a quota; ``retry_after`` seconds is when the server expects room; ``quota`` which one
-    (``"work"``: the request is too big, never waited out; ``"active_jobs"``: room comes as jobs end)."""
+    (``"work"``: the request is too big, never waited out; ``"active_jobs"``: room comes as jobs end, unless
+    ``retry_after`` is None: a study with more children than the limit itself)."""
 
     def __init__(self, message: str, status: int, detail: Any, retry_after: float | None, quota: str | None = None):
         super().__init__(message, status, detail)

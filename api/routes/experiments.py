@@ -320,13 +320,16 @@ def continue_experiment(experiment: ManagedExperimentDep, body: ContinueIn, db: 
     if not smdengine.continuable(experiment.spec):
         raise HTTPException(status_code=409, detail=f"kind: {experiment.kind} runs depend on their length "
                                                     "(schedules or statistics set by it) and cannot be continued")
-    longer = {**experiment.spec, "params": {**experiment.spec["params"],
-                                            "steps": experiment.spec["params"]["steps"] + body.steps}}
+    steps = experiment.spec["params"]["steps"]
+    longer = {**experiment.spec, "params": {**experiment.spec["params"], "steps": steps + body.steps}}
     try:
         parsed = smdengine.parse_spec(longer)
-    except ValidationError as exc:
-        raise HTTPException(status_code=422, detail=[{"loc": ["body", "steps"], "msg": str(e["msg"]),
-                                                       "type": e["type"]} for e in exc.errors()]) from None
+    except ValidationError as exc:   # the sum, not the steps asked for, is what the spec's limits refuse (loc[0]: the kind's tag)
+        raise HTTPException(status_code=422, detail=[{
+            "loc": ["body", "steps"], "type": e["type"],
+            "msg": f"steps: the continued run would have params.steps = {steps} + {body.steps} = {steps + body.steps}, "
+                   f"and its spec is refused at {'.'.join(map(str, e['loc'][1:] or e['loc']))}: {e['msg']}"}
+            for e in exc.errors()]) from None
     owner = experiment.owner
     max_work = (owner.max_work if owner is not None else None) or settings.max_work
     if parsed.work > max_work:

@@ -232,6 +232,12 @@ def submit(submission: StudySubmission, db: str, settings: Settings, user: User,
             f"or ask an admin to raise the limit (smd users quota)", quota="work",
             retry_after=settings.quota_retry_seconds) from None
     except studies.StudyQuotaExceeded as exc:
+        if exc.adding > exc.limit:   # no wait makes room for it: no Retry-After, and clients do not wait
+            raise over_quota(
+                f"quota: at most {exc.limit} queued + running jobs for {user.name}, and this study adds "
+                f"{exc.adding} children, more than the limit itself: submit a smaller study (at most {exc.limit} "
+                f"children), or ask an admin to raise the limit (smd users quota)", quota="active_jobs",
+                retry_after=None) from None
         raise over_quota(
             f"quota: at most {exc.limit} queued + running jobs for {user.name}; you have {exc.active} and this "
             f"study adds {exc.adding}: wait for some to end, cancel some, or submit a smaller study",

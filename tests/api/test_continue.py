@@ -61,3 +61,7 @@ def test_what_cannot_be_continued(tmp_path):
         for body, field in (({"steps": 0}, "steps"), ({}, "steps"), ({"steps": 99_999_950}, "steps")):
             r = client.post(f"/v1/experiments/{plain}/continue", json=body)
             assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == field, (body, r.text)
+        # within its own limit, but not the total: the message says the total is what is refused
+        r = client.post(f"/v1/experiments/{plain}/continue", json={"steps": 99_999_950})
+        assert "params.steps = 100 + 99999950 = 100000050" in r.json()["detail"][0]["msg"], r.text
+        assert "refused at params.steps" in r.json()["detail"][0]["msg"], r.text

@@ -225,6 +225,19 @@ def test_quotas_apply_to_the_whole_study(tmp_path, quota, words):
         assert client.post("/v1/studies", json=study_spec(seeds=[1], grid={"params.lr": [0.1]})).status_code == 202
 
 
+def test_a_study_larger_than_the_active_jobs_limit_is_a_429_without_retry_after(tmp_path):
+    """No wait makes room for it: no Retry-After (the client raises at once, tests/client), and a message
+    saying how large a study may be."""
+    settings = make_settings(tmp_path, max_active_jobs=5)
+    with TestClient(create_app(settings)) as client:
+        r = client.post("/v1/studies", json=study_spec())   # 8 children, none active
+        assert r.status_code == 429 and "Retry-After" not in r.headers, r.text
+        assert r.headers["SMD-Quota"] == "active_jobs"
+        assert "adds 8 children, more than the limit itself" in r.json()["detail"]
+        assert "at most 5 children" in r.json()["detail"]
+        assert counts(settings.db_url) == (0, 0)
+
+
 def test_cancel_stops_every_child(env):
     client, settings = env
     from store import jobs

@@ -122,6 +122,12 @@ def test_a_429_waits_for_room_or_raises_with_the_message(service):
     assert caught.value.quota == "work" and "work per job" in str(caught.value.detail)
     # waiting it out would take max_quota_wait (120 s, in Retry-After steps of 2 s) before raising
     assert time.monotonic() - started < 60, "the client waited on a work quota"
+    started = time.monotonic()   # nor a study with more children than the active-jobs limit (no Retry-After)
+    with pytest.raises(QuotaExceeded) as caught:
+        client_of(carol, max_quota_wait=120).study(slow, grid={"params.lr": [0.1, 0.2]})
+    assert caught.value.quota == "active_jobs" and caught.value.retry_after is None
+    assert "more than the limit itself" in str(caught.value.detail)
+    assert time.monotonic() - started < 60, "the client waited on a study that can never fit"
     started = time.monotonic()
     second = client_of(carol, max_quota_wait=120).submit(slow)   # waits out Retry-After, then goes in
     assert first.status() in ("succeeded", "running") and time.monotonic() - started > 0.5
