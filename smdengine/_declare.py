@@ -42,7 +42,8 @@ class Outputs:
 
     metrics: the recorded series (per layer for a kind with ``layers``: flat keys "<layer>/<metric>");
     theory: theory predictions; distributions: histograms with their theory (not aligned on step);
-    global_metrics: for a kind with layers, the series that are not per layer;
+    layer_metrics: for a kind with layers, the metrics recorded per layer, whose tail means are in the
+    summary under ``layers`` (not top-level summary values);
     summary: the top-level summary values of its own, beside the metrics' tail means and the scalar theory
     (e.g. toy2d's ``spread_final``): what a search may filter and sort on;
     full_document_plots: the plots are drawn from the whole result document and thin each line
@@ -54,6 +55,7 @@ class Outputs:
     plots: Mapping[str, PlotDef] = field(default_factory=dict)
     summary: tuple[str, ...] = ()
     full_document_plots: bool = False
+    layer_metrics: tuple[str, ...] = ()
 
     def names(self) -> tuple[str, ...]:
         return ("step", *self.metrics, *self.theory, *self.distributions)

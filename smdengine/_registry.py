@@ -130,14 +130,15 @@ def spec_paths(kind: str | None = None) -> set[str]:
 
 
 def summary_names(kind: str | None = None) -> tuple[str, ...]:
-    """The top-level summary values a run of ``kind`` (any: None) can have: its metrics' tail means, scalar
-    theory and the values its model declares in ``Outputs.summary`` (their names); the per-phase
+    """The top-level summary values a run of ``kind`` (any: None) can have: its metrics' tail means (those
+    recorded per layer are under ``layers``, not top-level), scalar theory and the values its model declares in ``Outputs.summary`` (their names); the per-phase
     ``equilibrium_steps[_predicted]_phase<i>`` are matched by :data:`PHASE_SUMMARY`."""
     names: dict[str, None] = {}
     for name, entry in REGISTRY.items():
         if kind is None or name == kind:
             for m in entry.models:
-                names.update(dict.fromkeys((*m.outputs.metrics, *m.outputs.theory, *m.outputs.summary)))
+                metrics = [name for name in m.outputs.metrics if name not in m.outputs.layer_metrics]
+                names.update(dict.fromkeys((*metrics, *m.outputs.theory, *m.outputs.summary)))
     return tuple(names)
 
 

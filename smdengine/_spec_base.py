@@ -9,9 +9,10 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 class StrictModel(BaseModel):
     """Unknown fields are an error: a typo in a spec must not be silently ignored. Types are strict:
     ``true`` or ``"10"`` is not a number (lax mode would run ``"lr": true`` with lr 1.0); an integer
-    still passes where a float is expected."""
+    still passes where a float is expected. NaN and ±Infinity (which Python's JSON reads) are refused as not
+    finite, not as out of a range they are not in."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

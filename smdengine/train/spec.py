@@ -212,5 +212,6 @@ OUTPUTS = Outputs(
         "accuracy": PlotDef("Accuracy", "accuracy", ("train_acc", "test_acc"), sparse=("test_acc",)),
     },
     full_document_plots=True,
+    layer_metrics=LAYER_METRICS,
 )
 MODEL = Model("train", TrainParams, "smdengine.train.simulate:TrainRun", OUTPUTS)

@@ -2,6 +2,7 @@
 real engine (jobs are executed by calling the worker's runner, no mocks)."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -63,9 +64,13 @@ def test_work_quota_is_429_and_creates_nothing(tmp_path, database_url):
 
 
 def test_non_finite_numbers_and_runaway_schedules_are_422(client):
-    for body in ('{"kind": "nrq", "params": {"lr": NaN}}', '{"kind": "nrq", "params": {"init_std": Infinity}}'):
+    for body, field in (('{"kind": "nrq", "params": {"lr": NaN}}', "lr"),
+                        ('{"kind": "nrq", "params": {"init_std": Infinity}}', "init_std"),
+                        ('{"kind": "nrq", "params": {"lr": -Infinity}}', "lr")):
         r = client.post("/v1/experiments", content=body, headers={"content-type": "application/json"})
         assert r.status_code == 422, r.text
+        (error,) = r.json()["detail"]
+        assert error["loc"] == ["body", "nrq", "params", field] and "finite number" in error["msg"], error
     runaway = small_spec(steps=1000, lr_schedule=[{"step": 10 * (i + 1), "lr_factor": 1e6} for i in range(5)])
     r = client.post("/v1/experiments", json=runaway)
     assert r.status_code == 422 and "rates in force" in r.text
@@ -222,6 +227,52 @@ def test_failed_job_records_why(client, settings):
 def test_healthz(client):
     r = client.get("/healthz")
     assert r.status_code == 200 and r.json()["status"] == "ok" and r.json()["database"] == "ok"
+
+
+def test_a_body_that_is_not_json_is_415_saying_so(client):
+    """curl's -d sends a form; without the 415 the routes read the body as one string (a misleading 422)."""
+    body = json.dumps(small_spec()).encode()
+    for headers, got in (({"content-type": "application/x-www-form-urlencoded"}, "application/x-www-form-urlencoded"),
+                         ({}, "none"), ({"content-type": "text/plain; charset=utf-8"}, "text/plain")):
+        r = client.post("/v1/experiments", content=body, headers=headers)
+        assert r.status_code == 415, r.text
+        assert r.json()["detail"].startswith(f"Content-Type: expected application/json, got {got} ("), r.text
+    assert client.get("/v1/experiments").json()["total"] == 0
+    for media in ("application/json", "application/json; charset=utf-8", "application/merge-patch+json"):
+        assert client.post("/v1/experiments", content=body, headers={"content-type": media}).status_code == 202
+    assert "415" in client.get("/openapi.json").json()["paths"]["/v1/experiments"]["post"]["responses"]
+
+
+def test_text_with_a_nul_character_is_422_naming_where(client):
+    """PostgreSQL cannot store U+0000 (a 500 before) and SQLite's LIKE stopped reading a name filter at it."""
+    spec = small_spec(trials=4, steps=40, record_every=10)
+    for method, path, kwargs, loc in (
+            ("POST", "/v1/experiments", {"json": {**spec, "name": "a\u0000b"}}, ["body", "name"]),
+            ("POST", "/v1/experiments", {"json": {**spec, "note": "x", "tags": ["ok"], "params": {
+                **spec["params"], "dtype": "\u0000"}}}, ["body", "params", "dtype"]),
+            ("POST", "/v1/studies", {"json": {"base": spec, "grid": {"params.lr": [0.1]}, "name": "s\u0000"}},
+             ["body", "name"]),
+            ("GET", "/v1/experiments", {"params": {"name": "\u0000zz"}}, ["query", "name"]),
+            ("GET", "/v1/experiments/%00", {}, ["path"])):
+        r = client.request(method, path, **kwargs)
+        assert r.status_code == 422, (path, r.text)
+        (error,) = r.json()["detail"]
+        assert error["loc"] == loc and "expected text without NUL characters" in error["msg"], error
+    # an escaped backslash before "u0000" is no NUL; the body still reaches the route whole
+    r = client.post("/v1/experiments", json={**spec, "name": "C:\\u0000dir"})
+    assert r.status_code == 202 and r.json()["name"] == "C:\\u0000dir", r.text
+    assert client.get("/v1/experiments").json()["total"] == 1
+
+
+def test_head_answers_wherever_get_does(client, settings):
+    """A load balancer's HEAD /healthz, or a client's HEAD on a resource: the GET's status and headers, no body."""
+    experiment_id = submit(client, small_spec(trials=4, steps=40, record_every=10))
+    for path in ("/healthz", "/readyz", "/v1/experiments", f"/v1/experiments/{experiment_id}", "/v1/nope"):
+        head, get = client.head(path), client.get(path)
+        assert head.status_code == get.status_code and head.content == b"", path
+        assert head.headers.get("etag") == get.headers.get("etag"), path
+        assert head.headers["content-length"] == get.headers["content-length"], path
+    assert client.delete("/healthz").headers["allow"] == "GET, HEAD"
 
 
 def test_openapi_documents_every_endpoint(client):

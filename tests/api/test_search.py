@@ -80,6 +80,7 @@ def test_unknown_paths_and_names_are_422_naming_the_parameter(env):
              "not a field of train specs"),
             ({"summary.nope.lt": 1}, "summary.nope.lt", "not a summary value"),
             ({"summary.au_rms.lt": "abc"}, "summary.au_rms.lt", "expected a number"),
+            ({"summary.au_rms.gt": 0, "kind": "train"}, "summary.au_rms.gt", "recorded per layer, under summary.layers"),
             ({"order_by": "au_rms"}, "order_by", "summary.<name>"),
             ({"order_by": "-summary.accuracy", "kind": "nrq"}, "order_by", "not a summary value of nrq")):
         for path in ("/v1/experiments", "/v1/experiments.csv"):

@@ -109,7 +109,12 @@ def test_every_summary_value_of_a_run_is_declared(kind, model):
     import re
 
     summary = smdengine.run(smdengine.parse_spec(tiny_spec(kind, model.name))).to_document()["summary"]
-    own = {*model.outputs.metrics, *model.outputs.theory, *model.outputs.summary}
+    per_layer = set(model.outputs.layer_metrics)
+    own = {*model.outputs.metrics, *model.outputs.theory, *model.outputs.summary} - per_layer
     undeclared = [k for k in summary if k != "layers" and k not in own and not re.fullmatch(smdengine.PHASE_SUMMARY, k)]
     assert undeclared == []
     assert own <= set(smdengine.summary_names(kind))
+    # and the other way: a per-layer metric is not offered as a top-level summary value (a filter on it would
+    # be accepted and never match), and it is in each layer's summary
+    assert per_layer.isdisjoint(summary) and per_layer.isdisjoint(smdengine.summary_names(kind))
+    assert all(per_layer <= set(values) for values in summary.get("layers", {}).values())
