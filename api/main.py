@@ -35,14 +35,22 @@ from worker.sweeper import Sweeper
 
 def _name_tags(errors) -> list:
     """A missing or unknown union tag (kind, params.model, params.dataset.name) is reported at the union; point its
-    loc at the tag field itself so that clients see ("body", "kind")."""
+    loc at the tag field itself so that clients see ("body", "kind"). A spec's check across its params (a model
+    validator: ``record_every > steps``) is reported at the params; its message names the field first
+    (``"record_every: expected …"``), so point its loc there too, for a form to show it beside that field."""
     out = []
     for err in errors:
         tag = str(err.get("type", ""))
+        loc = tuple(err.get("loc", ()))
         if tag in ("invalid_kind", "invalid_model", "invalid_name"):
-            err = {**err, "loc": (*err.get("loc", ()), tag.removeprefix("invalid_"))}
+            err = {**err, "loc": (*loc, tag.removeprefix("invalid_"))}
+        elif tag == "value_error" and "params" in loc[-2:] and (named := _MESSAGE_FIELD.match(str(err.get("msg")))):
+            err = {**err, "loc": (*loc, *(int(p) if p.isdigit() else p for p in named.group(1).split(".")))}
         out.append(err)
     return out
+
+
+_MESSAGE_FIELD = re.compile(r"Value error, ([A-Za-z_]\w*(?:\.\w+)*): ")
 
 
 ROUTERS = (experiments.csv_router, experiments.router, exports.router, events.router, queue.router, plots.router, studies.router,
