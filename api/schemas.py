@@ -510,9 +510,10 @@ class PresetSizeOut(BaseModel):
     work: int = Field(..., description="Estimated work, summed over the runs (as the work quota counts it).")
     gpu: bool = Field(..., description="Whether this size needs a GPU worker (device cuda).")
     estimated_seconds: float | None = Field(None, description="Its work over the work per second of busy time "
-                                                              "of this service's workers of that kind (cpu or "
-                                                              "gpu) in their recent runs; null without "
-                                                              "history.")
+                                                              "of this service's workers of that type (cpu or "
+                                                              "gpu) in their recent runs of the preset's kind "
+                                                              "that took at least a second (shorter ones are "
+                                                              "mostly start-up); null without such history.")
 
 
 class PresetSizeDetailOut(PresetSizeOut):

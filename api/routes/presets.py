@@ -46,7 +46,7 @@ def list_presets(user: CurrentUserDep, db: DbDep):
     """Every preset: id, title, seed and figure, what it shows, its kinds, tier, the checks it makes,
     its figure's panels, and for each size the number of runs, the estimated work, whether it needs a
     GPU and its estimated run time on this service's workers."""
-    rates = _rates(db)
+    rates = _Rates(db)
     return [_timed(presets.catalog_entry(preset), rates) for preset in smdengine.PRESETS.values()]
 
 
@@ -54,30 +54,35 @@ def list_presets(user: CurrentUserDep, db: DbDep):
             responses={**UNAUTHORIZED, **NOT_FOUND})
 def get_preset(user: CurrentUserDep, db: DbDep, preset_id: Annotated[str, PRESET_ID]):
     """One preset, as listed, plus the study spec each size expands to."""
-    return _timed(presets.catalog_entry(_preset(preset_id), details=True), _rates(db))
+    return _timed(presets.catalog_entry(_preset(preset_id), details=True), _Rates(db))
 
 
-def _rates(db: str) -> dict[str, float | None]:
-    """Work per second of busy time of each queue's workers over its recent succeeded runs
-    (store.queue_stats.recent_runs; None without history)."""
-    rates: dict[str, float | None] = {}
-    for queue in ("cpu", "gpu"):
-        specs, seconds = queue_stats.recent_runs(db, queue)
-        work = 0
-        for spec in specs:
-            try:
-                work += smdengine.parse_spec(spec).work
-            except (ValidationError, ValueError):   # a spec this engine no longer reads: left out
-                continue
-        rates[queue] = work / seconds if seconds > 0 and work > 0 else None
-    return rates
+class _Rates:
+    """Work per second of busy time of a queue's workers over their recent succeeded runs of a kind
+    (store.queue_stats.recent_runs; None without history), read once per (queue, kind) and request."""
+
+    def __init__(self, db: str):
+        self.db, self.known = db, {}
+
+    def __call__(self, queue: str, kind: str) -> float | None:
+        if (queue, kind) not in self.known:
+            specs, seconds = queue_stats.recent_runs(self.db, queue, kind)
+            work = 0
+            for spec in specs:
+                try:
+                    work += smdengine.parse_spec(spec).work
+                except (ValidationError, ValueError):   # a spec this engine no longer reads: left out
+                    continue
+            self.known[queue, kind] = work / seconds if seconds > 0 and work > 0 else None
+        return self.known[queue, kind]
 
 
-def _timed(entry: dict[str, Any], rates: dict[str, float | None]) -> dict[str, Any]:
-    """Each size's ``estimated_seconds``: its work over the rate of the queue it runs on (None without
-    history there): on one worker, fused as the worker fuses them."""
+def _timed(entry: dict[str, Any], rates: _Rates) -> dict[str, Any]:
+    """Each size's ``estimated_seconds``: its work over the rate of the queue it runs on for the preset's
+    kind (None without history there): on one worker, fused as the worker fuses them."""
+    (kind,) = entry["kinds"]   # a preset is one study: one kind
     for size in entry["sizes"].values():
-        rate = rates["gpu" if size["gpu"] else "cpu"]
+        rate = rates("gpu" if size["gpu"] else "cpu", kind)
         size["estimated_seconds"] = size["work"] / rate if rate else None
     return entry
 

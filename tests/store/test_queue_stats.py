@@ -36,3 +36,29 @@ def test_busy_time_counts_a_fused_batch_or_parallel_processes_once_per_worker():
     # w1: a fused batch of three children (overlapping 0–10 s), then a run 20–25 s; w2: 0–4 s
     spans = {"w1": [(at(0), at(10)), (at(1), at(9)), (at(0), at(10)), (at(20), at(25))], "w2": [(at(0), at(4))]}
     assert busy_seconds(spans) == 10 + 5 + 4
+
+
+def test_a_rate_is_taken_over_a_kinds_runs_that_took_a_second_or_more(database_url):
+    """A preset's estimated time is its work over this rate: a kind's work units are its own (a train preset
+    was timed by nrq runs), and a tiny run is mostly its start (a 36 s preset was estimated at 6543 s)."""
+    from sqlalchemy import update
+
+    from store import jobs
+    from store.models import Experiment, Status
+    from store.queue_stats import MIN_TIMED_SECONDS, recent_runs
+    from tests.dbutil import session_scope
+
+    def finished(kind: str, seconds: float, worker: str) -> None:
+        with session_scope(database_url) as session:
+            row = jobs.create(session, kind=kind, name=None, spec={"kind": kind, "ran": seconds}, total_steps=1)
+            session.execute(update(Experiment).where(Experiment.id == row.id).values(
+                status=Status.succeeded, worker=worker, started_at=T0, finished_at=T0 + timedelta(seconds=seconds)))
+
+    finished("nrq", 3.0, "w1")
+    finished("nrq", MIN_TIMED_SECONDS / 2, "w2")   # mostly start-up: left out
+    finished("train", 5.0, "w1")
+    specs, busy = recent_runs(database_url, "cpu", "nrq")
+    assert [s["ran"] for s in specs] == [3.0] and busy == 3.0
+    specs, busy = recent_runs(database_url, "cpu", "train")
+    assert [s["ran"] for s in specs] == [5.0] and busy == 5.0
+    assert recent_runs(database_url, "gpu", "nrq") == ([], 0.0)
