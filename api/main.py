@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qsl
@@ -45,7 +46,9 @@ def _name_tags(errors) -> list:
         if tag in ("invalid_kind", "invalid_model", "invalid_name"):
             err = {**err, "loc": (*loc, tag.removeprefix("invalid_"))}
         elif tag == "value_error" and "params" in loc[-2:] and (named := _MESSAGE_FIELD.match(str(err.get("msg")))):
-            err = {**err, "loc": (*loc, *(int(p) if p.isdigit() else p for p in named.group(1).split(".")))}
+            field = tuple(int(p) if p.isdigit() else p for p in named.group(1).split("."))
+            if loc[-len(field):] != field:   # at the params (or its model's tag), not at the field already
+                err = {**err, "loc": (*loc, *field)}
         out.append(err)
     return out
 
@@ -106,23 +109,28 @@ class _HeadAsGet:
         await self.app({**scope, "method": "GET"}, receive, headers_only)
 
 
-JSON_MEDIA = ("application/json", "+json")
+def _is_json(media: str) -> bool:
+    """What FastAPI reads a body as JSON for: application/json or application/<anything>+json."""
+    main, _, sub = media.partition("/")
+    return main == "application" and (sub == "json" or sub.endswith("+json"))
 
 
 class _JsonBodies:
-    """A request body sent as anything but JSON is a 415 saying so: curl's -d sends a form, and a body without a
-    Content-Type is not JSON to FastAPI either; the routes would read either as one long string and answer with a
-    misleading 422."""
+    """A request body sent as anything but JSON to a route that reads one is a 415 saying so: curl's -d sends a
+    form, and a body without a Content-Type is not JSON to FastAPI either; the route would read either as one long
+    string and answer with a misleading 422. (A route that reads no body ignores it, as before.)"""
 
-    def __init__(self, app: ASGIApp):
-        self.app = app
+    def __init__(self, app: ASGIApp, routes: Callable[[], list[Any]]):
+        self.app, self.routes = app, routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in ("POST", "PUT", "PATCH"):
             headers = {k.lower(): v for k, v in scope["headers"]}
             media = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()
             has_body = headers.get(b"content-length", b"0") != b"0" or b"transfer-encoding" in headers
-            if has_body and not media.endswith(JSON_MEDIA):
+            if has_body and not _is_json(media) and any(
+                    isinstance(route, APIRoute) and route.body_field is not None
+                    and route.matches(scope)[0] == Match.FULL for route in self.routes()):
                 response = JSONResponse(status_code=415, content={"detail": (
                     f"Content-Type: expected application/json, got {media or 'none'} (with curl: --json '{{...}}', or "
                     f"-H 'Content-Type: application/json' -d '{{...}}')")})
@@ -150,14 +158,14 @@ class _NoNul:
                           if "\x00" in key or "\x00" in value), None)
         messages: list[Message] = []
         if where is None and scope["method"] in ("POST", "PUT", "PATCH"):
-            body = b""
             while True:   # the body, replayed to the app below
                 message = await receive()
                 messages.append(message)
-                body += message.get("body", b"")
                 if message["type"] != "http.request" or not message.get("more_body"):
                     break
-            if _JSON_NUL.search(body):   # rare: then find it in the parsed body
+            body = b"".join(message.get("body", b"") for message in messages)
+            # rare: then find it in the parsed body (a zero byte: UTF-16 or UTF-32 JSON, which json.loads reads)
+            if _JSON_NUL.search(body) or b"\x00" in body:
                 try:
                     where = _nul_path(json.loads(body), ["body"])
                 except ValueError:
@@ -241,6 +249,10 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
                               "read results and plots.")
     app.state.settings = settings
 
+    def every_route() -> list[Any]:
+        """The app's routes, each router's own among them (the app keeps an included router as one entry)."""
+        return [*app.router.routes, *(route for router in ROUTERS for route in router.routes)]
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # a NaN/Infinity literal in the body must still get its 422 (JSON cannot echo it back)
@@ -249,7 +261,7 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 405:  # Starlette names only the first route on the path; RFC 9110 wants them all
-            routes = [*app.router.routes, *(route for router in ROUTERS for route in router.routes)]
+            routes = every_route()
             allowed = {method for route in routes if getattr(route, "methods", None)
                        and route.matches(request.scope)[0] != Match.NONE for method in route.methods}
             if "GET" in allowed:
@@ -275,7 +287,7 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
     app.include_router(dashboard.router)
     app.add_middleware(_RequestPatience, seconds=settings.db_request_retry_seconds)
     app.add_middleware(_NoNul)
-    app.add_middleware(_JsonBodies)
+    app.add_middleware(_JsonBodies, routes=every_route)
     app.add_middleware(_HeadAsGet)
     if settings.auth == "off":
         app.openapi = lambda: _without_auth(app)

@@ -70,8 +70,8 @@ def order(order_by: str | None, kind: str | None) -> tuple[str, bool] | None:
 def _check_summary(key: str, name: str, kind: str | None) -> None:
     names = smdengine.summary_names(kind)
     if name not in names and not _PHASE.fullmatch(name):
-        per_layer = " (it is recorded per layer, under summary.layers)" if kind and name in smdengine.output_names(
-            kind) else ""
+        per_layer = (" (it is recorded per layer, under summary.layers)"
+                     if kind in smdengine.KINDS and name in smdengine.layer_metric_names(kind) else "")
         _refuse(key, f"{name!r} is not a summary value of {kind or 'any'} runs{per_layer}" + _nearest(name, names))
 
 

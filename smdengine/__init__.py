@@ -35,6 +35,7 @@ from smdengine._registry import (
     ExperimentSpec,
     continuable,
     full_document_plots,
+    layer_metric_names,
     load_simulators,
     output_names,
     parse_spec,
@@ -65,7 +66,7 @@ __all__ = ["DERIVED_AXES", "OVERLAY_X", "Child", "ChildRecord", "Span", "StudyEr
            "expand_study", "group_by_point", "study_table", "table_columns", "theory_curve", "theory_of", "time_axis",
            "valid_paths", "KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
            "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",
-           "layer_key", "load_simulators", "output_names", "parse_spec", "plot_key", "plots", "predict", "resolve_device", "run",
+           "layer_key", "layer_metric_names", "load_simulators", "output_names", "parse_spec", "plot_key", "plots", "predict", "resolve_device", "run",
            "run_fused", "fuse_key", "continuable", "spec_paths", "summary_names", "PHASE_SUMMARY", "engine_version", "provenance",
            "spec_json_schema", "spec_warnings", "split_layers", "tagged_union", "PRESETS", "CheckDef", "PanelDef", "Preset", "estimate",
            "evaluate_checks", "preset_study"]

@@ -142,6 +142,11 @@ def summary_names(kind: str | None = None) -> tuple[str, ...]:
     return tuple(names)
 
 
+def layer_metric_names(kind: str) -> tuple[str, ...]:
+    """The metrics a run of ``kind`` records per layer (their summaries are under ``layers``, not top-level)."""
+    return tuple(dict.fromkeys(name for m in _kind(kind).models for name in m.outputs.layer_metrics))
+
+
 PHASE_SUMMARY = r"equilibrium_steps(_predicted)?_phase[0-9]{1,4}"
 
 

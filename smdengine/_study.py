@@ -78,7 +78,8 @@ def _axis_form(values: Any) -> str | None:
 
 # One form per input, so that a bad span is reported as that (not also as "should be a valid list"); a span's
 # errors are located under "span"
-AxisValues = Annotated[Annotated[list[Any], Tag("list")] | Annotated[Span, Tag("span")], Discriminator(
+AxisValues = Annotated[Annotated[list[Any], Field(min_length=1, max_length=MAX_AXIS_VALUES), Tag("list")]
+                       | Annotated[Span, Tag("span")], Discriminator(
     _axis_form, custom_error_type="axis_values",
     custom_error_message='expected a list of values or {"linspace"|"logspace": [a, b], "num": n}')]
 
@@ -110,8 +111,6 @@ class StudySpec(StrictModel):
         for path, values in axes.items():
             if not path:
                 raise ValueError(f"{info.field_name}: expected non-empty dotted paths")
-            if isinstance(values, list) and not 1 <= len(values) <= MAX_AXIS_VALUES:
-                raise ValueError(f"{path}: expected 1 to {MAX_AXIS_VALUES} values, got {len(values)}")
             if path == "seed":   # as for `seeds`: a repeat is the same run again, a false standard error of 0
                 _distinct_seeds(_values(values), f"{info.field_name} axis seed")
         if info.field_name == "zip":
@@ -175,7 +174,8 @@ def _values(values: AxisValues) -> list[Any]:
 
 
 def _distinct_seeds(seeds: list[Any], what: str) -> None:
-    repeated = sorted(s for s, n in Counter(seeds).items() if n > 1)
+    """Refuse a seed given twice; values that are not integers are left to each child's validation."""
+    repeated = sorted(s for s, n in Counter(s for s in seeds if type(s) is int).items() if n > 1)
     if repeated:   # a repeat is the same run again: a point's standard error would be a false 0
         raise ValueError(f"{what}: expected distinct seeds, got {', '.join(map(str, repeated))} more than once")
 

@@ -57,21 +57,26 @@ def mean_duration(session: Session, queue: str, last: int = DURATION_HISTORY) ->
 # A run shorter than this is mostly its start and its writes, not its work: left out of a rate (tiny jobs made
 # a 36 s preset look like 6543 s)
 MIN_TIMED_SECONDS = 1.0
+SCANNED_PER_TIMED = 10   # rows read per run wanted: the newest runs may be short ones, or of other models
 
 
 @transaction
-def recent_runs(session: Session, queue: str, kind: str, last: int = DURATION_HISTORY) -> tuple[list[dict], float]:
-    """The specs of the queue's ``last`` most recently finished succeeded jobs of ``kind`` that ran at least
-    MIN_TIMED_SECONDS (a kind's work units are its own), and the time their workers were busy with them: per
-    worker the union of their [start, end] intervals (a fused batch, or a worker's parallel processes, overlap:
-    that time counts once). Work per second of it is what a worker gets done."""
+def recent_runs(session: Session, queue: str, kind: str, model: str | None = None,
+                last: int = DURATION_HISTORY) -> tuple[list[dict], float]:
+    """The specs of the queue's ``last`` most recently finished succeeded jobs of ``kind`` (and of ``model``,
+    for a kind with models: work units are a model's own) that ran at least MIN_TIMED_SECONDS, among the
+    newest ``SCANNED_PER_TIMED × last`` of the kind; and the time their workers were busy with them: per worker
+    the union of their [start, end] intervals (a fused batch, or a worker's parallel processes, overlap: that
+    time counts once). Work per second of it is what a worker gets done."""
     rows = session.execute(select(Experiment.spec, Experiment.worker, Experiment.started_at, Experiment.finished_at)
                            .where(Experiment.queue == queue, Experiment.kind == kind,
                                   Experiment.status == Status.succeeded,
                                   Experiment.started_at.is_not(None), Experiment.finished_at.is_not(None))
-                           .order_by(Experiment.finished_at.desc(), Experiment.id.desc()).limit(last)).all()
+                           .order_by(Experiment.finished_at.desc(), Experiment.id.desc())
+                           .limit(last * SCANNED_PER_TIMED)).all()
     timed = [(spec, worker, as_utc(started), as_utc(done)) for spec, worker, started, done in rows
-             if (as_utc(done) - as_utc(started)).total_seconds() >= MIN_TIMED_SECONDS]
+             if (as_utc(done) - as_utc(started)).total_seconds() >= MIN_TIMED_SECONDS
+             and (model is None or ((spec or {}).get("params") or {}).get("model") == model)][:last]
     spans: dict[str | None, list[tuple[datetime, datetime]]] = {}
     for _, worker, started, done in timed:
         spans.setdefault(worker, []).append((started, done))

@@ -58,31 +58,34 @@ def get_preset(user: CurrentUserDep, db: DbDep, preset_id: Annotated[str, PRESET
 
 
 class _Rates:
-    """Work per second of busy time of a queue's workers over their recent succeeded runs of a kind
-    (store.queue_stats.recent_runs; None without history), read once per (queue, kind) and request."""
+    """Work per second of busy time of a queue's workers over their recent succeeded runs of a kind, and model
+    for a kind with models (store.queue_stats.recent_runs; None without history), read once per request."""
 
     def __init__(self, db: str):
-        self.db, self.known = db, {}
+        self.db: str = db
+        self.known: dict[tuple[str, str], float | None] = {}
 
-    def __call__(self, queue: str, kind: str) -> float | None:
-        if (queue, kind) not in self.known:
-            specs, seconds = queue_stats.recent_runs(self.db, queue, kind)
+    def __call__(self, queue: str, key: str) -> float | None:
+        """``key``: smdengine.plot_key of the runs, ``<kind>`` or ``<kind>/<model>``."""
+        if (queue, key) not in self.known:
+            kind, _, model = key.partition("/")
+            specs, seconds = queue_stats.recent_runs(self.db, queue, kind, model or None)
             work = 0
             for spec in specs:
                 try:
                     work += smdengine.parse_spec(spec).work
                 except (ValidationError, ValueError):   # a spec this engine no longer reads: left out
                     continue
-            self.known[queue, kind] = work / seconds if seconds > 0 and work > 0 else None
-        return self.known[queue, kind]
+            self.known[queue, key] = work / seconds if seconds > 0 and work > 0 else None
+        return self.known[queue, key]
 
 
 def _timed(entry: dict[str, Any], rates: _Rates) -> dict[str, Any]:
-    """Each size's ``estimated_seconds``: its work over the rate of the queue it runs on for the preset's
-    kind (None without history there): on one worker, fused as the worker fuses them."""
-    (kind,) = entry["kinds"]   # a preset is one study: one kind
-    for size in entry["sizes"].values():
-        rate = rates("gpu" if size["gpu"] else "cpu", kind)
+    """Each size's ``estimated_seconds``: its work over the rate of the queue it runs on for runs like its
+    base (same kind and model; None without history there): on one worker, fused as the worker fuses them."""
+    for name, size in entry["sizes"].items():
+        base = size["spec"]["base"] if "spec" in size else smdengine.preset_study(entry["id"], name)["base"]
+        rate = rates("gpu" if size["gpu"] else "cpu", smdengine.plot_key(base["kind"], base))
         size["estimated_seconds"] = size["work"] / rate if rate else None
     return entry
 
@@ -93,27 +96,38 @@ def _override_loc(loc: tuple | list, overrides: dict[str, Any] | None) -> list[A
     valid: its overrides made it invalid), else the study's own location.
 
     The error's location reads the path's parts in order with the union tags between them (``base.sde.params.
-    norm_map.lr`` for ``params.lr``); an error on a parent (a check across fields: ``base.nrq.params``) is the
-    override's when it is the only override below that parent."""
+    norm_map.lr`` for ``params.lr``), or goes on inside the override's value (``...params.lr_schedule.0.lr_factor``
+    for ``params.lr_schedule``: the longest such path); an error on a parent (a check across fields:
+    ``base.nrq.params``) is the override's when it is the only override below that parent."""
     parts = [str(part) for part in loc]
+    inside: list[str] = []
     below: list[str] = []
     for path in overrides or {}:
         steps = path.split(".")
-        if _reads_in_order(parts, steps):
+        if _reads_in_order(parts, steps, to_the_end=True):
             return ["overrides", path]
-        if any(_reads_in_order(parts, steps[:n]) for n in range(1, len(steps))):
+        if _reads_in_order(parts, steps, to_the_end=False):
+            inside.append(path)
+        elif any(_reads_in_order(parts, steps[:n], to_the_end=True) for n in range(1, len(steps))):
             below.append(path)
+    if inside:
+        return ["overrides", max(inside, key=lambda path: path.count("."))]
     if len(below) == 1:
         return ["overrides", below[0]]
     return ["overrides"] if parts[:1] == ["base"] else list(loc)
 
 
-def _reads_in_order(parts: list[str], steps: list[str]) -> bool:
-    """``steps`` are ``parts``' last element and, before it, others of ``parts`` in order (skipping tags)."""
-    if not steps or steps[-1] != parts[-1]:
+def _reads_in_order(parts: list[str], steps: list[str], *, to_the_end: bool) -> bool:
+    """``steps`` are elements of ``parts`` in order (skipping tags between them), the last of them ``parts``' last
+    element when ``to_the_end``."""
+    if not steps:
         return False
-    rest = iter(parts[:-1])
-    return all(step in rest for step in steps[:-1])
+    if to_the_end:
+        if steps[-1] != parts[-1]:
+            return False
+        parts, steps = parts[:-1], steps[:-1]
+    rest = iter(parts)
+    return all(step in rest for step in steps)
 
 
 def _unprocessable(loc: list[Any], msg: str, kind: str = "value_error") -> HTTPException:
@@ -130,7 +144,7 @@ def _unprocessable(loc: list[Any], msg: str, kind: str = "value_error") -> HTTPE
                                              "point with its index and axis values, the field and the reason).",
                               "model": ValidationErrorOut},
                         **quota_response("Over a quota, for the study as a whole (as POST "
-                                         "/v1/studies); Retry-After says when to retry.")},
+                                         "/v1/studies); Retry-After says when to retry (none when no wait helps).")},
              openapi_extra={"responses": {"202": {"links": {"GetStudy": {
                  "operationId": "getStudy", "parameters": {"study_id": "$response.body#/id"}}}}}})
 def run_preset(run: PresetRun, db: DbDep, settings: SettingsDep, user: CurrentUserDep, response: Response,

@@ -242,7 +242,13 @@ def test_a_body_that_is_not_json_is_415_saying_so(client):
     assert client.get("/v1/experiments").json()["total"] == 0
     for media in ("application/json", "application/json; charset=utf-8", "application/merge-patch+json"):
         assert client.post("/v1/experiments", content=body, headers={"content-type": media}).status_code == 202
+    assert client.post("/v1/experiments", content=body, headers={"content-type": "text/x+json"}).status_code == 415
     assert "415" in client.get("/openapi.json").json()["paths"]["/v1/experiments"]["post"]["responses"]
+    # a route that reads no body ignores one, as before (curl -X POST .../cancel -d '{}')
+    queued = client.get("/v1/experiments").json()["items"][0]["id"]
+    r = client.post(f"/v1/experiments/{queued}/cancel", content=b"{}",
+                    headers={"content-type": "application/x-www-form-urlencoded"})
+    assert r.status_code == 202, r.text
 
 
 def test_text_with_a_nul_character_is_422_naming_where(client):
@@ -264,6 +270,47 @@ def test_text_with_a_nul_character_is_422_naming_where(client):
     r = client.post("/v1/experiments", json={**spec, "name": "C:\\u0000dir"})
     assert r.status_code == 202 and r.json()["name"] == "C:\\u0000dir", r.text
     assert client.get("/v1/experiments").json()["total"] == 1
+
+
+def test_the_nul_check_passes_a_body_sent_in_chunks_on_whole():
+    """The check reads the whole body first (a client may send it in several messages): the route then gets
+    every message, in order, and a NUL in any of them (JSON in UTF-16 too) is found."""
+    import asyncio
+
+    from api.main import _NoNul
+
+    async def send_through(chunks: list[bytes]) -> tuple[list[bytes], list[dict]]:
+        got, sent = [], []
+
+        async def route(scope, receive, send):   # reads the body as a route does, then answers
+            while True:
+                message = await receive()
+                got.append(message.get("body", b""))
+                if not message.get("more_body"):
+                    break
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        messages = iter([{"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+                         for i, chunk in enumerate(chunks)])
+
+        async def receive():
+            return next(messages)
+
+        async def send(message):
+            sent.append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/experiments", "query_string": b"", "headers": []}
+        await _NoNul(route)(scope, receive, send)
+        return got, sent
+
+    chunks = [b'{"name": "a', b'bc", "tags": ["x"', b"]}"]
+    got, sent = asyncio.run(send_through(chunks))
+    assert got == chunks and sent[0]["status"] == 200
+    for body in ([b'{"name": "a', b'\\u0000"}'], [json.dumps({"name": "a\x00"}).encode("utf-16")]):
+        got, sent = asyncio.run(send_through(body))
+        assert got == [] and sent[0]["status"] == 422, body
+        assert b'"loc":["body","name"]' in sent[1]["body"]
 
 
 def test_head_answers_wherever_get_does(client, settings):

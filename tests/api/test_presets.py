@@ -93,6 +93,7 @@ def test_a_bad_size_or_override_is_422_and_stores_nothing(sqlite_env, body, loc,
     ("norm-map-sgd", {"params.lr": -1}, "params.lr"),   # sde: the model's tag between the path's parts
     ("norm-map-sgd", {"params.bogus": 3, "params.lr": 0.5}, "params.bogus"),
     ("nrq-momentum-risk", {"params.record_every": 999_999_999}, "params.record_every"),   # a check across fields
+    ("nrq-momentum-risk", {"params.lr_schedule": [{"step": 10, "lr_factor": -1}]}, "params.lr_schedule"),  # inside
 ])
 def test_an_override_error_is_located_at_the_override(sqlite_env, preset, overrides, path):
     client, settings = sqlite_env

@@ -89,6 +89,8 @@ def test_unknown_paths_and_names_are_422_naming_the_parameter(env):
             (error,) = r.json()["detail"]
             assert error["loc"] == ["query", key] and reason in error["msg"], error
     assert client.get("/v1/experiments", params={"param.params.lr_schedule.0.step": 3}).status_code == 200
+    step = client.get("/v1/experiments", params={"summary.step.gt": 0, "kind": "nrq"}).json()["detail"][0]["msg"]
+    assert "not a summary value of nrq runs" in step and "per layer" not in step   # a series, not per layer
     assert client.post("/v1/experiments", json={**small_spec(), "tags": ["no spaces"]}).status_code == 422
 
 

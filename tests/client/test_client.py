@@ -53,6 +53,17 @@ def test_submit_wait_read_plot_rerun_and_list(service):
     assert rerun.wait(timeout=60, progress=False).status() == "succeeded"
     listed = [e.id for e in client.experiments(kind="nrq", limit=1)]   # one per page: the cursor is followed
     assert listed[:2] == [rerun.id, experiment.id]
+    # HEAD on the event stream of a job that has not ended (uvicorn, not the test client): the GET's headers,
+    # and the stream ends at once rather than when the job does
+    import httpx
+
+    long = client.submit(small_spec(trials=4, dim=4, steps=10**7, record_every=10**5))   # minutes
+    started = time.monotonic()
+    head = httpx.head(f"{alice['SMD_URL']}/v1/experiments/{long.id}/events",
+                      headers={"Authorization": f"Bearer {alice['SMD_KEY']}"}, timeout=10)
+    assert head.status_code == 200 and head.headers["content-type"].startswith("text/event-stream"), head.headers
+    assert head.content == b"" and time.monotonic() - started < 5
+    assert long.cancel().wait(timeout=60, progress=False).status() == "cancelled"
 
 
 def test_train_series_have_a_layer_level(service):

@@ -48,17 +48,23 @@ def test_a_rate_is_taken_over_a_kinds_runs_that_took_a_second_or_more(database_u
     from store.queue_stats import MIN_TIMED_SECONDS, recent_runs
     from tests.dbutil import session_scope
 
-    def finished(kind: str, seconds: float, worker: str) -> None:
+    def finished(kind: str, seconds: float, worker: str, model: str | None = None) -> None:
+        spec = {"kind": kind, "ran": seconds, "params": {"model": model}}
         with session_scope(database_url) as session:
-            row = jobs.create(session, kind=kind, name=None, spec={"kind": kind, "ran": seconds}, total_steps=1)
+            row = jobs.create(session, kind=kind, name=None, spec=spec, total_steps=1)
             session.execute(update(Experiment).where(Experiment.id == row.id).values(
                 status=Status.succeeded, worker=worker, started_at=T0, finished_at=T0 + timedelta(seconds=seconds)))
 
     finished("nrq", 3.0, "w1")
-    finished("nrq", MIN_TIMED_SECONDS / 2, "w2")   # mostly start-up: left out
     finished("train", 5.0, "w1")
-    specs, busy = recent_runs(database_url, "cpu", "nrq")
+    finished("sde", 2.0, "w1", model="toy2d")
+    finished("sde", 4.0, "w2", model="norm_map")
+    for _ in range(3):   # the newest runs are short: the rate still finds the timed ones behind them
+        finished("nrq", MIN_TIMED_SECONDS / 2, "w2")   # mostly start-up: left out
+    specs, busy = recent_runs(database_url, "cpu", "nrq", last=1)
     assert [s["ran"] for s in specs] == [3.0] and busy == 3.0
     specs, busy = recent_runs(database_url, "cpu", "train")
     assert [s["ran"] for s in specs] == [5.0] and busy == 5.0
+    specs, busy = recent_runs(database_url, "cpu", "sde", "norm_map")   # a model's work units are its own
+    assert [s["ran"] for s in specs] == [4.0] and busy == 4.0
     assert recent_runs(database_url, "gpu", "nrq") == ([], 0.0)
