@@ -182,8 +182,10 @@ def rightly_refused(error: dict) -> bool:
       it takes 2**63 - 1 + 192 for a valid seed (2**63 - 1 is no float);
     - a study that does not expand: an axis path the base spec does not have, a child spec that its kind's
       model refuses (the error names the point), or more children than SMD_MAX_STUDY_POINTS;
-    - a compare study of ids that are no experiment the user may see, or of a private one in a lab study."""
-    if error.get("type") == "value_error" or error.get("type") in STUDY_ERRORS or "point" in error:
+    - a compare study of ids that are no experiment the user may see, or of a private one in a lab study;
+    - text with a NUL character (U+0000) anywhere in the request: JSON schema strings allow it, but PostgreSQL
+      cannot store it (api/main.py, _NoNul)."""
+    if error.get("type") in ("value_error", "string_nul") or error.get("type") in STUDY_ERRORS or "point" in error:
         return True
     key, outside = BOUNDS.get(error.get("type"), (None, None))
     bound, value = (error.get("ctx") or {}).get(key), error.get("input")
