@@ -29,17 +29,33 @@ from pathlib import Path
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
+    except KeyboardInterrupt:   # Ctrl-C where a command does not say more itself (e.g. while starting)
+        print("smd: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:   # `smd presets list | head`: our reader left; end quietly (Python's advice)
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())   # no second error at exit
-            return 1
-        raise   # another pipe (a socket, a child's): a real error
+        if not _stdout_reader_gone():
+            raise   # another pipe (a socket, a child's): a real error
+        # `smd presets list | head`: our reader left; end quietly (Python's advice), no second error at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reading end is closed (poll reports an error on the writing end)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="smd", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from smdcli.paths import output_file
+
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("serve", help="API + an embedded worker process (SMD_* settings)")
     sub.add_parser("api", help="the API server only")
@@ -47,7 +63,7 @@ def _main(argv: list[str] | None) -> int:
     sub.add_parser("migrate", help="alembic upgrade head")
     run = sub.add_parser("run", help="run one spec locally with the engine")
     run.add_argument("spec", type=Path, help="experiment spec (JSON file, or - for stdin)")
-    run.add_argument("-o", "--output", type=Path, help="result document path (default: stdout)")
+    run.add_argument("-o", "--output", type=output_file, help="result document path (default: stdout)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     from smdcli import admin, export, presets, remote, study
 
@@ -58,9 +74,18 @@ def _main(argv: list[str] | None) -> int:
     presets.add_parsers(sub)
     args = parser.parse_args(argv)
 
+    from pydantic import ValidationError
+
     from store.settings import get_settings
 
-    settings = get_settings()
+    try:
+        settings = get_settings()
+    except ValidationError as exc:   # an SMD_* variable the settings refuse: named, not a traceback
+        for error in exc.errors():
+            name = "SMD_" + "_".join(map(str, error["loc"])).upper()
+            msg = str(error["msg"]).removeprefix("Value error, ")
+            print(f"smd: {name}: {msg}" + ("" if "got " in msg else f" (got {error.get('input')!r})"), file=sys.stderr)
+        return 2
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)   # not a line per request on a command's stderr
     if args.command == "run":

@@ -11,8 +11,8 @@
 prints its id, and with ``--follow`` shows its progress and then its checks. `run --local` runs the
 study here with no service (as `smd study run`: children, tables and plots in DIR), then evaluates
 the checks on the results and writes ``checks.json`` and ``figure.png`` into DIR and prints the
-verdicts. ``--set path=value`` overrides a value of the study spec (the value read as JSON when it
-parses, else as a string), e.g. ``--set base.params.steps=2000``.
+verdicts. ``--set path=value`` overrides a value of the base run, by its path in an experiment spec (the
+value read as JSON when it parses, else as a string), e.g. ``--set params.steps=2000``.
 
 Exit status: 0 done (whatever the verdicts), 1 a failed run or an HTTP/connection error, 2 bad input
 (an unknown preset or size, a rejected override: 404/422), 3 over quota (429); ``--follow`` ends
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from smdcli import study as studycli
+from smdcli.paths import output_dir
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -44,12 +45,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--size", default="quick", help="a size of the preset (default quick)")
     run.add_argument("--seeds", type=int, nargs="+", help="replace the preset's seeds")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
-                     help="override a value of the study spec (repeatable); VALUE is read as JSON if it parses")
+                     help="override a value of the base run by its spec path, e.g. params.steps=2000 (repeatable); "
+                          "VALUE is read as JSON if it parses")
     run.add_argument("--follow", action="store_true", help="(service) show its progress until it ends, then its checks")
     run.add_argument("--visibility", choices=["private", "lab"], help="(service) default private")
-    run.add_argument("--priority", choices=["low", "normal"], help="(service) default normal")
+    run.add_argument("--priority", choices=["low", "normal", "high"], help="(service) default normal; high: admins")
     run.add_argument("--local", action="store_true", help="run here with the engine, no service (needs -o)")
-    run.add_argument("-o", "--output", type=Path, help="(--local) directory for the runs, tables, checks.json, figure.png")
+    run.add_argument("-o", "--output", type=output_dir, help="(--local) directory for the runs, tables, checks.json, figure.png")
     run.add_argument("-j", "--jobs", type=int, default=1, help="(--local) worker processes (default 1)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -62,6 +64,9 @@ def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
         except ValueError as exc:
             print(f"smd presets: {exc}", file=sys.stderr)
             return 2
+        from smdcli.service import refuse_non_finite
+
+        refuse_non_finite("smd presets", overrides, "--set")
         if args.local:
             if args.output is None:
                 print("smd presets: run --local needs -o DIR", file=sys.stderr)

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from smdcli.paths import output_file
+
 FOLLOW_EXIT = {"succeeded": 0, "failed": 1, "cancelled": 2}
 COMMANDS = ("submit", "status", "follow", "results", "cancel", "ls", "rerun")
 
@@ -29,6 +31,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("spec", type=Path, help="experiment spec (JSON file, or - for stdin)")
     submit.add_argument("--name", help="the experiment's name")
     submit.add_argument("--visibility", choices=["private", "lab"])
+    submit.add_argument("--priority", choices=["low", "normal", "high"], help="default normal; high: admins")
     submit.add_argument("--keep-checkpoint", action="store_true", help="keep the final state (to continue it)")
     _follow_flags(submit)
     status = sub.add_parser("status", help="an experiment's status and progress")
@@ -38,7 +41,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     follow.add_argument("--quiet", action="store_true", help="no progress bar")
     results = sub.add_parser("results", help="an experiment's result document (or its series as CSV)")
     results.add_argument("id")
-    results.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
+    results.add_argument("-o", "--output", type=output_file, help="file to write (default: stdout)")
     results.add_argument("--csv", action="store_true", help="the series as CSV, one row per recorded step")
     cancel = sub.add_parser("cancel", help="cancel an experiment")
     cancel.add_argument("id")
@@ -68,6 +71,8 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _run(client: Any, args: argparse.Namespace) -> int:
+    from smdcli.service import refuse_non_finite
+
     command = args.command
     if command == "submit":
         try:
@@ -75,7 +80,13 @@ def _run(client: Any, args: argparse.Namespace) -> int:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:   # refused before any request
             print(f"smd submit: cannot read the spec {str(args.spec)!r}: {exc}", file=sys.stderr)
             return 2
-        options = {k: v for k, v in (("name", args.name), ("visibility", args.visibility)) if v is not None}
+        if not isinstance(spec, dict):
+            print(f"smd submit: the spec {str(args.spec)!r}: expected a JSON object, got {type(spec).__name__}",
+                  file=sys.stderr)
+            return 2
+        refuse_non_finite("smd submit", spec, "the spec")
+        options = {k: v for k, v in (("name", args.name), ("visibility", args.visibility),
+                                     ("priority", args.priority)) if v is not None}
         if args.keep_checkpoint:
             options["keep_checkpoint"] = True
         experiment = client.submit(spec, **options)
@@ -83,7 +94,8 @@ def _run(client: Any, args: argparse.Namespace) -> int:
         return follow(experiment, args.quiet) if args.follow else 0
     if command == "rerun":
         overrides = dict(_assignment(item) for item in args.set)
-        experiment = client.experiment(args.id).rerun(overrides)
+        refuse_non_finite("smd rerun", overrides, "--set")
+        experiment = client.experiment(args.id).rerun(overrides, name=args.name)
         print(experiment.id)
         return follow(experiment, args.quiet) if args.follow else 0
     experiment_id = getattr(args, "id", None)
@@ -107,7 +119,10 @@ def _run(client: Any, args: argparse.Namespace) -> int:
             sys.stdout.buffer.write(body)
         return 0
     if command == "cancel":
-        print(f"{experiment_id} {client.experiment(experiment_id).cancel().data['status']}")
+        data = client.experiment(experiment_id).cancel().data
+        asked = " (cancel requested: the worker stops it shortly)" if data.get("cancel_requested") and \
+            data["status"] == "running" else ""
+        print(f"{experiment_id} {data['status']}{asked}")
         return 0
     if command == "ls":
         rows = []

@@ -40,7 +40,10 @@ def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None, *
     if settings.api_workers == 1:
         config = uvicorn.Config(create_app(settings, migrate=migrate), host=settings.host, port=settings.port,
                                 log_level=settings.log_level.lower())
-        Server(config).run()
+        try:
+            Server(config).run()
+        except KeyboardInterrupt:   # uvicorn re-raises the Ctrl-C it has handled: a clean stop, as with several
+            pass
         return 0
     # several processes on one socket (uvicorn's supervisor); each builds the app from the same SMD_*
     # environment (api.main.process_app). The schema is migrated once, here, before they start.

@@ -1,9 +1,11 @@
 """The CLI's one door to the service: :class:`smdlab.Client` (SMD_URL, SMD_KEY), its errors turned into
 a message on stderr and the CLI's exit status: 2 a rejected request (422; 404 where the command says),
-3 over a quota (429; a quota that room can free is waited out first, as the client does everywhere),
-1 any other HTTP error, an unreachable service or a reply that is not the service's JSON."""
+3 over a quota (429; a quota that room can free is waited out first, as the client does everywhere, and each
+wait is said on stderr), 1 any other HTTP error, an unreachable service or a reply that is not the service's
+JSON, 130 interrupted (Ctrl-C)."""
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +16,14 @@ def call(prog: str, run: Callable[[Any], int], not_found: int = 1) -> int:
     message (``"smd study"``); ``not_found`` is the exit status of a 404."""
     from smdlab import Client, NotFound, QuotaExceeded, SMDError, SMDValidationError
 
-    client = Client()
+    def waiting(seconds: float, quota: str | None, detail: Any) -> None:   # a quota room will free: said, not silent
+        print(f"{prog}: {detail} — waiting {seconds:g} s for room (Ctrl-C stops waiting)", file=sys.stderr)
+
+    try:
+        client = Client(on_quota_wait=waiting)
+    except SMDError as exc:   # e.g. an SMD_KEY that is no key
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
     try:
         return run(client)
     except SMDValidationError as exc:
@@ -29,10 +38,36 @@ def call(prog: str, run: Callable[[Any], int], not_found: int = 1) -> int:
         print(f"{prog}: {exc}", file=sys.stderr)
         return not_found
     except SMDError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
+        hint = " (set SMD_KEY to your API key: an admin makes one with `smd keys create NAME`)" if exc.status == 401 else ""
+        print(f"{prog}: {exc}{hint}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:   # Ctrl-C while following or waiting: what was submitted goes on
+        print(f"{prog}: interrupted (what was already submitted keeps running on the service)", file=sys.stderr)
+        return 130
     except (ValueError, KeyError) as exc:   # a reply that is not the service's JSON
         print(f"{prog}: unexpected reply from {client.url}: {exc!r}", file=sys.stderr)
         return 1
     finally:
         client.close()
+
+
+def non_finite(value: Any, path: str = "") -> str | None:
+    """The dotted path of a NaN or an infinity in a JSON-like value (Python's json reads them; no JSON request
+    can carry them), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "(the value)"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = non_finite(item, f"{path}.{key}" if path else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def refuse_non_finite(prog: str, value: Any, what: str) -> None:
+    """Exit 2, before any request, when ``value`` holds a NaN or an infinity."""
+    where = non_finite(value)
+    if where is not None:
+        print(f"{prog}: {what}: {where}: expected a finite number, got NaN or Infinity", file=sys.stderr)
+        raise SystemExit(2)
+

@@ -2,7 +2,7 @@
 (`submit`, `status`, `table`, `cancel`).
 
     smd study run STUDY.json -o DIR [-j N] [--quiet]
-    smd study submit STUDY.json [--follow] [--visibility private|lab] [--priority low|normal]
+    smd study submit STUDY.json [--follow] [--visibility private|lab] [--priority low|normal|high]
     smd study status ID
     smd study table ID [--group point] [--csv] [-o FILE]
     smd study cancel ID
@@ -35,6 +35,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from smdcli.paths import output_dir, output_file
+
 SERVICE_KEYS = ("visibility", "priority")   # study options of the service, not of the engine
 END_STATUSES = {"succeeded": 0, "failed": 1, "partial": 1, "cancelled": 2}
 OVERLAY_MAX_CHILDREN = 200                   # most lines drawn on one overlay
@@ -46,14 +48,14 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     cmds = study.add_subparsers(dest="study_command", required=True)
     run = cmds.add_parser("run", help="run a study here with the engine, no service")
     run.add_argument("study", type=Path, help="study spec (JSON file, or - for stdin)")
-    run.add_argument("-o", "--output", type=Path, required=True, help="directory for children, tables and plots")
+    run.add_argument("-o", "--output", type=output_dir, required=True, help="directory for children, tables and plots")
     run.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1: in this process)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     submit = cmds.add_parser("submit", help="POST the study to the service; prints its id")
     submit.add_argument("study", type=Path, help="study spec (JSON file, or - for stdin)")
     submit.add_argument("--follow", action="store_true", help="then show its progress until it ends")
     submit.add_argument("--visibility", choices=["private", "lab"], help="overrides the file's")
-    submit.add_argument("--priority", choices=["low", "normal"], help="overrides the file's")
+    submit.add_argument("--priority", choices=["low", "normal", "high"], help="overrides the file's (high: admins)")
     submit.add_argument("--quiet", action="store_true", help="with --follow: no progress bar")
     status = cmds.add_parser("status", help="a study's status, counts, progress and ETA")
     status.add_argument("id")
@@ -64,7 +66,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     table.add_argument("id")
     table.add_argument("--group", choices=["point"], help="one row per point: mean and standard error over seeds")
     table.add_argument("--csv", action="store_true", help="CSV instead of JSON")
-    table.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
+    table.add_argument("-o", "--output", type=output_file, help="file to write (default: stdout)")
     cancel = cmds.add_parser("cancel", help="cancel every unfinished child of a study")
     cancel.add_argument("id")
 
@@ -105,6 +107,12 @@ def read_study(path: Path) -> dict[str, Any] | None:
         return None
     if not isinstance(data, dict):
         print(f"smd study: {path}: expected a JSON object", file=sys.stderr)
+        return None
+    from smdcli.service import non_finite
+
+    where = non_finite(data)
+    if where is not None:
+        print(f"smd study: {path}: {where}: expected a finite number, got NaN or Infinity", file=sys.stderr)
         return None
     return data
 

@@ -4,7 +4,9 @@ retried with exponential backoff for idempotent methods only (GET, HEAD, DELETE:
 twice behind the caller's back), and errors raised with the server's detail."""
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -12,12 +14,18 @@ import httpx
 from smdlab.errors import Conflict, NotFound, QuotaExceeded, SMDError, SMDValidationError, message_of
 
 IDEMPOTENT = {"GET", "HEAD", "DELETE"}
+KEY_CHARACTERS = re.compile(r"[\x21-\x7e]+")
 
 
 class Transport:
     def __init__(self, url: str, key: str | None, timeout: float, retries: int = 4, backoff: float = 0.5,
-                 retry_429: bool = True, max_quota_wait: float = 600.0):
+                 retry_429: bool = True, max_quota_wait: float = 600.0,
+                 on_quota_wait: Callable[[float, str | None, Any], None] | None = None):
+        if key and not KEY_CHARACTERS.fullmatch(key):   # never echoed: it is a secret
+            raise SMDError(f"SMD_KEY: expected an API key (visible ASCII characters: no spaces, newlines or "
+                           f"accents), got {len(key)} characters that are not one")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.on_quota_wait = on_quota_wait
         self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
         self.url = url.rstrip("/")
         self.retries, self.backoff = retries, backoff
@@ -40,8 +48,11 @@ class Transport:
                     continue
                 raise SMDError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
             status = response.status_code
-            if status < 400 or status in ok:
+            if status < 300 or status == 304 or status in ok:
                 return response
+            if status < 400:   # the service redirects nowhere: another server answers at this address
+                raise SMDError(f"unexpected redirect ({status} to {response.headers.get('location')!r}) from "
+                               f"{self.url}{path}: is SMD_URL the service's address?", status)
             detail = _detail(response)
             if status == 429:
                 retry_after = _seconds(response.headers.get("Retry-After"))
@@ -51,6 +62,8 @@ class Transport:
                 # than the active-jobs limit) has no room coming: waiting never makes room for either
                 hopeless = quota == "work" or (quota is not None and retry_after is None)
                 if self.retry_429 and not hopeless and waited + wait <= self.max_quota_wait:
+                    if self.on_quota_wait is not None:
+                        self.on_quota_wait(wait, quota, detail)
                     time.sleep(wait)
                     waited += wait
                     continue

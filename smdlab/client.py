@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from smdlab._http import Transport
@@ -36,10 +36,13 @@ class Client:
     request over the work quota (too big to ever fit) raises at once either way."""
 
     def __init__(self, url: str | None = None, key: str | None = None, timeout: float = 30.0, *,
-                 retry_429: bool = True, max_quota_wait: float = 600.0):
+                 retry_429: bool = True, max_quota_wait: float = 600.0,
+                 on_quota_wait: Callable[[float, str | None, Any], None] | None = None):
+        """``on_quota_wait(seconds, quota, detail)`` is called before each wait on a 429 (e.g. to say so)."""
         self.url = (url or os.environ.get("SMD_URL") or "http://127.0.0.1:8000").rstrip("/")
         key = key if key is not None else os.environ.get("SMD_KEY")
-        self.http = Transport(self.url, key, timeout, retry_429=retry_429, max_quota_wait=max_quota_wait)
+        self.http = Transport(self.url, key, timeout, retry_429=retry_429, max_quota_wait=max_quota_wait,
+                              on_quota_wait=on_quota_wait)
 
     def __repr__(self) -> str:
         return f"Client({self.url!r})"
@@ -60,7 +63,7 @@ class Client:
         return Experiment(self, self.http.json("POST", "/v1/experiments", json={**spec, **options}))
 
     def experiment(self, experiment_id: str) -> Experiment:
-        return Experiment(self, self.http.json("GET", f"/v1/experiments/{experiment_id}"))
+        return Experiment(self, self.http.json("GET", f"/v1/experiments/{_id(experiment_id, 'experiment')}"))
 
     def experiments(self, *, status: str | None = None, kind: str | None = None, name: str | None = None,
                     tag: str | list[str] | None = None, limit: int = 100, **filters: Any) -> Iterator[Experiment]:
@@ -96,7 +99,7 @@ class Client:
         return Study(self, self.http.json("POST", "/v1/studies", json=body))
 
     def get_study(self, study_id: str) -> Study:
-        return Study(self, self.http.json("GET", f"/v1/studies/{study_id}"))
+        return Study(self, self.http.json("GET", f"/v1/studies/{_id(study_id, 'study')}"))
 
     def presets(self) -> list[dict[str, Any]]:
         """The seeds' figures as presets: id, seed, figure, description, checks, cost estimates."""
@@ -217,12 +220,13 @@ class Experiment:
         self.data = self.client.http.json("POST", f"/v1/experiments/{self.id}/cancel")
         return self
 
-    def rerun(self, overrides: dict[str, Any] | None = None, **kwargs: Any) -> Experiment:
+    def rerun(self, overrides: dict[str, Any] | None = None, *, name: str | None = None, **kwargs: Any) -> Experiment:
         """A new experiment from this one's spec with ``overrides`` by dotted path (``{"params.lr": 0.2}``);
-        keyword arguments use ``__`` for the dots (``params__lr=0.2``)."""
+        keyword arguments use ``__`` for the dots (``params__lr=0.2``); ``name``: the new one's (default: the
+        spec's)."""
         changes = {**(overrides or {}), **{k.replace("__", "."): v for k, v in kwargs.items()}}
-        return Experiment(self.client, self.client.http.json("POST", f"/v1/experiments/{self.id}/rerun",
-                                                             json={"overrides": changes}))
+        body: dict[str, Any] = {"overrides": changes, **({"name": name} if name is not None else {})}
+        return Experiment(self.client, self.client.http.json("POST", f"/v1/experiments/{self.id}/rerun", json=body))
 
     def continue_(self, steps: int) -> Experiment:
         """Run a succeeded experiment submitted with ``keep_checkpoint=True`` for ``steps`` more updates."""
@@ -320,3 +324,10 @@ def _show(bar: Any, state: dict[str, Any]) -> None:
     bar.n = float(state.get("progress") or 0.0)
     bar.set_postfix_str(str(state.get("status", "")), refresh=False)
     bar.refresh()
+
+
+def _id(value: str, what: str) -> str:
+    """An id as a path segment; an empty one, or one with a slash, would name another route."""
+    if not isinstance(value, str) or not value or "/" in value or value != value.strip():
+        raise SMDError(f"{what} id: expected a non-empty id without '/' or spaces, got {value!r}")
+    return value

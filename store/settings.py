@@ -7,8 +7,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 class Settings(BaseSettings):
@@ -96,7 +98,14 @@ class Settings(BaseSettings):
                                                                "as one batched run when they differ only in rates, "
                                                                "scales and seeds (results are identical to separate "
                                                                "runs); 1 runs every child alone.")
-    log_level: str = Field(default="INFO")
+    log_level: str = Field(default="INFO", description="DEBUG, INFO, WARNING, ERROR or CRITICAL (any case).")
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_level(cls, value: str) -> str:
+        if value.upper() not in LOG_LEVELS:
+            raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
+        return value.upper()
 
     @property
     def loopback(self) -> bool:

@@ -139,9 +139,10 @@ def test_a_429_waits_for_room_or_raises_with_the_message(service):
     assert caught.value.quota == "active_jobs" and caught.value.retry_after is None
     assert "more than the limit itself" in str(caught.value.detail)
     assert time.monotonic() - started < 60, "the client waited on a study that can never fit"
-    started = time.monotonic()
-    second = client_of(carol, max_quota_wait=120).submit(slow)   # waits out Retry-After, then goes in
-    assert first.status() in ("succeeded", "running") and time.monotonic() - started > 0.5
+    started, waits = time.monotonic(), []
+    second = client_of(carol, max_quota_wait=120, on_quota_wait=lambda *wait: waits.append(wait)).submit(slow)
+    assert first.status() in ("succeeded", "running") and time.monotonic() - started > 0.5   # waited, then in
+    assert waits and all(seconds >= 1 and quota == "active_jobs" for seconds, quota, _ in waits), waits
     assert second.wait(timeout=120, progress=False).data["status"] == "succeeded"
     assert first.wait(timeout=60, progress=False).data["status"] == "succeeded"
 
@@ -159,9 +160,10 @@ def test_cli_commands_and_follow_exit_codes(service, tmp_path):
     assert listed.returncode == 0 and listed.stdout.startswith("ID") and experiment_id in listed.stdout
     results = smd(alice, "results", experiment_id, "--csv", "-o", str(tmp_path / "r.csv"))
     assert results.returncode == 0 and (tmp_path / "r.csv").read_text().startswith("step,")
-    rerun = smd(alice, "rerun", experiment_id, "--set", "params.lr=0.3", "--follow", "--quiet")
+    rerun = smd(alice, "rerun", experiment_id, "--set", "params.lr=0.3", "--name", "cli rerun", "--follow", "--quiet")
     assert rerun.returncode == 0, rerun.stderr
-    assert client_of(alice).experiment(rerun.stdout.strip()).data["spec"]["params"]["lr"] == 0.3
+    rerun_data = client_of(alice).experiment(rerun.stdout.strip()).data
+    assert rerun_data["spec"]["params"]["lr"] == 0.3 and rerun_data["name"] == "cli rerun"   # --name is its name
     bad = smd(alice, "rerun", experiment_id, "--set", "params.lr=-2")
     assert bad.returncode == 2 and "params.lr" in bad.stderr
     unusable = smd(alice, "rerun", experiment_id, "--set", "noequals")
@@ -187,6 +189,8 @@ def test_cli_commands_and_follow_exit_codes(service, tmp_path):
     assert smd(alice, "cancel", long_id).returncode == 0
     assert follower.wait(timeout=60) == 2 and "cancelled" in follower.stderr.read()
     assert smd(alice, "status", "0" * 32).returncode == 1
+    stranger = smd({**alice, "SMD_KEY": "smd_000000000000_not-a-key-of-this-server"}, "ls")
+    assert stranger.returncode == 1 and "401" in stranger.stderr and "set SMD_KEY" in stranger.stderr
 
 
 def test_the_example_notebook_runs(service, tmp_path):

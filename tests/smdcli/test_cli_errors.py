@@ -1,0 +1,67 @@
+"""What `smd` says, and exits with, when a command cannot be done as asked: a clean line on stderr naming
+the cause and the README's exit status, never a traceback, and nothing sent or run first. In this process
+(no server: each case is refused before any request), but for the broken pipe, which needs a real one."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.smdcli.test_admin import smd_here  # noqa: F401  (a fixture)
+
+# no service listens here: a command that sent a request would fail with "cannot reach", exit 1
+NOWHERE = {"SMD_URL": "http://127.0.0.1:9", "SMD_KEY": "smd_0123456789ab_key"}
+
+
+@pytest.mark.parametrize("args, status, words", [
+    (["run", "spec.json", "-o", "/nonexistent/x.json"], 2, "no folder '/nonexistent' to write it in"),
+    (["results", "0" * 32, "-o", "/nonexistent/x.json"], 2, "no folder '/nonexistent'"),
+    (["study", "table", "0" * 32, "-o", "/"], 2, "is a folder: expected a file path"),
+    (["study", "run", "study.json", "-o", "/etc/hostname"], 2, "is a file: expected a folder"),
+    (["status", ""], 1, "experiment id: expected a non-empty id"),
+    (["study", "status", "a/b"], 1, "study id: expected a non-empty id without '/'"),
+])
+def test_an_unusable_argument_is_refused_before_anything_runs(smd_here, tmp_path, monkeypatch, args,  # noqa: F811
+                                                              status, words):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "spec.json").write_text(json.dumps({"kind": "nrq", "params": {"steps": 10**7}}))   # never run
+    done = smd_here(NOWHERE, *args)
+    assert done.returncode == status and words in done.stderr, done.stderr
+    assert "cannot reach" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("text, words", [
+    ('{"kind": "nrq", "params": {"lr": NaN}}', "the spec: params.lr: expected a finite number"),
+    ("[1, 2]", "expected a JSON object, got list"),
+])
+def test_a_spec_no_request_can_carry_exits_2_before_any_request(smd_here, tmp_path, text, words):  # noqa: F811
+    (tmp_path / "spec.json").write_text(text)
+    done = smd_here(NOWHERE, "submit", str(tmp_path / "spec.json"))
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+    rerun = smd_here(NOWHERE, "rerun", "0" * 32, "--set", "params.lr=Infinity")
+    assert rerun.returncode == 2 and "--set: params.lr: expected a finite number" in rerun.stderr, rerun.stderr
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"SMD_PORT": "abc"}, "smd: SMD_PORT: Input should be a valid integer"),
+    ({"SMD_LOG_LEVEL": "loud"}, "smd: SMD_LOG_LEVEL: expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'loud'"),
+])
+def test_a_setting_the_service_refuses_is_named(smd_here, env, words):  # noqa: F811
+    done = smd_here({**NOWHERE, **env}, "ls")
+    assert done.returncode == 2 and done.stderr.startswith(words), done.stderr
+
+
+def test_a_key_that_is_no_key_is_refused_without_printing_it(smd_here):  # noqa: F811
+    secret = "smd_0123456789ab_Sec" + "ret\n"
+    done = smd_here({**NOWHERE, "SMD_KEY": secret}, "ls")
+    assert done.returncode == 1 and "SMD_KEY: expected an API key" in done.stderr, done.stderr
+    assert "Secret" not in done.stderr
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
+    """`smd presets list --json | head -1`: the rest of the output has nowhere to go; no traceback."""
+    done = subprocess.run(f"{sys.executable} -m smdcli.main presets list --json | head -c 10",
+                          shell=True, capture_output=True, text=True, timeout=120)
+    assert done.stdout == "[\n  {\n    \"i"[:10] and "Traceback" not in done.stderr, done.stderr
