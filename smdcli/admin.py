@@ -65,10 +65,12 @@ def _users_create(db: str, args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _users_list(db: str, args: argparse.Namespace, settings: Settings) -> int:
-    print(f"{'name':24} {'role':6} {'max_active_jobs':>16} {'max_work':>16}")
-    for user in users.list_users(db):
-        print(f"{user.name:24} {user.role:6} {_show(user.max_active_jobs, settings.max_active_jobs):>16} "
-              f"{_show(user.max_work, settings.max_work):>16}")
+    rows = [("name", "role", "max_active_jobs", "max_work")] + [
+        (user.name, user.role, _show(user.max_active_jobs, settings.max_active_jobs),
+         _show(user.max_work, settings.max_work)) for user in users.list_users(db)]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]   # columns as wide as their longest value
+    for row in rows:
+        print(f"{row[0]:{widths[0]}} {row[1]:{widths[1]}} {row[2]:>{widths[2]}} {row[3]:>{widths[3]}}".rstrip())
     return 0
 
 

@@ -64,6 +64,11 @@ def test_users_and_keys_lifecycle(tmp_path, database_url, smd_here):
     assert key.split("_", 2)[2] not in listing.stdout       # the secret is never shown again
     users_out = smd_here(env, "users", "list").stdout
     assert "alice" in users_out and "admin" in users_out
+    header, *rows = users_out.splitlines()   # columns aligned: each value ends where its header does
+    for row in rows:
+        for title in ("max_active_jobs", "max_work"):
+            end = header.index(title) + len(title)
+            assert row[:end].endswith(("(default)", *map(str, range(10)))) and row[end:end + 1] in ("", " "), users_out
 
     settings = Settings(state_dir=tmp_path / "state", database_url=database_url, auth="on")
     spec = {"kind": "nrq", "params": {"dim": 4, "trials": 2, "steps": 20, "record_every": 10}}
