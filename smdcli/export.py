@@ -61,9 +61,26 @@ def main(args: argparse.Namespace) -> int:
     except ImportError:
         print("smd export mlflow: mlflow is not installed (pip install 'smdlab[mlflow]')", file=sys.stderr)
         return 2
+    unreachable = _unreachable(args.tracking_uri)
+    if unreachable:   # MLflow's own client retries for minutes before it says so
+        print(f"smd export mlflow: cannot reach the tracking server {args.tracking_uri}: {unreachable}", file=sys.stderr)
+        return 1
     from smdcli.service import call
 
     return call("smd export mlflow", lambda client: export_all(client, args))
+
+
+def _unreachable(tracking_uri: str) -> str | None:
+    """Why an http(s) tracking server does not answer at all (any HTTP answer will do), else None."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return None   # a local store (a path, sqlite:///...): MLflow opens it itself
+    import httpx
+
+    try:
+        httpx.get(tracking_uri, timeout=10)
+    except httpx.TransportError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def export_all(client: Any, args: argparse.Namespace) -> int:

@@ -65,3 +65,9 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
     done = subprocess.run(f"{sys.executable} -m smdcli.main presets list --json | head -c 10",
                           shell=True, capture_output=True, text=True, timeout=120)
     assert done.stdout == "[\n  {\n    \"i"[:10] and "Traceback" not in done.stderr, done.stderr
+
+
+def test_an_unreachable_tracking_server_is_said_at_once(smd_here):  # noqa: F811
+    """MLflow's client retries for minutes before it gives up: the export asks once, first."""
+    done = smd_here(NOWHERE, "export", "mlflow", "0" * 32, "--tracking-uri", "http://127.0.0.1:9")
+    assert done.returncode == 1 and "cannot reach the tracking server http://127.0.0.1:9" in done.stderr, done.stderr
