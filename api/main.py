@@ -26,7 +26,7 @@ from api import dashboard
 from api.responses import DB_RETRY_AFTER_SECONDS, INVALID, RETRY_AFTER_HEADER
 from api.routes import events, experiments, exports, health, ops, plots, presets, queue, studies, study_charts
 from api.schemas import ErrorOut
-from smdengine import json_safe
+from smdengine import error_location, json_safe
 from store import retry
 from store.migrate import upgrade_head
 from store.settings import Settings, get_settings
@@ -45,15 +45,11 @@ def _name_tags(errors) -> list:
         loc = tuple(err.get("loc", ()))
         if tag in ("invalid_kind", "invalid_model", "invalid_name"):
             err = {**err, "loc": (*loc, tag.removeprefix("invalid_"))}
-        elif tag == "value_error" and "params" in loc[-2:] and (named := _MESSAGE_FIELD.match(str(err.get("msg")))):
-            field = tuple(int(p) if p.isdigit() else p for p in named.group(1).split("."))
-            if loc[-len(field):] != field:   # at the params (or its model's tag), not at the field already
-                err = {**err, "loc": (*loc, *field)}
+        else:
+            err = {**err, "loc": error_location(err)}
         out.append(err)
     return out
 
-
-_MESSAGE_FIELD = re.compile(r"Value error, ([A-Za-z_]\w*(?:\.\w+)*): ")
 
 
 ROUTERS = (experiments.csv_router, experiments.router, exports.router, events.router, queue.router, plots.router, studies.router,

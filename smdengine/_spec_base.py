@@ -1,6 +1,8 @@
 """The envelope every experiment spec shares."""
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
@@ -49,3 +51,21 @@ def tagged_union(field: str, members: dict[str, type]) -> Any:
     return Annotated[Union[tuple(Annotated[cls, Tag(name)] for name, cls in members.items())],  # noqa: UP007
                      Discriminator(tag, custom_error_type=f"invalid_{field}",
                                    custom_error_message=f"{field}: expected one of {choices}")]
+
+
+_MESSAGE_FIELD = re.compile(r"Value error, ([A-Za-z_]\w*(?:\.\w+)*): ")
+
+
+def error_location(error: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A spec validation error's location. A check across the fields of a kind's params (a model validator:
+    ``record_every > steps``) is reported by pydantic at the params (or its model's tag); its message names the
+    field first (``"record_every: expected …"``), and that field is appended, so that a form or a client can
+    show the error beside it."""
+    loc = tuple(error.get("loc", ()))
+    named = _MESSAGE_FIELD.match(str(error.get("msg", "")))
+    if error.get("type") == "value_error" and "params" in loc[-2:] and named:
+        field = tuple(int(p) if p.isdigit() else p for p in named.group(1).split("."))
+        if loc[-len(field):] != field:
+            return (*loc, *field)
+    return loc
+

@@ -39,7 +39,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from smdengine._registry import AnySpec, parse_spec
-from smdengine._spec_base import StrictModel
+from smdengine._spec_base import StrictModel, error_location
 
 MAX_AXIS_VALUES = 10_000
 
@@ -231,7 +231,7 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
     try:
         base = parse_spec(study.base)
     except ValidationError as exc:
-        raise StudyError([{**_plain(e), "loc": ["base", *e["loc"]]} for e in exc.errors()]) from None
+        raise StudyError([{**_plain(e), "loc": ["base", *error_location(e)]} for e in exc.errors()]) from None
     unknown = [_unknown_path(base, path) for path in study.axes()]
     if any(unknown):
         raise StudyError([e for e in unknown if e])
@@ -255,7 +255,7 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
             try:
                 spec = parse_spec(deepcopy(data))
             except ValidationError as exc:
-                errors.extend({**_plain(e), "loc": ["point", point, *_field_loc(data, e["loc"])],
+                errors.extend({**_plain(e), "loc": ["point", point, *_field_loc(data, error_location(e))],
                                "point": {"index": point, "values": values}} for e in exc.errors())
                 break
             children.append(Child(len(children), point, values, spec.seed, spec))

@@ -180,6 +180,19 @@ def test_bad_studies_are_422_and_store_nothing(sqlite_env, change, where, words)
     assert not list(settings.broker_folder.glob("*.msg"))
 
 
+def test_a_points_check_across_fields_is_located_at_the_field_it_names(sqlite_env):
+    """record_every > steps at one point: reported at that point's record_every (a form shows it on its axis),
+    as a submission's is at its field; and a rerun's override at the override."""
+    client, settings = sqlite_env
+    r = client.post("/v1/studies", json=study_spec(grid={"params.record_every": [20, 1000]}))
+    assert r.status_code == 422, r.text
+    [error] = r.json()["detail"]
+    assert error["loc"] == ["body", "point", 1, "params", "record_every"] and "≤ steps (200)" in error["msg"], error
+    done = client.post("/v1/experiments", json=small_spec(trials=4, steps=40, record_every=10)).json()["id"]
+    r = client.post(f"/v1/experiments/{done}/rerun", json={"overrides": {"params.record_every": 100}})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "overrides", "params.record_every"], r.text
+
+
 @pytest.mark.parametrize("axes", [{"grid": {"params.lr": [0.05, 0.1], "seed": [5, 6]}},
                                   {"grid": {}, "points": [{"params.lr": 0.05}, {"params.lr": 0.1, "seed": 6}]}])
 def test_a_seed_axis_with_seeds_is_422_at_seeds(sqlite_env, axes):
