@@ -26,7 +26,7 @@ from api import dashboard
 from api.responses import DB_RETRY_AFTER_SECONDS, INVALID, RETRY_AFTER_HEADER
 from api.routes import events, experiments, exports, health, ops, plots, presets, queue, studies, study_charts
 from api.schemas import ErrorOut
-from smdengine import error_location, json_safe
+from smdengine import error_location, error_message, json_safe
 from store import retry
 from store.migrate import upgrade_head
 from store.settings import Settings, get_settings
@@ -46,7 +46,7 @@ def _name_tags(errors) -> list:
         if tag in ("invalid_kind", "invalid_model", "invalid_name"):
             err = {**err, "loc": (*loc, tag.removeprefix("invalid_"))}
         else:
-            err = {**err, "loc": error_location(err)}
+            err = {**err, "loc": error_location(err), "msg": error_message(err)}
         out.append(err)
     return out
 

@@ -71,16 +71,21 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _unreachable(tracking_uri: str) -> str | None:
-    """Why an http(s) tracking server does not answer at all (any HTTP answer will do), else None."""
-    if not tracking_uri.startswith(("http://", "https://")):
-        return None   # a local store (a path, sqlite:///...): MLflow opens it itself
-    import httpx
+    """Why nothing accepts a connection at an http(s) tracking server's address, else None (MLflow's client
+    then speaks to it; the service is reached only through smdlab.Client)."""
+    import re
+    import socket
 
+    address = re.match(r"(https?)://(?:[^@/]*@)?(\[[^\]]+\]|[^:/?#]+)(?::(\d+))?", tracking_uri)
+    if address is None:
+        return None   # a local store (a path, sqlite:///...): MLflow opens it itself
+    scheme, host, port = address.groups()
     try:
-        httpx.get(tracking_uri, timeout=10)
-    except httpx.TransportError as exc:
+        with socket.create_connection((host.strip("[]"), int(port) if port else 443 if scheme == "https" else 80),
+                                      timeout=10):
+            return None
+    except OSError as exc:
         return f"{type(exc).__name__}: {exc}"
-    return None
 
 
 def export_all(client: Any, args: argparse.Namespace) -> int:

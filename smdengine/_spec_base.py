@@ -69,3 +69,9 @@ def error_location(error: Mapping[str, Any]) -> tuple[Any, ...]:
             return (*loc, *field)
     return loc
 
+
+def error_message(error: Mapping[str, Any]) -> str:
+    """A spec validation error's message without pydantic's "Value error, " before the engine's own messages,
+    which say the field and the reason themselves ("record_every: expected ≤ steps (100), got 1000")."""
+    return str(error.get("msg", "")).removeprefix("Value error, ")
+

@@ -39,7 +39,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from smdengine._registry import AnySpec, parse_spec
-from smdengine._spec_base import StrictModel, error_location
+from smdengine._spec_base import StrictModel, error_location, error_message
 
 MAX_AXIS_VALUES = 10_000
 
@@ -285,7 +285,7 @@ def _field_loc(data: Any, loc: tuple[Any, ...]) -> list[Any]:
 
 def _plain(error: Any) -> dict[str, Any]:
     """A pydantic error as JSON-safe data (its ``ctx`` may hold an exception)."""
-    return {"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]}
+    return {"loc": list(error["loc"]), "msg": error_message(error), "type": error["type"]}
 
 
 def set_path(data: Any, path: str, value: Any) -> None:

@@ -329,7 +329,7 @@ def continue_experiment(experiment: ManagedExperimentDep, body: ContinueIn, db: 
             "loc": ["body", "steps"], "type": e["type"],
             "msg": f"steps: the continued run would have params.steps = {steps} + {body.steps} = {steps + body.steps}, "
                    f"and its spec is refused at {'.'.join(map(str, e['loc'][1:] or e['loc']))}: "
-                   f"{e['msg'].removeprefix('Value error, ')}"}
+                   f"{smdengine.error_message(e)}"}
             for e in exc.errors()]) from None
     owner = experiment.owner
     max_work = (owner.max_work if owner is not None else None) or settings.max_work

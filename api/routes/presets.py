@@ -172,7 +172,8 @@ def run_preset(run: PresetRun, db: DbDep, settings: SettingsDep, user: CurrentUs
                                                      "priority": run.priority})
     except ValidationError as exc:   # an override of an unknown path, the wrong type or out of range
         raise HTTPException(status_code=422, detail=_body_errors(
-            [{"loc": _override_loc(smdengine.error_location(e), run.overrides), "msg": e["msg"], "type": e["type"]}
+            [{"loc": _override_loc(smdengine.error_location(e), run.overrides), "msg": smdengine.error_message(e),
+              "type": e["type"]}
              for e in exc.errors()])) from None
     study = submit(submission, db, settings, user, preset=preset.id, preset_size=run.size)
     response.headers["Location"] = f"/v1/studies/{study.id}"

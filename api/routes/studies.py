@@ -52,6 +52,8 @@ from smdengine import (
     OVERLAY_X,
     ChildRecord,
     StudyError,
+    error_location,
+    error_message,
     evaluate_checks,
     expand_study,
     group_by_point,
@@ -176,7 +178,7 @@ def _expand(submission: StudySubmission, settings: Settings) -> list[Any]:
         raise HTTPException(status_code=422, detail=_body_errors(exc.errors)) from None
     except ValidationError as exc:  # the model above already validated it: a study the engine reads otherwise
         raise HTTPException(status_code=422, detail=_body_errors(
-            [{"loc": list(e["loc"]), "msg": e["msg"], "type": e["type"]} for e in exc.errors()])) from None
+            [{"loc": list(error_location(e)), "msg": error_message(e), "type": e["type"]} for e in exc.errors()])) from None
 
 
 @plan_router.post("", response_model=StudyPlan, operation_id="planStudy",

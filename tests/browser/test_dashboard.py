@@ -265,6 +265,10 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     page.locator('.axis-row [name="axis-path"]').first.fill("params.lrr")   # the server's 422 next to that axis
     page.wait_for_function("document.querySelector('.axis-row .axis-error')?.textContent.includes('nearest valid paths')")
     assert page.locator("#study-submit").is_disabled()
+    page.locator('.axis-row [name="axis-path"]').first.fill("params.record_every")   # lr values: no integers
+    page.wait_for_function("document.querySelector('.axis-row .axis-error')?.textContent.includes('at points 0, 1')")
+    said = page.locator(".axis-row .axis-error").first.text_content()
+    assert said.count("Input should be a valid integer") == 1 and "Value error" not in said, said   # said once
     page.locator('.axis-row [name="axis-path"]').first.fill("params.lr")
     page.fill("#study-base", '{"kind": "nrq", "params": {"steps": 20000, "trials": 2000, "record_every": 20}}')
     page.fill("#study-seeds", "0")

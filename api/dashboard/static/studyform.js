@@ -91,9 +91,11 @@ export function render(main) {
   }
 
   // Each 422 error next to the axis its loc names (an unknown path, or a point's bad value of that
-  // path), else next to the base or the seeds; what matches none goes above the form.
+  // path), else next to the base or the seeds; what matches none goes above the form. The same message
+  // at several points is said once, with the points it holds at and the values of the first.
   function showErrors(detail) {
     const unplaced = [];
+    const said = new Map();   // slot -> message -> points (their errors' point objects)
     for (const error of detail) {
       const loc = error.loc || [];
       let path = null;
@@ -103,11 +105,24 @@ export function render(main) {
       const row = path && [...rows.querySelectorAll(".axis-row")].find((r) => r.dataset.path === path);
       const slot = row ? row.querySelector(".axis-error") : loc[1] === "seeds" ? seedsError : loc[1] === "base" ? baseError : null;
       if (!slot) { unplaced.push(error); continue; }
-      const point = error.point ? ` (point ${error.point.index}: ${JSON.stringify(error.point.values)})` : "";
-      slot.textContent = `${slot.textContent ? `${slot.textContent}; ` : ""}${error.msg}${point}`;
+      if (!said.has(slot)) said.set(slot, new Map());
+      const messages = said.get(slot);
+      if (!messages.has(error.msg)) messages.set(error.msg, []);
+      if (error.point) messages.get(error.msg).push(error.point);
       slot.closest(".axis-row, .field")?.classList.add("has-error");
     }
+    for (const [slot, messages] of said) {
+      slot.textContent = [...messages].map(([msg, points]) => msg + atPoints(points)).join("; ");
+    }
     if (unplaced.length) message.replaceChildren(errorBox({ detail: unplaced }));
+  }
+
+  function atPoints(points) {
+    if (!points.length) return "";
+    const values = Object.entries(points[0].values).map(([path, value]) => `${path} = ${JSON.stringify(value)}`);
+    const which = points.length === 1 ? `point ${points[0].index}` :
+      `points ${points.map((p) => p.index).join(", ")}; the first`;
+    return ` (at ${which}: ${values.join(", ")})`;
   }
 
   async function askPlan() {
