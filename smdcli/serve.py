@@ -15,10 +15,12 @@ from store.settings import Settings
 log = logging.getLogger("smd.serve")
 
 
-def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None, *, migrate: bool = True) -> int:
+def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None, *, migrate: bool = True,
+            supervisor: _WorkerSupervisor | None = None) -> int:
     """Serve the API (applying the migrations at start-up unless ``migrate`` is False);
     ``on_shutdown`` runs after the server stopped, before uvicorn re-raises the signal that stopped
-    it (after which nothing else in this process would run)."""
+    it (after which nothing else in this process would run). ``supervisor`` is told how to see that the
+    server is stopping (a signal to the whole process group stops its worker too: not to be restarted)."""
     import asyncio
 
     import uvicorn
@@ -40,8 +42,11 @@ def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None, *
     if settings.api_workers == 1:
         config = uvicorn.Config(create_app(settings, migrate=migrate), host=settings.host, port=settings.port,
                                 log_level=settings.log_level.lower())
+        server = Server(config)
+        if supervisor is not None:
+            supervisor.api_stopping = lambda: bool(server.should_exit)
         try:
-            Server(config).run()
+            server.run()
         except KeyboardInterrupt:   # uvicorn re-raises the Ctrl-C it has handled: a clean stop, as with several
             pass
         return 0
@@ -55,8 +60,11 @@ def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None, *
 
     config = uvicorn.Config("api.main:process_app", factory=True, host=settings.host, port=settings.port,
                             workers=settings.api_workers, log_level=settings.log_level.lower())
+    processes = Multiprocess(config, sockets=[config.bind_socket()])
+    if supervisor is not None:
+        supervisor.api_stopping = processes.should_exit.is_set
     try:
-        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        processes.run()
     finally:
         if on_shutdown is not None:
             on_shutdown()
@@ -100,7 +108,7 @@ def serve(settings: Settings) -> int:
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     log.info("dashboard: http://%s:%d/ (API docs: /docs)", host, settings.port)
     try:
-        return run_api(settings, on_shutdown=supervisor.stop, migrate=False)
+        return run_api(settings, on_shutdown=supervisor.stop, migrate=False, supervisor=supervisor)
     finally:
         supervisor.stop()
 
@@ -111,6 +119,9 @@ class _WorkerSupervisor:
         self.proc: subprocess.Popen | None = None
         self.stopping = threading.Event()
         self.lock = threading.Lock()  # no respawn may race with stop()
+        # set by run_api: whether the API is stopping (a signal to the process group, e.g. Ctrl-C or a
+        # supervisor's SIGTERM, stops the worker at the same moment: it is not restarted then)
+        self.api_stopping: Callable[[], bool] = lambda: False
         self.thread = threading.Thread(target=self._watch, name="worker-supervisor", daemon=True)
 
     def start(self) -> None:
@@ -139,6 +150,9 @@ class _WorkerSupervisor:
         while not self.stopping.wait(1.0):
             with self.lock:
                 if not self.stopping.is_set() and self.proc is not None and self.proc.poll() is not None:
+                    if self.api_stopping():
+                        log.info("worker exited with %s as the service stops", self.proc.returncode)
+                        return
                     log.warning("worker exited with %s; restarting it", self.proc.returncode)
                     self._spawn()
 

@@ -14,3 +14,36 @@ def test_embedded_worker_runs_at_a_lower_cpu_priority():
     out = subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], preexec_fn=_worker_child,
                          capture_output=True, text=True, check=True).stdout
     assert int(out) == min(19, os.nice(0) + WORKER_NICENESS)
+
+
+
+def test_a_worker_that_exits_as_the_service_stops_is_not_restarted(tmp_path):
+    """A signal to the whole process group (Ctrl-C, a supervisor's SIGTERM) stops the worker and the API at
+    once; the API may take longer (open event streams): the worker is restarted only while the API serves."""
+    import time
+
+    from smdcli.serve import _WorkerSupervisor
+    from store.settings import Settings
+
+    def supervised(api_stopping: bool) -> tuple[_WorkerSupervisor, list]:
+        supervisor = _WorkerSupervisor(Settings(state_dir=tmp_path / "state"))
+        spawned: list = []
+
+        def spawn() -> None:   # a "worker" that exits at once
+            supervisor.proc = subprocess.Popen([sys.executable, "-c", "pass"])
+            spawned.append(supervisor.proc)
+
+        supervisor._spawn = spawn
+        supervisor.api_stopping = lambda: api_stopping
+        supervisor.start()
+        return supervisor, spawned
+
+    stopping, spawned = supervised(api_stopping=True)
+    stopping.thread.join(timeout=10)   # its watch saw the worker gone as the API stops: it ends
+    assert not stopping.thread.is_alive() and len(spawned) == 1
+    serving, spawned = supervised(api_stopping=False)
+    deadline = time.monotonic() + 10
+    while len(spawned) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    serving.stop()
+    assert len(spawned) >= 2   # while the API serves, a worker that exits is restarted

@@ -142,7 +142,9 @@ def test_a_batch_stopped_while_checkpointing_leaves_its_members_at_one_step(sett
     jobs.save_checkpoints): a worker killed between two members' writes of its second checkpoint
     leaves all four at the first one, so they resume as one batch."""
     ids = study(settings, 4, steps=4000)
-    settings = settings.model_copy(update={"checkpoint_seconds": 1e-9})   # a checkpoint at every progress event
+    # a checkpoint at every progress event, and a progress event at (nearly) every record step: two rounds of
+    # checkpoints come before the run ends however fast the machine (at 0.2 s apart, a fast one had only one)
+    settings = settings.model_copy(update={"checkpoint_seconds": 1e-9, "flush_seconds": 1e-3})
 
     class Killed(BaseException):   # as a SIGKILL: nothing of the worker's handles it
         pass
