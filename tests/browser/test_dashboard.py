@@ -121,6 +121,8 @@ def test_the_servers_422_is_shown_next_to_the_fields_it_names(service, page):
     assert lr_error.inner_text() == "Input should be greater than 0"   # pydantic's message, as the API sent it
     assert "valid integer" in page.locator('.field-error[data-error-for="params.steps"]').inner_text()
     assert page.locator('.field-error[data-error-for="params.dim"]').inner_text() == ""
+    # the first field marked is brought into view and focused, ready to edit
+    assert page.evaluate("document.activeElement?.closest('.has-error') !== null")
     screenshot(page, "new-experiment-errors")
     # a check over two fields is reported at params; its message names the field it is shown beside
     page.fill('[name="params.lr"]', "")
@@ -265,6 +267,7 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     page.locator('.axis-row [name="axis-path"]').first.fill("params.lrr")   # the server's 422 next to that axis
     page.wait_for_function("document.querySelector('.axis-row .axis-error')?.textContent.includes('nearest valid paths')")
     assert page.locator("#study-submit").is_disabled()
+    assert "cannot run" in page.locator("#study-plan").inner_text()   # the plan strip says why it is empty
     page.locator('.axis-row [name="axis-path"]').first.fill("params.record_every")   # lr values: no integers
     page.wait_for_function("document.querySelector('.axis-row .axis-error')?.textContent.includes('at points 0, 1')")
     said = page.locator(".axis-row .axis-error").first.text_content()

@@ -58,6 +58,10 @@ export function render(main) {
         const unplaced = error.detail.filter((d) => !builder.showError(d.loc, d.msg));
         if (unplaced.length) message.replaceChildren(errorBox({ detail: unplaced }));
         else message.replaceChildren(h("div.error-box", "The server refused some values: see the fields marked."));
+        // on a long form the first marked field may be off screen: bring it into view, ready to edit
+        const marked = form.querySelector(".has-error");
+        marked?.scrollIntoView({ block: "center" });
+        marked?.querySelector("input, select, textarea")?.focus({ preventScroll: true });
       } else {
         message.replaceChildren(errorBox(error));
       }

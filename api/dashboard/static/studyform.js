@@ -125,13 +125,16 @@ export function render(main) {
     return ` (at ${which}: ${values.join(", ")})`;
   }
 
+  // what the plan strip says while the study cannot be planned (its errors are marked where they are)
+  const NO_PLAN = "No plan: the study as written cannot run (see the errors).";
+
   async function askPlan() {
     const ticket = ++asked;
     clearErrors();
     let body;
     try { body = study(); } catch (e) {
       if (e.field) e.field.textContent = e.message; else message.replaceChildren(errorBox(e));
-      plan.textContent = "";
+      plan.textContent = NO_PLAN;
       submit.disabled = true;
       return;
     }
@@ -146,7 +149,7 @@ export function render(main) {
       submit.disabled = Boolean(p.max_work && p.work > p.max_work);
     } catch (error) {
       if (ticket !== asked) return;
-      plan.textContent = "";
+      plan.textContent = NO_PLAN;
       plan.dataset.runs = "";
       submit.disabled = true;
       if (error.status === 422 && Array.isArray(error.detail)) showErrors(error.detail);
