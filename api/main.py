@@ -34,22 +34,20 @@ from store.users import local_user
 from worker.sweeper import Sweeper
 
 
-def _name_tags(errors) -> list:
-    """A missing or unknown union tag (kind, params.model, params.dataset.name) is reported at the union; point its
-    loc at the tag field itself so that clients see ("body", "kind"). A spec's check across its params (a model
-    validator: ``record_every > steps``) is reported at the params; its message names the field first
-    (``"record_every: expected …"``), so point its loc there too, for a form to show it beside that field."""
+def _located(errors) -> list:
+    """Each 422 error where the request put the value: a missing or unknown union tag (kind, params.model,
+    params.dataset.name) is reported at the union, so its loc points at the tag field itself (("body", "kind"));
+    any other as :func:`smdengine.error_location` and :func:`smdengine.error_message` give it (a check across a
+    spec's params at the field its message names, without pydantic's "Value error, ")."""
     out = []
     for err in errors:
         tag = str(err.get("type", ""))
-        loc = tuple(err.get("loc", ()))
         if tag in ("invalid_kind", "invalid_model", "invalid_name"):
-            err = {**err, "loc": (*loc, tag.removeprefix("invalid_"))}
+            err = {**err, "loc": (*err.get("loc", ()), tag.removeprefix("invalid_"))}
         else:
             err = {**err, "loc": error_location(err), "msg": error_message(err)}
         out.append(err)
     return out
-
 
 
 ROUTERS = (experiments.csv_router, experiments.router, exports.router, events.router, queue.router, plots.router, studies.router,
@@ -252,7 +250,7 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # a NaN/Infinity literal in the body must still get its 422 (JSON cannot echo it back)
-        return JSONResponse(status_code=422, content={"detail": json_safe(jsonable(_name_tags(exc.errors())))})
+        return JSONResponse(status_code=422, content={"detail": json_safe(jsonable(_located(exc.errors())))})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):

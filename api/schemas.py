@@ -511,9 +511,10 @@ class PresetSizeOut(BaseModel):
     gpu: bool = Field(..., description="Whether this size needs a GPU worker (device cuda).")
     estimated_seconds: float | None = Field(None, description="Its work over the work per second of busy time "
                                                               "of this service's workers of that type (cpu or "
-                                                              "gpu) in their recent runs of the preset's kind "
-                                                              "that took at least a second (shorter ones are "
-                                                              "mostly start-up); null without such history.")
+                                                              "gpu) in their recent runs like its base (same "
+                                                              "kind, and model for sde) that took at least a "
+                                                              "second (shorter ones are mostly start-up); "
+                                                              "null without such history.")
 
 
 class PresetSizeDetailOut(PresetSizeOut):

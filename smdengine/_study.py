@@ -21,7 +21,7 @@ import math
 import types
 import typing
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Annotated, Any
@@ -112,7 +112,7 @@ class StudySpec(StrictModel):
             if not path:
                 raise ValueError(f"{info.field_name}: expected non-empty dotted paths")
             if path == "seed":   # as for `seeds`: a repeat is the same run again, a false standard error of 0
-                _distinct_seeds(_values(values), f"{info.field_name} axis seed")
+                distinct_seeds(_values(values), f"{info.field_name} axis seed")
         if info.field_name == "zip":
             both = set(info.data.get("grid") or {}) & set(axes)
             if both:
@@ -140,7 +140,7 @@ class StudySpec(StrictModel):
             return seeds
         if any(s < 0 or s > 2**63 - 1 for s in seeds):
             raise ValueError("seeds: expected integers in [0, 2^63 − 1]")
-        _distinct_seeds(seeds, "seeds")
+        distinct_seeds(seeds, "seeds")
         where = next((f"the {name} axis `seed`" for name in ("grid", "zip") if "seed" in (info.data.get(name) or {})),
                      None)
         points = info.data.get("points") or []
@@ -173,8 +173,9 @@ def _values(values: AxisValues) -> list[Any]:
     return values.values() if isinstance(values, Span) else values
 
 
-def _distinct_seeds(seeds: list[Any], what: str) -> None:
-    """Refuse a seed given twice; values that are not integers are left to each child's validation."""
+def distinct_seeds(seeds: Sequence[Any], what: str) -> None:
+    """ValueError ("<what>: expected distinct seeds, got …") when an integer seed is given twice; values that
+    are not integers are left to each child's validation (and to the callers' own type checks)."""
     repeated = sorted(s for s, n in Counter(s for s in seeds if type(s) is int).items() if n > 1)
     if repeated:   # a repeat is the same run again: a point's standard error would be a false 0
         raise ValueError(f"{what}: expected distinct seeds, got {', '.join(map(str, repeated))} more than once")

@@ -93,27 +93,22 @@ def _timed(entry: dict[str, Any], rates: _Rates) -> dict[str, Any]:
 def _override_loc(loc: tuple | list, overrides: dict[str, Any] | None) -> list[Any]:
     """Where a validation error of the built study lies, in the request: ``["overrides", path]`` for the
     override it comes from, else ``["overrides"]`` for an error in the study's base (the preset's own base is
-    valid: its overrides made it invalid), else the study's own location.
+    valid: its overrides made it invalid), else the study's own location. ``loc`` is the error's location as
+    :func:`smdengine.error_location` gives it (a check across fields at the field its message names).
 
     The error's location reads the path's parts in order with the union tags between them (``base.sde.params.
     norm_map.lr`` for ``params.lr``), or goes on inside the override's value (``...params.lr_schedule.0.lr_factor``
-    for ``params.lr_schedule``: the longest such path); an error on a parent (a check across fields:
-    ``base.nrq.params``) is the override's when it is the only override below that parent."""
+    for ``params.lr_schedule``: the longest such path)."""
     parts = [str(part) for part in loc]
     inside: list[str] = []
-    below: list[str] = []
     for path in overrides or {}:
         steps = path.split(".")
         if _reads_in_order(parts, steps, to_the_end=True):
             return ["overrides", path]
         if _reads_in_order(parts, steps, to_the_end=False):
             inside.append(path)
-        elif any(_reads_in_order(parts, steps[:n], to_the_end=True) for n in range(1, len(steps))):
-            below.append(path)
     if inside:
         return ["overrides", max(inside, key=lambda path: path.count("."))]
-    if len(below) == 1:
-        return ["overrides", below[0]]
     return ["overrides"] if parts[:1] == ["base"] else list(loc)
 
 

@@ -18,7 +18,6 @@ Importing this package imports no torch (nor scipy: theory is imported when chec
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from copy import deepcopy
 from dataclasses import dataclass
@@ -135,9 +134,9 @@ def check_seeds(preset: Preset, seeds: Sequence[int]) -> None:
     bad = [s for s in seeds if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= 2**63 - 1]
     if bad:
         raise ValueError(f"seeds: expected integers in [0, 2^63 − 1], got {', '.join(map(repr, bad[:5]))}")
-    repeated = sorted(s for s, n in Counter(seeds).items() if n > 1)
-    if repeated:   # the same run twice: a standard error over seeds would be falsely small
-        raise ValueError(f"seeds: expected distinct seeds, got {', '.join(map(str, repeated))} more than once")
+    from smdengine._study import distinct_seeds
+
+    distinct_seeds(seeds, "seeds")   # the same run twice: a standard error over seeds would be falsely small
     low, high = preset.min_seeds, preset.max_seeds
     if len(seeds) < low or (high is not None and len(seeds) > high):
         want = (f"at least {low}" if high is None else f"exactly {low}" if low == high else f"{low} to {high}")
