@@ -15,12 +15,11 @@ from store.settings import Settings
 log = logging.getLogger("smd.serve")
 
 
-def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None, *, migrate: bool = True,
-            supervisor: _WorkerSupervisor | None = None) -> int:
-    """Serve the API (applying the migrations at start-up unless ``migrate`` is False);
-    ``on_shutdown`` runs after the server stopped, before uvicorn re-raises the signal that stopped
-    it (after which nothing else in this process would run). ``supervisor`` is told how to see that the
-    server is stopping (a signal to the whole process group stops its worker too: not to be restarted)."""
+def run_api(settings: Settings, *, migrate: bool = True, supervisor: _WorkerSupervisor | None = None) -> int:
+    """Serve the API (applying the migrations at start-up unless ``migrate`` is False). With the embedded
+    worker's ``supervisor``: it is told how to see that the server is stopping (a signal to the whole process
+    group stops its worker too: not to be restarted), and stopped after the server, before uvicorn re-raises
+    the signal that stopped it (after which nothing else in this process would run)."""
     import asyncio
 
     import uvicorn
@@ -36,8 +35,8 @@ def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None, *
     class Server(uvicorn.Server):
         async def shutdown(self, sockets=None) -> None:
             await super().shutdown(sockets)
-            if on_shutdown is not None:
-                await asyncio.to_thread(on_shutdown)
+            if supervisor is not None:
+                await asyncio.to_thread(supervisor.stop)
 
     if settings.api_workers == 1:
         config = uvicorn.Config(create_app(settings, migrate=migrate), host=settings.host, port=settings.port,
@@ -66,8 +65,8 @@ def run_api(settings: Settings, on_shutdown: Callable[[], None] | None = None, *
     try:
         processes.run()
     finally:
-        if on_shutdown is not None:
-            on_shutdown()
+        if supervisor is not None:
+            supervisor.stop()
     return 0
 
 
@@ -108,7 +107,7 @@ def serve(settings: Settings) -> int:
     host = f"[{settings.host}]" if ":" in settings.host else settings.host
     log.info("dashboard: http://%s:%d/ (API docs: /docs)", host, settings.port)
     try:
-        return run_api(settings, on_shutdown=supervisor.stop, migrate=False, supervisor=supervisor)
+        return run_api(settings, migrate=False, supervisor=supervisor)
     finally:
         supervisor.stop()
 
