@@ -35,6 +35,8 @@ def invalid(description: str) -> Responses:
 
 
 INVALID: Responses = invalid("A parameter or the body is invalid: each error names where (loc) and why (msg).")
+UNSUPPORTED_MEDIA: Responses = {415: {"model": ErrorOut, "description": "The body is not JSON (a Content-Type "
+                                                                         "other than application/json)."}}
 
 
 def query_error(key: str, reason: str) -> HTTPException:

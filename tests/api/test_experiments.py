@@ -277,7 +277,7 @@ def test_the_nul_check_passes_a_body_sent_in_chunks_on_whole():
     every message, in order, and a NUL in any of them (JSON in UTF-16 too) is found."""
     import asyncio
 
-    from api.main import _NoNul
+    from api.edges import NoNul
 
     async def send_through(chunks: list[bytes]) -> tuple[list[bytes], list[dict]]:
         got, sent = [], []
@@ -301,7 +301,7 @@ def test_the_nul_check_passes_a_body_sent_in_chunks_on_whole():
             sent.append(message)
 
         scope = {"type": "http", "method": "POST", "path": "/v1/experiments", "query_string": b"", "headers": []}
-        await _NoNul(route)(scope, receive, send)
+        await NoNul(route)(scope, receive, send)
         return got, sent
 
     chunks = [b'{"name": "a', b'bc", "tags": ["x"', b"]}"]

@@ -184,7 +184,7 @@ def rightly_refused(error: dict) -> bool:
       model refuses (the error names the point), or more children than SMD_MAX_STUDY_POINTS;
     - a compare study of ids that are no experiment the user may see, or of a private one in a lab study;
     - text with a NUL character (U+0000) anywhere in the request: JSON schema strings allow it, but PostgreSQL
-      cannot store it (api/main.py, _NoNul)."""
+      cannot store it (api/edges.py, NoNul)."""
     if error.get("type") in ("value_error", "string_nul") or error.get("type") in STUDY_ERRORS or "point" in error:
         return True
     key, outside = BOUNDS.get(error.get("type"), (None, None))
