@@ -121,7 +121,7 @@ PY
     note "serve: $(tr '\n' ' ' < "$OUT/serve.txt" | cut -c1-400)"
     ;;
   bench)
-    timeout 30 python3 bench/fused_sweep.py --device cuda --repeat 1 > "$OUT/fused_sweep.txt" 2>&1; rc2=$?
+    timeout 40 python3 bench/fused_sweep.py --device cuda --repeat 3 > "$OUT/fused_sweep.txt" 2>&1; rc2=$?
     tail -8 "$OUT/fused_sweep.txt"
     timeout 130 python3 bench/nrq_gpu.py --seconds "${CHECK_BENCH_SECONDS:-0.1}" --dtypes "${CHECK_DTYPES:-float32}" \
         > "$OUT/nrq_gpu.txt" 2>&1; rc1=$?

@@ -1,12 +1,13 @@
 """Theory series of an ``nrq`` run, aligned on its record steps (docs/theory.md)."""
 from __future__ import annotations
 
+import bisect
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from smdengine._science import Phase, au_equilibrium, phase_at, record_steps
+from smdengine._science import Phase, au_equilibrium, record_steps
 from smdengine.nrq import theory
 from smdengine.nrq.spec import NRQPhysics
 
@@ -30,10 +31,10 @@ def predict_physics(p: NRQPhysics, momentum: float = 0.0,
     """
     steps = record_steps(p.steps, p.record_every)
     true_phases = p.phases()
-    out: dict[str, Any] = {
-        "au_equilibrium": [au_equilibrium(phase_at(true_phases, n).lr, phase_at(true_phases, n).weight_decay,
-                                                 momentum) for n in steps],
-    }
+    starts = [ph.start for ph in true_phases]
+    phase_of = [bisect.bisect_right(starts, n) - 1 for n in steps]   # the phase in force at each record step
+    au = [au_equilibrium(ph.lr, ph.weight_decay, momentum) for ph in true_phases]
+    out: dict[str, Any] = {"au_equilibrium": [au[i] for i in phase_of]}
     all_phases = [replace(ph, lr=ph.lr / (1.0 - momentum)) for ph in true_phases]   # effective rates
     if init_norms_sq is None:
         nodes, weights = theory.init_norm_sq_law(p.dim, p.init_std)
@@ -42,15 +43,15 @@ def predict_physics(p: NRQPhysics, momentum: float = 0.0,
     out["norm_sq_theory"] = _norm_sq_series(p, steps, all_phases, nodes, weights)
     levels = p.two_level()
     if levels is not None:
-        per_phase = {}
+        per_phase = []
         for phase in all_phases:
             if phase.weight_decay > 0:
                 k = theory.kappa(levels[0], levels[1], p.dim, p.noise_std, phase.lr, phase.weight_decay)
-                per_phase[phase.start] = (k, theory.risk_stationary(k, p.dim))
+                per_phase.append((k, theory.risk_stationary(k, p.dim)))
             else:  # no equilibrium without weight decay
-                per_phase[phase.start] = (float("nan"), float("nan"))
-        out["kappa"] = [per_phase[phase_at(all_phases, n).start][0] for n in steps]
-        out["risk_stationary"] = [per_phase[phase_at(all_phases, n).start][1] for n in steps]
+                per_phase.append((float("nan"), float("nan")))
+        out["kappa"] = [per_phase[i][0] for i in phase_of]
+        out["risk_stationary"] = [per_phase[i][1] for i in phase_of]
     return out
 
 
@@ -78,8 +79,9 @@ def _norm_sq_series(p: NRQPhysics, steps: list[int], all_phases: list[Phase], no
     for i, phase in enumerate(all_phases):
         m = m * phase.rescale**2
         start_value[phase.start] = m
-        end = all_phases[i + 1].start if i + 1 < len(all_phases) else p.steps
-        m = theory.norm_sq_relaxation(m, end - phase.start, p.dim, p.noise_std, phase.lr, phase.weight_decay)
+        if i + 1 < len(all_phases):   # the values the next phase starts from
+            m = theory.norm_sq_relaxation(m, all_phases[i + 1].start - phase.start, p.dim, p.noise_std, phase.lr,
+                                          phase.weight_decay)
     out = np.empty(len(steps))
     steps_arr = np.asarray(steps, dtype=np.float64)
     phase_index = np.searchsorted([ph.start for ph in all_phases], steps_arr, side="right") - 1

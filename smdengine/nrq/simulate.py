@@ -48,8 +48,11 @@ class NRQRun(Simulator[Any]):
         a = torch.tensor(p.spectrum(), dtype=ctx.dtype, device=ctx.device)
         xs = [q.init_std * torch.randn(q.trials, q.dim, generator=gen, dtype=ctx.dtype, device=ctx.device)
               for q, (_, gen) in zip(params, self.members, strict=True)]
-        self.init_norms_sq = [x.square().sum(dim=1).cpu().numpy() for x in xs]
         x = xs[0] if len(xs) == 1 else torch.cat(xs)
+        # |X₀|² per trial, in float64 on the host from one copy (not a device sync per member); each member
+        # from its own rows, so that a fused member's theory is its run alone's
+        host = x.to("cpu", torch.float64).split([q.trials for q in params])
+        self.init_norms_sq = [h.square().sum(dim=1).numpy() for h in host]
         self.stepper = Stepper(x, a, [q.noise_std for q in params], [getattr(q, "momentum", 0.0) for q in params],
                                [gen for _, gen in self.members], [q.trials for q in params],
                                multistep=self.MULTISTEP)

@@ -34,7 +34,9 @@ def norm_sq_relaxation(norm_sq_start, t, dim: int, noise_std: float,
     else:
         target = unit_grad_sq * lr / (2.0 * weight_decay)
         decay = np.exp(-4.0 * lr * weight_decay * np.asarray(t, dtype=np.float64))
-        out = np.sqrt(np.maximum(decay * (m0**2 - target) + target, 0.0))
+        out = np.asarray(decay * (m0**2 - target))   # then in place: steps × nodes is the large array
+        out += target
+        np.sqrt(np.maximum(out, 0.0, out=out), out=out)
     return float(out) if out.ndim == 0 else out
 
 
@@ -60,8 +62,8 @@ def risk_stationary(kappa_value: float, dim: int) -> float:
     Exact quadrature for any κ > 0 and p ≥ 2 (see :class:`_StationaryLaw`).
     Small-ηλ asymptote: r* ≈ (p−1)/(4κ).
     """
-    law = _StationaryLaw(kappa_value, dim)
-    return law.integral(0.0, math.pi / 2, cos_power=2) / law.total
+    numerator, total = _StationaryLaw(kappa_value, dim).integrals(0.0, math.pi / 2, cos_powers=(2, 0))
+    return numerator / total
 
 
 def f_density_bins(kappa_value: float, dim: int, edges: list[float]) -> list[float]:
@@ -92,33 +94,47 @@ class _StationaryLaw:
         width = 1.0 / math.sqrt(curvature) if curvature > 0 else math.inf
         self.cuts = sorted({self.peak, *(c for c in (self.peak - 10 * width, self.peak + 10 * width)
                                          if 0.0 < c < math.pi / 2)})
-        self.total = self.integral(0.0, math.pi / 2)
+
+    @functools.cached_property
+    def total(self) -> float:
+        """∫_0^{π/2} density/max dφ."""
+        return self.integral(0.0, math.pi / 2)
 
     def integral(self, lo: float, hi: float, cos_power: int = 0) -> float:
-        """∫_lo^hi (density/max)·cos^{cos_power}φ dφ, cut at the peak and 10 widths on each side of it
-        (:meth:`__init__`): on each piece Gauss–Legendre with
-        64 and then 128 nodes (NumPy, all nodes at once); where the two differ by more than 1e-12 of the
-        value (a peak too narrow for them: large κ or p), QUADPACK's adaptive rule to 1e-10."""
-        cuts = [lo, *(c for c in self.cuts if lo < c < hi), hi]
-        return math.fsum(self._piece(a, b, cos_power) for a, b in zip(cuts, cuts[1:], strict=False) if b > a)
+        """∫_lo^hi (density/max)·cos^{cos_power}φ dφ (:meth:`integrals`)."""
+        return self.integrals(lo, hi, (cos_power,))[0]
 
-    def _piece(self, a: float, b: float, cos_power: int) -> float:
-        # ℓ(φ) − ℓ(φ*) = −2κ(cos²φ − cos²φ*) + (p−2)(ln cos φ − ln cos φ*), then × cos^{cos_power}φ: in cosines,
-        # which keep their relative precision near π/2, where 2κ sin²φ − ℓ(φ*) cancelled (1e-8 at κ = 1e9)
+    def integrals(self, lo: float, hi: float, cos_powers: tuple[int, ...]) -> list[float]:
+        """∫_lo^hi (density/max)·cos^{c}φ dφ for each c in ``cos_powers``, cut at the peak and 10 widths on
+        each side of it (:meth:`__init__`): on each piece Gauss–Legendre with 64 and then 128 nodes (NumPy:
+        every piece and power of a rule at once); where the two differ by more than 1e-12 of the value (a
+        peak too narrow for them: large κ or p), QUADPACK's adaptive rule to 1e-10."""
+        cuts = [lo, *(c for c in self.cuts if lo < c < hi), hi]
+        pieces = [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+        if not pieces:
+            return [0.0 for _ in cos_powers]
+        a, b = np.array(pieces).T
+        # ℓ(φ) − ℓ(φ*) = −2κ(cos²φ − cos²φ*) + (p−2)(ln cos φ − ln cos φ*), then × cos^{c}φ: in cosines, which
+        # keep their relative precision near π/2, where 2κ sin²φ − ℓ(φ*) cancelled (1e-8 at κ = 1e9)
         two_kappa, m, c_peak = 2.0 * self.kappa, self.dim - 2, math.cos(self.peak)
         shift = two_kappa * c_peak**2 - (m * math.log(c_peak) if m else 0.0)
-        previous = math.nan
+        rules = []
         for nodes in (64, 128):
             x, w = _legendre(nodes)
-            phi = 0.5 * (b - a) * x + 0.5 * (b + a)   # interior points: cos φ > 0 on [0, π/2)
-            c = np.cos(phi)
-            log_g = shift - two_kappa * c * c + ((m + cos_power) * np.log(c) if m + cos_power else 0.0)
-            value = 0.5 * (b - a) * float(w @ np.exp(log_g))
-            if abs(value - previous) <= 1e-12 * abs(value):
-                return value
-            previous = value
-        exp, cos, log = math.exp, math.cos, math.log
-        power = m + cos_power
+            c = np.cos(0.5 * (b - a)[:, None] * x + 0.5 * (b + a)[:, None])   # interior points: cos φ > 0
+            base, log_c = shift - two_kappa * c * c, np.log(c)
+            rules.append([0.5 * (b - a) * (np.exp(base + (m + k) * log_c if m + k else base) @ w)
+                          for k in cos_powers])
+        out = []
+        for k, coarse, fine in zip(cos_powers, *rules, strict=True):
+            values = [float(v) if abs(v - u) <= 1e-12 * abs(v) else self._adaptive(lo_, hi_, shift, m + k)
+                      for u, v, (lo_, hi_) in zip(coarse, fine, pieces, strict=True)]
+            out.append(math.fsum(values))
+        return out
+
+    def _adaptive(self, a: float, b: float, shift: float, power: int) -> float:
+        """QUADPACK on one piece, the integrand of :meth:`integrals` with cos^{power}: its fallback."""
+        two_kappa, exp, cos, log = 2.0 * self.kappa, math.exp, math.cos, math.log
 
         def g(phi: float) -> float:
             c = cos(phi)

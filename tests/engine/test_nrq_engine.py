@@ -183,8 +183,7 @@ def test_the_final_row_is_the_state_after_the_last_update():
         assert short[key][:-1] == longer[key][:-2], key
 
 
-@pytest.mark.cpu_stream
-def test_theory_keys_sgd_two_level():
+def test_theory_keys_sgd_two_level(engine_device):
     result = smdengine.run(spec())
     assert set(result.theory) == SGD_THEORY_KEYS
     th = result.theory
@@ -193,7 +192,7 @@ def test_theory_keys_sgd_two_level():
     assert th["risk_stationary"] == [theory.risk_stationary(k, 10)] * 41
     assert th["au_equilibrium"] == [math.sqrt(2 * 0.1 * 0.01)] * 41
     # the run conditions the norm prediction on its realized initial norms ...
-    m0 = initial_norms_sq(spec())
+    m0 = initial_norms_sq(spec(), engine_device)
     assert th["norm_sq_theory"][0] == pytest.approx(result.series["norm_sq"][0], rel=1e-12)
     assert th["norm_sq_theory"] == [pytest.approx(theory.norm_sq_relaxation(m0, n, 10, 1.0, 0.1, 0.01).mean())
                                     for n in range(0, 401, 10)]
@@ -204,15 +203,17 @@ def test_theory_keys_sgd_two_level():
         k: v for k, v in th.items() if k != "norm_sq_theory"}
 
 
-def initial_norms_sq(data: dict):
-    """|X₀|² per trial, drawn again the way the engine draws X₀ (first draw of the seeded generator)."""
+def initial_norms_sq(data: dict, device: str):
+    """|X₀|² per trial, drawn again the way the engine draws X₀ on ``device`` (the first draw of its
+    generator seeded with the run's seed, in the run's dtype)."""
     p = data["params"]
-    gen = torch.Generator().manual_seed(data["seed"])
-    x = p.get("init_std", 1.0) * torch.randn(p["trials"], p.get("dim", 10), generator=gen, dtype=torch.float64)
-    return x.square().sum(dim=1).numpy()
+    gen = torch.Generator(device=device).manual_seed(data["seed"])
+    x = p.get("init_std", 1.0) * torch.randn(p["trials"], p.get("dim", 10), generator=gen, device=device,
+                                             dtype=getattr(torch, p.get("dtype", "float64")))
+    return x.square().sum(dim=1).cpu().numpy()
 
 
-def test_theory_keys_momentum():
+def test_theory_keys_momentum(engine_device):
     """With momentum α the norm and the risk follow the SGD closed forms at η/(1−α); the AU is √(2λη/(1+α))."""
     result = smdengine.run(spec(momentum=0.9))
     assert set(result.theory) == SGD_THEORY_KEYS
@@ -220,7 +221,7 @@ def test_theory_keys_momentum():
     k = theory.kappa(1.0, 2.0, 10, 1.0, 0.1 / (1 - 0.9), 0.01)
     assert result.theory["kappa"] == [pytest.approx(k, rel=1e-12)] * 41
     assert result.theory["risk_stationary"] == [pytest.approx(theory.risk_stationary(k, 10), rel=1e-12)] * 41
-    m0 = initial_norms_sq(spec(momentum=0.9))
+    m0 = initial_norms_sq(spec(momentum=0.9), engine_device)
     assert result.theory["norm_sq_theory"] == [
         pytest.approx(theory.norm_sq_relaxation(m0, n, 10, 1.0, 0.1 / (1 - 0.9), 0.01).mean(), rel=1e-12)
         for n in range(0, 401, 10)]
@@ -235,8 +236,7 @@ def test_theory_explicit_spectrum():
     assert two_level.theory["kappa"][0] == pytest.approx(theory.kappa(0.5, 2.0, 4, 1.0, 0.1, 0.01))
 
 
-@pytest.mark.cpu_stream
-def test_theory_follows_the_schedule():
+def test_theory_follows_the_schedule(engine_device):
     sched = [{"step": 150, "lr_factor": 0.1}, {"step": 300, "lr_factor": 2.0, "weight_decay_factor": 0.5}]
     th = smdengine.run(spec(lr_schedule=sched)).theory
     steps = list(range(0, 401, 10))
@@ -245,7 +245,7 @@ def test_theory_follows_the_schedule():
     assert th["kappa"] == [pytest.approx(theory.kappa(1.0, 2.0, 10, 1.0, lr, wd)) for lr, wd in rates]
     # the norm prediction is continuous across a decay without rescale
     i = steps.index(150)
-    m0 = initial_norms_sq(spec(lr_schedule=sched))
+    m0 = initial_norms_sq(spec(lr_schedule=sched), engine_device)
     assert th["norm_sq_theory"][i] == pytest.approx(theory.norm_sq_relaxation(m0, 150, 10, 1.0, 0.1, 0.01).mean())
 
 
