@@ -7,7 +7,7 @@
 #   env    the GPU, torch, the copy bandwidth and the wheels installed into /tmp/site
 #   invariance  bench/batch_invariance.py: which reductions depend on the batch's row count   (≤ 30 s)
 #   tests  tests/engine (or the node ids in CHECK_TESTS) with --device cuda (every engine run on the GPU), CHECK_WORKERS processes
-#          (8), distributed by CHECK_DIST (loadfile), interrupted after CHECK_TEST_SECONDS (290; killed
+#          (15), distributed by CHECK_DIST (load), interrupted after CHECK_TEST_SECONDS (250; killed
 #          15 s later if it does not stop)
 #   serve  `smd serve` (embedded SQLite and broker) runs a device: cuda and a device: auto job end to
 #          end; their provenance names the GPU                                                (≤ 60 s)
@@ -86,8 +86,8 @@ PY
   tests)
     # SIGINT first: pytest then still prints its failures and summary; no globbing of CHECK_TESTS' [ids]
     set -f
-    OMP_NUM_THREADS=1 timeout -s INT -k 15 "${CHECK_TEST_SECONDS:-290}" python3 -m pytest -q -p no:cacheprovider \
-        -n "${CHECK_WORKERS:-8}" --dist "${CHECK_DIST:-loadfile}" --durations=30 \
+    OMP_NUM_THREADS=1 timeout -s INT -k 15 "${CHECK_TEST_SECONDS:-250}" python3 -m pytest -q -p no:cacheprovider \
+        -n "${CHECK_WORKERS:-15}" --dist "${CHECK_DIST:-load}" --durations=30 \
         ${CHECK_TESTS:-tests/engine} --device cuda \
         --junitxml="$OUT/engine-cuda.xml" -rfE > "$OUT/tests.log" 2>&1
     rc=$?
