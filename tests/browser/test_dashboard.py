@@ -273,6 +273,16 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     said = page.locator(".axis-row .axis-error").first.text_content()
     assert said.count("Input should be a valid integer") == 1 and "Value error" not in said, said   # said once
     page.locator('.axis-row [name="axis-path"]').first.fill("params.lr")
+    # the page's own checks say every mistake at once, each beside its field: an axis's span and the seeds
+    values = page.locator('.axis-row [name="axis-values"]').first
+    values.fill("0.025, 0.1, x")
+    page.fill("#study-seeds", "0, -1")
+    page.wait_for_function("document.querySelector('.field-error[data-error-for=\"seeds\"]')?.textContent !== '' && "
+                           "document.querySelector('.axis-row .axis-error')?.textContent.includes('logspace')")
+    assert page.locator(".has-error").count() == 2
+    assert "cannot run" in page.locator("#study-plan").inner_text()
+    screenshot(page, "new-study-page-errors")
+    values.fill("0.025, 0.1, 3")
     page.fill("#study-base", '{"kind": "nrq", "params": {"steps": 20000, "trials": 2000, "record_every": 20}}')
     page.fill("#study-seeds", "0")
     page.wait_for_function("document.getElementById('study-plan')?.dataset.runs === '6'")

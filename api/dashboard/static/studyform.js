@@ -57,31 +57,42 @@ export function render(main) {
     return row;
   }
 
-  // The study the form describes; throws with the field it is about.
+  // The study the form describes; else throws an Error whose `problems` are every mistake the page can
+  // see before asking the server, one { field, text } per field (so all of them are shown at once).
   function study() {
+    const problems = [];
     let base;
-    try { base = JSON.parse(baseText.value); } catch (e) { throw Object.assign(new Error(`base: not valid JSON (${e.message})`), { field: baseError }); }
+    try { base = JSON.parse(baseText.value); } catch (e) { problems.push({ field: baseError, text: `base: not valid JSON (${e.message})` }); }
     const body = { base, seeds: [] };
     if (name.value.trim()) body.name = name.value.trim();
     for (const row of rows.querySelectorAll(".axis-row")) {
       const path = row.querySelector('[name="axis-path"]').value.trim();
       row.dataset.path = path;
       const group = row.querySelector('[name="axis-group"]').value;
-      let values;
       try {
-        values = axisValues(row.querySelector('[name="axis-mode"]').value, row.querySelector('[name="axis-values"]').value);
+        const values = axisValues(row.querySelector('[name="axis-mode"]').value, row.querySelector('[name="axis-values"]').value);
+        (body[group] ??= {})[path] = values;
       } catch (e) {
-        throw Object.assign(e, { field: row.querySelector(".axis-error") });
+        problems.push({ field: row.querySelector(".axis-error"), text: e.message });
       }
-      (body[group] ??= {})[path] = values;
     }
     const seedText = seeds.value.trim();
     body.seeds = seedText ? seedText.split(/[\s,;]+/).map(Number) : [];
     if (body.seeds.some((s) => !Number.isInteger(s) || s < 0)) {
-      throw Object.assign(new Error(`seeds: expected whole numbers ≥ 0, got "${seedText}"`), { field: seedsError });
+      problems.push({ field: seedsError, text: `seeds: expected whole numbers ≥ 0, got "${seedText}"` });
     }
+    if (problems.length) throw Object.assign(new Error(problems.map((p) => p.text).join("; ")), { problems });
     if (!body.seeds.length) delete body.seeds;
     return body;
+  }
+
+  // study()'s problems beside their fields, marked as the server's errors are; any other error above the form
+  function showProblems(error) {
+    if (!error.problems) { message.replaceChildren(errorBox(error)); return; }
+    for (const { field, text } of error.problems) {
+      field.textContent = text;
+      field.closest(".axis-row, .field")?.classList.add("has-error");
+    }
   }
 
   function clearErrors() {
@@ -133,7 +144,7 @@ export function render(main) {
     clearErrors();
     let body;
     try { body = study(); } catch (e) {
-      if (e.field) e.field.textContent = e.message; else message.replaceChildren(errorBox(e));
+      showProblems(e);
       plan.textContent = NO_PLAN;
       submit.disabled = true;
       return;
@@ -168,7 +179,7 @@ export function render(main) {
     event.preventDefault();
     clearErrors();
     let body;
-    try { body = study(); } catch (e) { if (e.field) e.field.textContent = e.message; else message.replaceChildren(errorBox(e)); return; }
+    try { body = study(); } catch (e) { showProblems(e); return; }
     try {
       const created = await api("/v1/studies", { method: "POST", body });
       location.hash = `#/studies/${created.id}`;
