@@ -66,6 +66,8 @@ def same(a, b) -> bool:
         return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float) and a == 0.0 == b:
+        return math.copysign(1.0, a) == math.copysign(1.0, b)   # −0.0 is not 0.0, bit for bit
     return type(a) is type(b) and a == b
 
 

@@ -40,7 +40,7 @@ def predict_physics(p: NRQPhysics, momentum: float = 0.0,
         nodes, weights = theory.init_norm_sq_law(p.dim, p.init_std)
     else:   # at most 1024 weighted nodes standing for the sample: sorted, averaged in contiguous groups
         nodes, weights = _group_means(np.sort(np.asarray(init_norms_sq, dtype=np.float64)), 1024)
-    out["norm_sq_theory"] = _norm_sq_series(p, steps, all_phases, nodes, weights)
+    out["norm_sq_theory"] = _norm_sq_series(p, steps, phase_of, all_phases, nodes, weights)
     levels = p.two_level()
     if levels is not None:
         per_phase = []
@@ -69,11 +69,11 @@ def _group_means(values: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray]
     return means, weights
 
 
-def _norm_sq_series(p: NRQPhysics, steps: list[int], all_phases: list[Phase], nodes: np.ndarray,
-                    weights: np.ndarray) -> list[float]:
-    """E M_t, M_t = |X_t|² by the closed form from each initial value in ``nodes`` (weighted),
-    restarted at each phase from the values carried over (times the rescale factor², when the
-    phase rescales X)."""
+def _norm_sq_series(p: NRQPhysics, steps: list[int], phase_of: list[int], all_phases: list[Phase],
+                    nodes: np.ndarray, weights: np.ndarray) -> list[float]:
+    """E M_t at the record ``steps`` (``phase_of``: the index of the phase in force at each), M_t = |X_t|²
+    by the closed form from each initial value in ``nodes`` (weighted), restarted at each phase from
+    the values carried over (times the rescale factor², when the phase rescales X)."""
     start_value: dict[int, np.ndarray] = {}
     m = nodes
     for i, phase in enumerate(all_phases):
@@ -84,7 +84,7 @@ def _norm_sq_series(p: NRQPhysics, steps: list[int], all_phases: list[Phase], no
                                           phase.weight_decay)
     out = np.empty(len(steps))
     steps_arr = np.asarray(steps, dtype=np.float64)
-    phase_index = np.searchsorted([ph.start for ph in all_phases], steps_arr, side="right") - 1
+    phase_index = np.asarray(phase_of)
     for k, ph in enumerate(all_phases):
         where = np.flatnonzero(phase_index == k)
         for chunk in np.array_split(where, max(1, len(where) // 2048)):

@@ -49,10 +49,7 @@ class NRQRun(Simulator[Any]):
         xs = [q.init_std * torch.randn(q.trials, q.dim, generator=gen, dtype=ctx.dtype, device=ctx.device)
               for q, (_, gen) in zip(params, self.members, strict=True)]
         x = xs[0] if len(xs) == 1 else torch.cat(xs)
-        # |X₀|² per trial, in float64 on the host from one copy (not a device sync per member); each member
-        # from its own rows, so that a fused member's theory is its run alone's
-        host = x.to("cpu", torch.float64).split([q.trials for q in params])
-        self.init_norms_sq = [h.square().sum(dim=1).numpy() for h in host]
+        self.init_norms_sq = np.split(_norms_sq_on_host(x), np.cumsum([q.trials for q in params])[:-1])
         self.stepper = Stepper(x, a, [q.noise_std for q in params], [getattr(q, "momentum", 0.0) for q in params],
                                [gen for _, gen in self.members], [q.trials for q in params],
                                multistep=self.MULTISTEP)
@@ -295,3 +292,14 @@ class NRQSDE(NRQRun):
             expected = theory.f_density_bins(kappa, p.dim, edges)
         return {"f_histogram": {"bin_edges": edges, "density": density, "density_theory": expected,
                                 "samples": int(total)}}
+
+
+HOST_BLOCK_ELEMENTS = 2**22   # |X₀|² is summed on the host a block of rows at a time: ≤ 32 MB of float64
+
+
+def _norms_sq_on_host(x: torch.Tensor) -> np.ndarray:
+    """|X₀|² of each row of x (trials, p), in float64 on the host, a block of rows per copy: a few
+    synchronizations for a fused run instead of one per member, and never X₀ whole in float64. A row's
+    sum depends on that row alone, so a fused member's norms (and its theory) are its run alone's."""
+    rows = max(1, HOST_BLOCK_ELEMENTS // max(1, x.shape[1]))
+    return torch.cat([block.to("cpu", torch.float64).square().sum(dim=1) for block in x.split(rows)]).numpy()

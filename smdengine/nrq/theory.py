@@ -107,7 +107,7 @@ class _StationaryLaw:
     def integrals(self, lo: float, hi: float, cos_powers: tuple[int, ...]) -> list[float]:
         """∫_lo^hi (density/max)·cos^{c}φ dφ for each c in ``cos_powers``, cut at the peak and 10 widths on
         each side of it (:meth:`__init__`): on each piece Gauss–Legendre with 64 and then 128 nodes (NumPy:
-        every piece and power of a rule at once); where the two differ by more than 1e-12 of the value (a
+        a rule's cosines and logs once for every piece, an exp per power); where the two differ by more than 1e-12 of the value (a
         peak too narrow for them: large κ or p), QUADPACK's adaptive rule to 1e-10."""
         cuts = [lo, *(c for c in self.cuts if lo < c < hi), hi]
         pieces = [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
@@ -127,8 +127,8 @@ class _StationaryLaw:
                           for k in cos_powers])
         out = []
         for k, coarse, fine in zip(cos_powers, *rules, strict=True):
-            values = [float(v) if abs(v - u) <= 1e-12 * abs(v) else self._adaptive(lo_, hi_, shift, m + k)
-                      for u, v, (lo_, hi_) in zip(coarse, fine, pieces, strict=True)]
+            values = [float(v128) if abs(v128 - v64) <= 1e-12 * abs(v128) else self._adaptive(pa, pb, shift, m + k)
+                      for v64, v128, (pa, pb) in zip(coarse, fine, pieces, strict=True)]
             out.append(math.fsum(values))
         return out
 

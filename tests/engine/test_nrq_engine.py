@@ -205,12 +205,12 @@ def test_theory_keys_sgd_two_level(engine_device):
 
 def initial_norms_sq(data: dict, device: str):
     """|X₀|² per trial, drawn again the way the engine draws X₀ on ``device`` (the first draw of its
-    generator seeded with the run's seed, in the run's dtype)."""
+    generator seeded with the run's seed, in the run's dtype) and summed as it sums them (float64, host)."""
     p = data["params"]
     gen = torch.Generator(device=device).manual_seed(data["seed"])
     x = p.get("init_std", 1.0) * torch.randn(p["trials"], p.get("dim", 10), generator=gen, device=device,
                                              dtype=getattr(torch, p.get("dtype", "float64")))
-    return x.square().sum(dim=1).cpu().numpy()
+    return x.to("cpu", torch.float64).square().sum(dim=1).numpy()
 
 
 def test_theory_keys_momentum(engine_device):

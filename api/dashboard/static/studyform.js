@@ -146,6 +146,7 @@ export function render(main) {
     try { body = study(); } catch (e) {
       showProblems(e);
       plan.textContent = NO_PLAN;
+      plan.dataset.runs = "";
       submit.disabled = true;
       return;
     }
