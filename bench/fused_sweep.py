@@ -7,7 +7,7 @@ one process and on the device given (cpu, or cuda when there is one):
   separate  ``smdengine.run`` of each child in turn (what 64 workers' claims cost one after another)
   fused     ``smdengine.run_fused`` of the 64 children: one (64 000, p) batch with per-trial rates
 
-and checks that the fused results equal the separate ones bit for bit (series, theory and summary; NaN equal to NaN). Each
+and checks that the fused results equal the separate ones bit for bit (``RunResult.identical_to``). Each
 is timed best of ``--repeat`` (interleaved, so that load from other processes hits both alike). The
 ratio separate/fused is the speed-up; the target is ≥ 20× on a GPU (launch-bound there: 64 small
 batches pay 64× the kernel launches of one). The load average is printed before and after.
@@ -17,7 +17,6 @@ batches pay 64× the kernel launches of one). The load average is printed before
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import platform
 import sys
@@ -55,20 +54,6 @@ def theory_as_runs_compute_it(specs: list[dict]) -> float:
     for p, n in zip(parsed, norms, strict=True):
         predict_physics(p.params, p.params.momentum, n)
     return time.perf_counter() - t0
-
-
-def same(a, b) -> bool:
-    """Bit-for-bit equality of result values, NaN equal to NaN at the same place (``==`` on lists says two
-    NaN floats differ, such as the final row's angular updates)."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, float) and isinstance(b, float) and a == 0.0 == b:
-        return math.copysign(1.0, a) == math.copysign(1.0, b)   # −0.0 is not 0.0, bit for bit
-    return type(a) is type(b) and a == b
 
 
 def timed(fn) -> tuple[float, object]:
@@ -109,8 +94,7 @@ def main() -> int:
     assert separate is not None and fused is not None
     theory, _ = timed(lambda: [smdengine.predict(s) for s in specs])   # what both pay per point, unfused
     member_theory = theory_as_runs_compute_it(specs)
-    identical = all(f is not None and same(f.series, s.series) and same(f.theory, s.theory)
-                    and same(f.summary, s.summary) for f, s in zip(fused, separate, strict=True))
+    identical = all(f is not None and f.identical_to(s) for f, s in zip(fused, separate, strict=True))
     work = len(specs) * args.trials * steps
     print(f"{'':10}{'seconds':>10}{'trial-steps/s':>16}")
     print(f"{'separate':10}{best_sep:10.3f}{work / best_sep:16.3e}")

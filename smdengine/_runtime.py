@@ -119,6 +119,12 @@ class RunResult:
     summary: dict[str, Any]
     distributions: dict[str, Any] = field(default_factory=dict)
 
+    def identical_to(self, other: RunResult) -> bool:
+        """Series, theory, summary and distributions equal bit for bit (:func:`identical`): what a fused
+        member, a resumed run or a rerun on the same device promises against its plain run."""
+        return all(identical(getattr(self, name), getattr(other, name))
+                   for name in ("series", "theory", "summary", "distributions"))
+
     def to_document(self) -> dict[str, Any]:
         series, layers = split_layers(self.series)
         doc: dict[str, Any] = {"series": json_safe(series), "theory": json_safe(self.theory),
@@ -126,6 +132,20 @@ class RunResult:
         if layers:
             doc["layers"] = json_safe(layers)
         return doc
+
+
+def identical(a: Any, b: Any) -> bool:
+    """Equal bit for bit, through dicts, lists and tuples: NaN equal to NaN at the same place (``==`` says
+    two NaN differ) and −0.0 not equal to 0.0 (``==`` says they are equal)."""
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(identical(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(identical(x, y) for x, y in zip(a, b, strict=False))
+    return type(a) is type(b) and a == b
 
 
 LAYER_SEPARATOR = "/"

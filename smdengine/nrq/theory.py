@@ -107,8 +107,9 @@ class _StationaryLaw:
     def integrals(self, lo: float, hi: float, cos_powers: tuple[int, ...]) -> list[float]:
         """∫_lo^hi (density/max)·cos^{c}φ dφ for each c in ``cos_powers``, cut at the peak and 10 widths on
         each side of it (:meth:`__init__`): on each piece Gauss–Legendre with 64 and then 128 nodes (NumPy:
-        a rule's cosines and logs once for every piece, an exp per power); where the two differ by more than 1e-12 of the value (a
-        peak too narrow for them: large κ or p), QUADPACK's adaptive rule to 1e-10."""
+        a rule's cosines and logs once for every piece, an exp per power); where the two differ by more
+        than 1e-12 of the value (a peak too narrow for them: large κ or p), QUADPACK's adaptive rule to
+        1e-10."""
         cuts = [lo, *(c for c in self.cuts if lo < c < hi), hi]
         pieces = [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
         if not pieces:

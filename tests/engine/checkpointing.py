@@ -2,28 +2,20 @@
 compare with an uninterrupted run exactly (NaN equal to NaN)."""
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import pytest
 
 import smdengine
 from smdengine import Checkpoint, CheckpointHooks
+from smdengine._runtime import identical
 
 
 class Interrupt(Exception):
     pass
 
 
-def same(a, b) -> bool:
-    """Exact equality, NaN equal to NaN (at the same positions)."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=False))
-    return type(a) is type(b) and a == b
+same = identical   # exact equality, NaN equal to NaN (smdengine._runtime.identical)
 
 
 def assert_same_result(got, want) -> None:

@@ -5,6 +5,7 @@ resumed alone from a fused checkpoint finishes exactly like its uninterrupted ru
 from __future__ import annotations
 
 import importlib.util
+import math
 
 import pytest
 
@@ -104,3 +105,21 @@ def test_fuse_key_groups_only_what_can_share_a_batch():
     assert key({"kind": "sde", "seed": 0, "params": {"model": "nrq", "steps": 10, "record_every": 1}}) is None
     with pytest.raises(ValueError, match="fuse_key"):
         smdengine.run_fused([spec(), spec(dim=12)])
+
+
+def test_identical_is_bit_for_bit():
+    """The comparison every identity claim rests on (fused, resumed, bench): NaN equals NaN at the same
+    place, −0.0 is not 0.0, and a difference in any part of a result is seen."""
+    from smdengine._runtime import RunResult, identical
+
+    nan = float("nan")
+    assert identical({"a": [1.0, nan], "b": ([2, 3],)}, {"a": [1.0, float("nan")], "b": ([2, 3],)})
+    assert not identical([nan], [0.0]) and not identical([0.0], [nan])
+    assert not identical([-0.0], [0.0]) and not identical([1], [1.0]) and not identical([1.0], [1.0, 2.0])
+    run = smdengine.run(spec(seed=1))
+    twin = RunResult(series=run.series, theory={**run.theory}, summary=run.summary,
+                     distributions=run.distributions)
+    assert twin.identical_to(run)
+    last = run.theory["au_equilibrium"][-1]
+    twin.theory["au_equilibrium"] = [*run.theory["au_equilibrium"][:-1], math.nextafter(last, math.inf)]   # one ulp
+    assert not twin.identical_to(run)
