@@ -12,7 +12,12 @@ is timed best of ``--repeat`` (interleaved, so that load from other processes hi
 ratio separate/fused is the speed-up; the target is ≥ 20× on a GPU (launch-bound there: 64 small
 batches pay 64× the kernel launches of one). The load average is printed before and after.
 
-    .venv/bin/python bench/fused_sweep.py [--quick] [--device cpu|cuda] [--dtype float32|float64]
+What bounds the fused run on a GPU is the host's work per member; two figures follow it here, on any
+device: the members' theory one member at a time (as the separate runs compute it) against all in one
+batch (as the fused run does), checked identical; and with ``--parts``, one more fused run timed by part
+(setup, updates and records, final row, theory, summaries).
+
+    .venv/bin/python bench/fused_sweep.py [--quick] [--parts] [--device cpu|cuda] [--dtype float32|float64]
 """
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.p
 from _machine import load_average
 
 import smdengine  # noqa: E402
+from smdengine._runtime import identical  # noqa: E402
 
 LRS = [0.01 * 2 ** (i / 2) for i in range(8)]
 WDS = [1e-3 * 2 ** (i / 2) for i in range(8)]
@@ -41,19 +47,56 @@ def grid(steps: int, trials: int, dim: int, dtype: str, device: str) -> list[dic
             for i, lr in enumerate(LRS) for j, wd in enumerate(WDS)]
 
 
-def theory_as_runs_compute_it(specs: list[dict]) -> float:
-    """Seconds for every point's theory as a run computes it at its end (``NRQRun.member_theory``): the
-    closed forms averaged over its ``trials`` realized initial squared norms (here drawn alike)."""
+def members_theory(specs: list[dict]) -> tuple[float, float, bool]:
+    """Seconds for every point's theory as the separate runs compute it, one member at a time
+    (``NRQRun.predict_many`` of one spec, 64 times), and as the fused run does, all members in one batch;
+    and whether the two are identical. Each from its realized initial squared norms (here drawn alike)."""
     from smdengine._registry import parse_spec
-    from smdengine.nrq.predict import predict_physics
+    from smdengine.nrq.simulate import NRQRun
 
     parsed = [parse_spec(s) for s in specs]
     norms = [np.random.default_rng(i).chisquare(p.params.dim, p.params.trials) * p.params.init_std**2
              for i, p in enumerate(parsed)]
-    t0 = time.perf_counter()
-    for p, n in zip(parsed, norms, strict=True):
-        predict_physics(p.params, p.params.momentum, n)
-    return time.perf_counter() - t0
+    one, together = float("inf"), float("inf")
+    for _ in range(5):   # best of 5: a few milliseconds each
+        t0 = time.perf_counter()
+        alone = [NRQRun.predict_many([p], [n])[0] for p, n in zip(parsed, norms, strict=True)]
+        t1 = time.perf_counter()
+        batch = NRQRun.predict_many(parsed, norms)
+        t2 = time.perf_counter()
+        one, together = min(one, t1 - t0), min(together, t2 - t1)
+    return one, together, identical(alone, batch)
+
+
+PARTS = {"setup": "__init__", "updates and records": "step_members", "final row": "final_members",
+         "theory": "member_theories", "summaries": "member_summary"}
+
+
+def fused_parts(specs: list[dict]) -> dict[str, float]:
+    """Seconds of one fused run spent in each :data:`PARTS` method of ``NRQRun`` (each timed between two
+    synchronizations of the device: what the host spends there, the GPU's work included), and in all."""
+    from smdengine.nrq.simulate import NRQRun
+
+    spent = dict.fromkeys(PARTS, 0.0)
+    originals = {part: getattr(NRQRun, method) for part, method in PARTS.items()}
+
+    def clocked(part: str):
+        method = originals[part]
+
+        def run(*args, **kwargs):
+            t, out = timed(lambda: method(*args, **kwargs))
+            spent[part] += t
+            return out
+        return run
+
+    try:
+        for part, method in PARTS.items():
+            setattr(NRQRun, method, clocked(part))
+        spent["all"], _ = timed(lambda: smdengine.run_fused(specs))
+    finally:
+        for part, method in PARTS.items():
+            setattr(NRQRun, method, originals[part])
+    return spent
 
 
 def timed(fn) -> tuple[float, object]:
@@ -75,6 +118,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--parts", action="store_true", help="then one more fused run, timed by part (setup, updates, "
+                    "theory, summaries)")
     args = ap.parse_args()
     steps, repeat = (200, 1) if args.quick else (args.steps, args.repeat)
     specs = grid(steps, args.trials, args.dim, args.dtype, args.device)
@@ -92,18 +137,21 @@ def main() -> int:
         t, fused = timed(lambda: smdengine.run_fused(specs))
         best_fused = min(best_fused, t)
     assert separate is not None and fused is not None
-    theory, _ = timed(lambda: [smdengine.predict(s) for s in specs])   # what both pay per point, unfused
-    member_theory = theory_as_runs_compute_it(specs)
-    identical = all(f is not None and f.identical_to(s) for f, s in zip(fused, separate, strict=True))
+    one_by_one, together, same_theory = members_theory(specs)
+    same = all(f is not None and f.identical_to(s) for f, s in zip(fused, separate, strict=True))
     work = len(specs) * args.trials * steps
     print(f"{'':10}{'seconds':>10}{'trial-steps/s':>16}")
     print(f"{'separate':10}{best_sep:10.3f}{work / best_sep:16.3e}")
     print(f"{'fused':10}{best_fused:10.3f}{work / best_fused:16.3e}")
-    print(f"speed-up separate/fused: {best_sep / best_fused:.1f}×; fused results identical to separate: {identical}")
-    print(f"of which the 64 points' theory (smdengine.predict, paid by both): {theory:.3f} s; as a run computes "
-          f"it, from its realized initial norms: {member_theory:.3f} s")
+    print(f"speed-up separate/fused: {best_sep / best_fused:.1f}×; fused results identical to separate: {same}")
+    print(f"the {len(specs)} points' theory from realized initial norms: one member at a time (separate runs) "
+          f"{one_by_one * 1e3:.2f} ms, all in one batch (the fused run) {together * 1e3:.2f} ms "
+          f"({one_by_one / together:.1f}×), identical: {same_theory}")
+    if args.parts:
+        spent = fused_parts(specs)
+        print("one fused run, by part (ms): " + ", ".join(f"{part} {t * 1e3:.1f}" for part, t in spent.items()))
     print(f"load {load_average()}")
-    return 0 if identical else 1
+    return 0 if same and same_theory else 1
 
 
 if __name__ == "__main__":

@@ -115,6 +115,8 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
     hooks = [h if h is not None else CheckpointHooks() for h in checkpoints]
     simulator = model_of(specs[0]).load_simulator()
     for spec, h in zip(specs, hooks, strict=True):
+        if h.save is None and h.resume is None:
+            continue   # no checkpoint to make or match: a fused sweep's members skip two JSON dumps each
         h.fingerprint = fingerprint(spec.model_dump_json(), device.type)
         h.lineage = fingerprint(spec.model_dump_json(exclude={"params": {"steps"}}), device.type)
         resume = h.resume
@@ -223,8 +225,8 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
         if hooks[c].final and save is not None:
             save(_checkpoint(c, total, regular[c]))
     results: list[RunResult | None] = [None] * len(specs)
-    for c in live:
-        theory = _in_regime(sim.member_theory(c), specs[c])
+    for c, own_theory in zip(live, sim.member_theories(live), strict=True):
+        theory = _in_regime(own_theory, specs[c])
         points = len(series[c]["step"])
         aligned = {k: v[:-1] if isinstance(v, list) and len(v) == points else v for k, v in theory.items()}
         results[c] = RunResult(series=series[c], theory=theory, summary=sim.member_summary(c, regular[c], aligned),

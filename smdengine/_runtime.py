@@ -94,8 +94,8 @@ class CheckpointHooks:
     interval: float = 30.0
     resume: Checkpoint | None = None
     final: bool = False
-    fingerprint: str = ""   # set by smdengine.run
-    lineage: str = ""       # set by smdengine.run
+    fingerprint: str = ""   # set by smdengine.run when save or resume is
+    lineage: str = ""       # set by smdengine.run when save or resume is
 
 
 def fingerprint(spec_json: str, device_type: str) -> str:

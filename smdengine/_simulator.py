@@ -30,7 +30,8 @@ generator), builds its state, and then implements only what is its own:
 Fused sweeps (optional): a simulator whose ``fuse_key(spec)`` is not None can run several specs of
 equal key as one batched run, ``fuse(specs, ctxs)`` (each member with its own generator). The driver
 then speaks to it through the ``member_*`` methods and ``step_members``, which for a plain simulator
-are its own methods as member 0; member c's points, checkpoint state, theory and summary must be
+are its own methods as member 0 (``member_theories``: the theory of several members at once, each
+exactly its own); member c's points, checkpoint state, theory and summary must be
 exactly those of its run alone (tests/engine/test_fused.py).
 
 The driver owns everything else: device and dtype resolution, seeding, resume and the fingerprint
@@ -163,6 +164,10 @@ class Simulator(ABC, Generic[SpecT]):
 
     def member_theory(self, c: int) -> dict[str, Any]:
         return self.theory()
+
+    def member_theories(self, members: list[int]) -> list[dict[str, Any]]:
+        """:meth:`member_theory` of each of ``members``; a fused simulator may compute them together."""
+        return [self.member_theory(c) for c in members]
 
     def member_summary(self, c: int, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
         return self.summarize(series, theory)

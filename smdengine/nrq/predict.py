@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -29,67 +30,140 @@ def predict_physics(p: NRQPhysics, momentum: float = 0.0,
     ``norm_sq_theory`` averages the closed form over the initial squared norms: the law of
     |X_0|² before a run, the realized ``init_norms_sq`` (one per trial) once it has started.
     """
-    steps = record_steps(p.steps, p.record_every)
-    true_phases = p.phases()
-    starts = [ph.start for ph in true_phases]
+    return predict_physics_many([p], [momentum], [init_norms_sq])[0]
+
+
+def predict_physics_many(ps: Sequence[NRQPhysics], momenta: Sequence[float],
+                         init_norms_sq: Sequence[np.ndarray | None]) -> list[dict[str, Any]]:
+    """:func:`predict_physics` of several problems that share the dimension, the spectrum, the steps, the
+    record spacing and the schedule's steps (a fused sweep's members: their rates, scales and trial counts
+    may differ), computed together: the norm series of all in a few array operations and every r* in one
+    quadrature (:func:`smdengine.nrq.theory.risk_stationary_many`). Every operation is elementwise or a sum
+    along one member's row, so each member's theory is exactly the one it gets alone (a run alone is the
+    case of one member, computed by the same code)."""
+    first = ps[0]
+    starts = [ph.start for ph in first.phases()]
+    for p in ps:
+        shape = (p.dim, p.steps, p.record_every, p.eig_low, p.eig_high, p.eigenvalues)
+        if (shape != (first.dim, first.steps, first.record_every, first.eig_low, first.eig_high, first.eigenvalues)
+                or [ph.start for ph in p.phases()] != starts):
+            raise ValueError("params: expected problems that differ only in rates, scales and trial counts, got others")
+    steps = record_steps(first.steps, first.record_every)
     phase_of = [bisect.bisect_right(starts, n) - 1 for n in steps]   # the phase in force at each record step
-    au = [au_equilibrium(ph.lr, ph.weight_decay, momentum) for ph in true_phases]
-    out: dict[str, Any] = {"au_equilibrium": [au[i] for i in phase_of]}
-    all_phases = [replace(ph, lr=ph.lr / (1.0 - momentum)) for ph in true_phases]   # effective rates
-    if init_norms_sq is None:
-        nodes, weights = theory.init_norm_sq_law(p.dim, p.init_std)
-    else:   # at most 1024 weighted nodes standing for the sample: sorted, averaged in contiguous groups
-        nodes, weights = _group_means(np.sort(np.asarray(init_norms_sq, dtype=np.float64)), 1024)
-    out["norm_sq_theory"] = _norm_sq_series(p, steps, phase_of, all_phases, nodes, weights)
-    levels = p.two_level()
+    true_phases = [p.phases() for p in ps]
+    effective = [[replace(ph, lr=ph.lr / (1.0 - momentum)) for ph in own]
+                 for own, momentum in zip(true_phases, momenta, strict=True)]
+    outs: list[dict[str, Any]] = []
+    for own, momentum in zip(true_phases, momenta, strict=True):
+        au = [au_equilibrium(ph.lr, ph.weight_decay, momentum) for ph in own]
+        outs.append({"au_equilibrium": [au[i] for i in phase_of]})
+    laws = [theory.init_norm_sq_law(p.dim, p.init_std) if norms is None
+            else _sample_nodes(np.asarray(norms, dtype=np.float64), 1024)   # at most 1024 weighted nodes
+            for p, norms in zip(ps, init_norms_sq, strict=True)]
+    series = _norm_sq_series(ps, steps, phase_of, effective, laws)
+    for out, values in zip(outs, series, strict=True):
+        out["norm_sq_theory"] = values
+    levels = first.two_level()
     if levels is not None:
-        per_phase = []
-        for phase in all_phases:
-            if phase.weight_decay > 0:
-                k = theory.kappa(levels[0], levels[1], p.dim, p.noise_std, phase.lr, phase.weight_decay)
-                per_phase.append((k, theory.risk_stationary(k, p.dim)))
-            else:  # no equilibrium without weight decay
-                per_phase.append((float("nan"), float("nan")))
-        out["kappa"] = [per_phase[i][0] for i in phase_of]
-        out["risk_stationary"] = [per_phase[i][1] for i in phase_of]
-    return out
+        kappas = {(c, i): theory.kappa(levels[0], levels[1], p.dim, p.noise_std, ph.lr, ph.weight_decay)
+                  for c, (p, own) in enumerate(zip(ps, effective, strict=True))
+                  for i, ph in enumerate(own) if ph.weight_decay > 0}   # no equilibrium without weight decay
+        risks = dict(zip(kappas, theory.risk_stationary_many(list(kappas.values()), first.dim), strict=True))
+        nan = float("nan")
+        for c, out in enumerate(outs):
+            out["kappa"] = [kappas.get((c, i), nan) for i in phase_of]
+            out["risk_stationary"] = [risks.get((c, i), nan) for i in phase_of]
+    return outs
 
 
-def _group_means(values: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray]:
-    """The means of ``values`` (n,) cut into min(most, n) contiguous groups as ``np.array_split`` cuts
-    them (the first n mod m one longer), and each group's share of n: two reshapes, each group's mean
-    taken along a row as a group's own mean would be, instead of a NumPy call per group."""
+def _sample_nodes(values: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted nodes standing for a sample of initial squared norms: the values themselves when there are
+    at most ``most``, else the means of the sorted values cut into ``most`` contiguous groups as
+    ``np.array_split`` cuts them (the first n mod m one longer), each weighted by its share of n."""
     n = len(values)
-    m = min(most, n)
-    size, longer = divmod(n, m)
+    if n <= most:
+        return values, np.full(n, 1.0 / n)
+    values = np.sort(values)
+    size, longer = divmod(n, most)
     head = values[:longer * (size + 1)].reshape(longer, size + 1)
-    tail = values[longer * (size + 1):].reshape(m - longer, size)
+    tail = values[longer * (size + 1):].reshape(most - longer, size)
     means = np.concatenate([head.mean(axis=1), tail.mean(axis=1)])
-    weights = np.concatenate([np.full(longer, size + 1.0), np.full(m - longer, float(size))]) / n
+    weights = np.concatenate([np.full(longer, size + 1.0), np.full(most - longer, float(size))]) / n
     return means, weights
 
 
-def _norm_sq_series(p: NRQPhysics, steps: list[int], phase_of: list[int], all_phases: list[Phase],
-                    nodes: np.ndarray, weights: np.ndarray) -> list[float]:
-    """E M_t at the record ``steps`` (``phase_of``: the index of the phase in force at each), M_t = |X_t|²
-    by the closed form from each initial value in ``nodes`` (weighted), restarted at each phase from
-    the values carried over (times the rescale factor², when the phase rescales X)."""
-    start_value: dict[int, np.ndarray] = {}
-    m = nodes
-    for i, phase in enumerate(all_phases):
-        m = m * phase.rescale**2
-        start_value[phase.start] = m
-        if i + 1 < len(all_phases):   # the values the next phase starts from
-            m = theory.norm_sq_relaxation(m, all_phases[i + 1].start - phase.start, p.dim, p.noise_std, phase.lr,
-                                          phase.weight_decay)
-    out = np.empty(len(steps))
+BLOCK_ELEMENTS = 2**15   # the norm series is computed a block of (members, steps, nodes) at a time: 256 KB, in cache
+
+
+def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[int],
+                    effective: Sequence[Sequence[Phase]],
+                    laws: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[list[float]]:
+    """Each problem's E M_t at the record ``steps`` (``phase_of``: the index of the phase in force at each),
+    M_t = |X_t|² by the closed form from each initial value of its law (nodes, weights), restarted at each
+    phase from the values carried over (times the rescale factor², when the phase rescales X).
+
+    The closed form (:func:`smdengine.nrq.theory.norm_sq_relaxation`) is written M_t² = a_t·M_0² + b_t with
+    a_t = e^{−4ληt}, b_t = (1 − e^{−4ληt})·M*², M*² = Lη/(2λ), L = (p−1)σ², or a_t = 1, b_t = 2η²Lt without
+    weight decay: both terms are ≥ 0 (no clamp before the root), and b_t keeps its precision at small t
+    (expm1). Problems whose laws have as many nodes are rows of one array, computed a block at a time: each
+    element by the same operations and each sum along one member's row of one block, so how the blocks are
+    cut changes no value."""
+    out = np.empty((len(ps), len(steps)))
     steps_arr = np.asarray(steps, dtype=np.float64)
     phase_index = np.asarray(phase_of)
-    for k, ph in enumerate(all_phases):
-        where = np.flatnonzero(phase_index == k)
-        for chunk in np.array_split(where, max(1, len(where) // 2048)):
-            t = (steps_arr[chunk] - ph.start)[:, None]
-            m_t = theory.norm_sq_relaxation(start_value[ph.start][None, :], t, p.dim, p.noise_std,
-                                            ph.lr, ph.weight_decay)
-            out[chunk] = m_t @ weights
+    n_phases = len(effective[0])
+    starts = [ph.start for ph in effective[0]]
+    groups: dict[int, list[int]] = {}
+    for c, (nodes, _) in enumerate(laws):
+        groups.setdefault(len(nodes), []).append(c)
+    for n_nodes, members in groups.items():
+        rows = np.asarray(members)
+        weights = np.stack([laws[c][1] for c in members])[:, None, :]   # (members, 1, nodes)
+        m_sq = np.stack([laws[c][0] for c in members])[:, None, :] ** 2   # M_0², then each phase's start value
+        coefficients = [_coefficients([ps[c] for c in members], [effective[c][k] for c in members])
+                        for k in range(n_phases)]
+        start_sq = []
+        for k in range(n_phases):
+            rescale = np.array([effective[c][k].rescale for c in members])[:, None, None]
+            m_sq = m_sq * rescale**4   # X ← factor·X multiplies M² by factor⁴
+            start_sq.append(m_sq)
+            if k + 1 < n_phases:   # the values the next phase starts from
+                a, b = coefficients[k](np.array([float(starts[k + 1] - starts[k])]))
+                m_sq = a * m_sq + b
+        per_block = max(1, BLOCK_ELEMENTS // n_nodes)
+        for k in range(n_phases):
+            where = np.flatnonzero(phase_index == k)
+            for g in range(0, len(members), per_block):
+                block = slice(g, g + per_block)
+                span = max(1, BLOCK_ELEMENTS // (len(rows[block]) * n_nodes))   # steps per array
+                for s in range(0, len(where), span):
+                    chunk = where[s:s + span]
+                    a, b = coefficients[k](steps_arr[chunk] - starts[k])
+                    m_t = a[block] * start_sq[k][block]
+                    m_t += b[block]
+                    np.sqrt(m_t, out=m_t)
+                    m_t *= weights[block]
+                    out[rows[block][:, None], chunk[None, :]] = m_t.sum(axis=2)
     return out.tolist()
+
+
+def _coefficients(ps: Sequence[NRQPhysics],
+                  phases: Sequence[Phase]) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """(a, b) of M_t² = a·M_0² + b (:func:`_norm_sq_series`) for rows of problems in their phases: a function
+    of the times t (steps,) since the phase began, returning two (rows, steps, 1) arrays."""
+    unit_grad_sq = np.array([(p.dim - 1) * p.noise_std**2 for p in ps])[:, None, None]
+    lr = np.array([ph.lr for ph in phases])[:, None, None]
+    wd = np.array([ph.weight_decay for ph in phases])[:, None, None]
+    decays = wd > 0
+    rate = -4.0 * lr * wd
+    target = unit_grad_sq * lr / (2.0 * np.where(decays, wd, 1.0))   # rows without weight decay: unused
+    growth = 2.0 * lr**2 * unit_grad_sq
+
+    def at(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        t = t[None, :, None]
+        x = rate * t
+        a = np.where(decays, np.exp(x), 1.0)
+        b = np.where(decays, -np.expm1(x) * target, growth * t)
+        return a, b
+    return at
+

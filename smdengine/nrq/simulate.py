@@ -15,9 +15,9 @@ from smdengine._runtime import saved
 from smdengine._science import equilibrium_summary, phase_at, phase_regime, record_steps, tail_means
 from smdengine._simulator import Context, Row, RowTable, Simulator
 from smdengine.nrq import theory
-from smdengine.nrq.predict import predict_physics
+from smdengine.nrq.predict import predict_physics, predict_physics_many
 from smdengine.nrq.spec import OUTPUTS
-from smdengine.nrq.stepper import Stepper, angle
+from smdengine.nrq.stepper import Stepper, angle, column
 from smdengine.sde import nrq as sde
 from smdengine.sde._common import params_of, substeps
 
@@ -46,10 +46,12 @@ class NRQRun(Simulator[Any]):
         params = [s.params for s, _ in self.members]
         p = self.p
         a = torch.tensor(p.spectrum(), dtype=ctx.dtype, device=ctx.device)
-        xs = [q.init_std * torch.randn(q.trials, q.dim, generator=gen, dtype=ctx.dtype, device=ctx.device)
-              for q, (_, gen) in zip(params, self.members, strict=True)]
-        x = xs[0] if len(xs) == 1 else torch.cat(xs)
-        self.init_norms_sq = np.split(_norms_sq_on_host(x), np.cumsum([q.trials for q in params])[:-1])
+        sizes = [q.trials for q in params]
+        x = torch.empty(sum(sizes), p.dim, dtype=ctx.dtype, device=ctx.device)
+        for rows, (_, gen) in zip(_row_slices(sizes), self.members, strict=True):   # each member's draw, into its rows
+            torch.randn(x[rows].shape, generator=gen, dtype=ctx.dtype, device=ctx.device, out=x[rows])
+        x.mul_(column([q.init_std for q in params], sizes, ctx.dtype, ctx.device))   # X₀ = init_std·N(0, I)
+        self.init_norms_sq = np.split(_norms_sq_on_host(x), np.cumsum(sizes)[:-1])
         self.stepper = Stepper(x, a, [q.noise_std for q in params], [getattr(q, "momentum", 0.0) for q in params],
                                [gen for _, gen in self.members], [q.trials for q in params],
                                multistep=self.MULTISTEP)
@@ -182,8 +184,18 @@ class NRQRun(Simulator[Any]):
         self.load_state(state, step, c)
 
     def member_theory(self, c: int) -> dict[str, Any]:
-        spec = self.members[c][0]
-        return self.predict(spec, self.init_norms_sq[c])
+        return self.member_theories([c])[0]
+
+    def member_theories(self, members: list[int]) -> list[dict[str, Any]]:
+        """The theory of each of ``members`` given its realized initial norms, all in one batch
+        (:meth:`predict_many`): each is exactly the theory of its run alone."""
+        return self.predict_many([self.members[c][0] for c in members], [self.init_norms_sq[c] for c in members])
+
+    @classmethod
+    def predict_many(cls, specs: list[Any], init_norms_sq: list[np.ndarray]) -> list[dict[str, Any]]:
+        """:meth:`predict` of each spec (specs of one fuse key) with its initial norms, computed together
+        (:func:`smdengine.nrq.predict.predict_physics_many`)."""
+        return predict_physics_many([s.params for s in specs], [s.params.momentum for s in specs], init_norms_sq)
 
     def member_summary(self, c: int, series: dict[str, list], theory: dict[str, Any]) -> dict[str, Any]:
         """Tail means, and per phase i the measured ``equilibrium_steps_phase<i>`` of ``au_rms`` (the RMS
@@ -263,6 +275,10 @@ class NRQSDE(NRQRun):
         self.counts.copy_(state["f_counts"])
 
     @classmethod
+    def predict_many(cls, specs: list[Any], init_norms_sq: list[np.ndarray]) -> list[dict[str, Any]]:
+        return [cls.predict(s, n) for s, n in zip(specs, init_norms_sq, strict=True)]   # never fused
+
+    @classmethod
     def predict(cls, spec: Any, init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
         """The SGD theory of the ``nrq`` kind (closed-form M_t, √(2λη), κ, r*) on the record steps,
         plus gamma_theory = (M_t/η)² (seed 001 Lemma 5.2 with Tr Σ = (p−1)σ²) and
@@ -292,6 +308,12 @@ class NRQSDE(NRQRun):
             expected = theory.f_density_bins(kappa, p.dim, edges)
         return {"f_histogram": {"bin_edges": edges, "density": density, "density_theory": expected,
                                 "samples": int(total)}}
+
+
+def _row_slices(sizes: list[int]) -> list[slice]:
+    """The rows of each member, in order."""
+    ends = np.cumsum(sizes).tolist()
+    return [slice(end - n, end) for end, n in zip(ends, sizes, strict=True)]
 
 
 HOST_BLOCK_ELEMENTS = 2**22   # |X₀|² is summed on the host a block of rows at a time: ≤ 32 MB of float64

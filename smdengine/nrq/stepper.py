@@ -79,10 +79,10 @@ class Stepper:
         self.multistep = _multistep(x, self.KERNEL) if multistep else None
         self.multistep_built = False
         if self.multistep is not None:   # each row's noise key: its member's seed and its trial index in the member
-            seeds = [_signed64(gen.initial_seed()) for gen in self.gens]
-            self.seeds = torch.repeat_interleave(torch.tensor(seeds, dtype=torch.int64, device=x.device),
-                                                 torch.tensor(self.sizes, device=x.device))
-            self.trials = torch.cat([torch.arange(n, dtype=torch.int32, device=x.device) for n in self.sizes])
+            seeds = np.repeat(np.array([_signed64(gen.initial_seed()) for gen in self.gens], dtype=np.int64), self.sizes)
+            self.seeds = torch.from_numpy(seeds).to(x.device)
+            trials = np.arange(x.shape[0], dtype=np.int32) - np.repeat(np.array(_starts(self.sizes), np.int32), self.sizes)
+            self.trials = torch.from_numpy(trials).to(x.device)   # built on the host: one copy, not a launch per member
             self.record = x.new_empty(x.shape[0], 5)
             self.starts = torch.tensor(_starts(self.sizes), dtype=torch.int64, device=x.device)
             self.counts = torch.tensor(self.sizes, dtype=torch.int64, device=x.device)
@@ -96,10 +96,9 @@ class Stepper:
         return NUMPY_STREAM if self.numpy_gens is not None else TORCH_STREAM
 
     def column(self, values: Sequence[float]) -> torch.Tensor:
-        """One value per member → a (trials, 1) column of the state's dtype and device."""
-        per_member = torch.tensor(list(values), dtype=self.x.dtype, device=self.x.device)
-        sizes = torch.tensor(self.sizes, device=self.x.device)
-        return torch.repeat_interleave(per_member, sizes).unsqueeze(1)
+        """One value per member → a (trials, 1) column of the state's dtype and device (each value rounded to
+        the dtype once, as torch.tensor rounds it), built on the host: one copy, no synchronization."""
+        return column(values, self.sizes, self.x.dtype, self.x.device)
 
     def state(self, member: int = 0) -> dict[str, Any]:
         """What a checkpoint of one member needs: its rows of X (and v), its generator state and the
@@ -266,6 +265,12 @@ def _multistep(x: torch.Tensor, mode: bool | None) -> Any:
         return None
     from smdengine.nrq._multistep import advance
     return advance
+
+
+def column(values: Sequence[float], sizes: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Value c repeated ``sizes[c]`` times, as a (sum of sizes, 1) column (:meth:`Stepper.column`)."""
+    per_row = np.repeat(np.asarray(values, dtype=np.float64), sizes)
+    return torch.from_numpy(per_row).to(device=device, dtype=dtype).unsqueeze(1)
 
 
 def _signed64(seed: int) -> int:

@@ -5,7 +5,9 @@ Notation: p = dim, σ = noise_std, η = lr, λ = weight_decay, α = momentum, t 
 from __future__ import annotations
 
 import functools
+import itertools
 import math
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import integrate, special
@@ -13,7 +15,7 @@ from scipy import integrate, special
 from smdengine._science import au_equilibrium
 
 __all__ = ["au_equilibrium", "f_density_bins", "init_norm_sq_law", "kappa", "norm_sq_equilibrium",
-           "norm_sq_relaxation", "risk_stationary", "risk_stationary_asymptote"]
+           "norm_sq_relaxation", "risk_stationary", "risk_stationary_asymptote", "risk_stationary_many"]
 
 
 def norm_sq_equilibrium(dim: int, noise_std: float, lr: float, weight_decay: float) -> float:
@@ -62,8 +64,14 @@ def risk_stationary(kappa_value: float, dim: int) -> float:
     Exact quadrature for any κ > 0 and p ≥ 2 (see :class:`_StationaryLaw`).
     Small-ηλ asymptote: r* ≈ (p−1)/(4κ).
     """
-    numerator, total = _StationaryLaw(kappa_value, dim).integrals(0.0, math.pi / 2, cos_powers=(2, 0))
-    return numerator / total
+    return risk_stationary_many([kappa_value], dim)[0]
+
+
+def risk_stationary_many(kappas: Sequence[float], dim: int) -> list[float]:
+    """:func:`risk_stationary` of each κ in ``kappas``, all their quadratures in one NumPy evaluation per
+    rule (:func:`_integrals`): a fused sweep's members at once. Each value is the one its κ gets alone."""
+    laws = [_StationaryLaw(k, dim) for k in kappas]
+    return [numerator / total for numerator, total in _integrals(laws, 0.0, math.pi / 2, cos_powers=(2, 0))]
 
 
 def f_density_bins(kappa_value: float, dim: int, edges: list[float]) -> list[float]:
@@ -105,43 +113,65 @@ class _StationaryLaw:
         return self.integrals(lo, hi, (cos_power,))[0]
 
     def integrals(self, lo: float, hi: float, cos_powers: tuple[int, ...]) -> list[float]:
-        """∫_lo^hi (density/max)·cos^{c}φ dφ for each c in ``cos_powers``, cut at the peak and 10 widths on
-        each side of it (:meth:`__init__`): on each piece Gauss–Legendre with 64 and then 128 nodes (NumPy:
-        a rule's cosines and logs once for every piece, an exp per power); where the two differ by more
-        than 1e-12 of the value (a peak too narrow for them: large κ or p), QUADPACK's adaptive rule to
-        1e-10."""
-        cuts = [lo, *(c for c in self.cuts if lo < c < hi), hi]
-        pieces = [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
-        if not pieces:
-            return [0.0 for _ in cos_powers]
-        a, b = np.array(pieces).T
-        # ℓ(φ) − ℓ(φ*) = −2κ(cos²φ − cos²φ*) + (p−2)(ln cos φ − ln cos φ*), then × cos^{c}φ: in cosines, which
-        # keep their relative precision near π/2, where 2κ sin²φ − ℓ(φ*) cancelled (1e-8 at κ = 1e9)
-        two_kappa, m, c_peak = 2.0 * self.kappa, self.dim - 2, math.cos(self.peak)
-        shift = two_kappa * c_peak**2 - (m * math.log(c_peak) if m else 0.0)
-        rules = []
-        for nodes in (64, 128):
-            x, w = _legendre(nodes)
-            c = np.cos(0.5 * (b - a)[:, None] * x + 0.5 * (b + a)[:, None])   # interior points: cos φ > 0
-            base, log_c = shift - two_kappa * c * c, np.log(c)
-            rules.append([0.5 * (b - a) * (np.exp(base + (m + k) * log_c if m + k else base) @ w)
-                          for k in cos_powers])
-        out = []
-        for k, coarse, fine in zip(cos_powers, *rules, strict=True):
-            values = [float(v128) if abs(v128 - v64) <= 1e-12 * abs(v128) else self._adaptive(pa, pb, shift, m + k)
-                      for v64, v128, (pa, pb) in zip(coarse, fine, pieces, strict=True)]
-            out.append(math.fsum(values))
-        return out
+        """∫_lo^hi (density/max)·cos^{c}φ dφ for each c in ``cos_powers`` (:func:`_integrals`)."""
+        return _integrals([self], lo, hi, cos_powers)[0]
 
-    def _adaptive(self, a: float, b: float, shift: float, power: int) -> float:
-        """QUADPACK on one piece, the integrand of :meth:`integrals` with cos^{power}: its fallback."""
-        two_kappa, exp, cos, log = 2.0 * self.kappa, math.exp, math.cos, math.log
+    def pieces(self, lo: float, hi: float) -> list[tuple[float, float]]:
+        """[lo, hi] cut at the peak and 10 widths on each side of it (:meth:`__init__`)."""
+        cuts = [lo, *(c for c in self.cuts if lo < c < hi), hi]
+        return [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+
+    def shift(self) -> float:
+        """ℓ(φ*) in cosines: 2κ cos²φ* − (p−2) ln cos φ*, subtracted so that the density's maximum is 1."""
+        c_peak, m = math.cos(self.peak), self.dim - 2
+        return 2.0 * self.kappa * c_peak**2 - (m * math.log(c_peak) if m else 0.0)
+
+    def adaptive(self, a: float, b: float, power: int) -> float:
+        """QUADPACK on one piece, the integrand of :func:`_integrals` with cos^{power}: its fallback."""
+        two_kappa, shift, exp, cos, log = 2.0 * self.kappa, self.shift(), math.exp, math.cos, math.log
 
         def g(phi: float) -> float:
             c = cos(phi)
             return exp(shift - two_kappa * c * c + (power * log(c) if power else 0.0)) if c > 0 else 0.0
 
         return integrate.quad(g, a, b, limit=500, epsabs=0.0, epsrel=1e-10)[0]
+
+
+def _integrals(laws: Sequence[_StationaryLaw], lo: float, hi: float,
+               cos_powers: tuple[int, ...]) -> list[list[float]]:
+    """For each law (all of one p), ∫_lo^hi (density/max)·cos^{c}φ dφ for each c in ``cos_powers``: on each of
+    its pieces (:meth:`_StationaryLaw.pieces`) Gauss–Legendre with 64 and then 128 nodes; where the two differ
+    by more than 1e-12 of the law's integral (a peak too narrow for them: large κ or p), QUADPACK's adaptive
+    rule to 1e-10 on that piece. (A far tail's piece, 1e-18 of the integral, needs no more than the rule.) Every law's pieces are rows of one array per rule (a cosine and a log per node, an exp per power),
+    and every operation is elementwise or a sum along a row, so a law's integrals do not depend on the laws
+    beside it: those of a fused sweep's members are those of each alone."""
+    pieces = [law.pieces(lo, hi) for law in laws]
+    rows = [(law, a, b) for law, own in zip(laws, pieces, strict=True) for a, b in own]
+    if not rows:
+        return [[0.0 for _ in cos_powers] for _ in laws]
+    a, b = np.array([[a, b] for _, a, b in rows]).T
+    # ℓ(φ) − ℓ(φ*) = −2κ(cos²φ − cos²φ*) + (p−2)(ln cos φ − ln cos φ*), then × cos^{c}φ: in cosines, which
+    # keep their relative precision near π/2, where 2κ sin²φ − ℓ(φ*) cancelled (1e-8 at κ = 1e9)
+    two_kappa = np.array([[2.0 * law.kappa] for law, _, _ in rows])
+    shift = np.array([[law.shift()] for law, _, _ in rows])
+    m = laws[0].dim - 2
+    half, mid = (0.5 * (b - a))[:, None], (0.5 * (b + a))[:, None]
+    rules = []
+    for nodes in (64, 128):
+        x, w = _legendre(nodes)
+        c = np.cos(half * x + mid)   # interior points: cos φ > 0
+        base, log_c = shift - two_kappa * c * c, np.log(c)
+        # a sum along each row (not a matrix product, whose order of summation may depend on the rows beside)
+        rules.append([half[:, 0] * (np.exp(base + (m + k) * log_c if m + k else base) * w).sum(axis=1)
+                      for k in cos_powers])
+    spans = [slice(first - len(own), first) for own, first in zip(pieces, itertools.accumulate(map(len, pieces)),
+                                                                   strict=True)]   # each law's rows
+    values = []   # [power][row]
+    for k, coarse, fine in zip(cos_powers, *rules, strict=True):
+        tolerance = [1e-12 * abs(math.fsum(fine[span])) for span in spans for _ in range(span.stop - span.start)]
+        values.append([float(v128) if abs(v128 - v64) <= tol else law.adaptive(pa, pb, m + k)
+                       for v64, v128, tol, (law, pa, pb) in zip(coarse, fine, tolerance, rows, strict=True)])
+    return [[math.fsum(v[span]) for v in values] for span in spans]
 
 
 @functools.lru_cache(maxsize=4)
