@@ -94,13 +94,16 @@ def check_schedule(field: str, entries: Iterable[Any], lr: float, weight_decay: 
 def tail_means(series: dict[str, list], theory: dict[str, Any], start: float) -> dict[str, float]:
     """The summary rule of every scalar series and theory series: the mean over the recorded steps
     ≥ start (the last recorded point when none is). NaN propagates."""
-    steps = series["step"]
-    idx = [i for i, n in enumerate(steps) if n >= start] or [len(steps) - 1]
+    steps = series["step"]   # ascending: the points ≥ start are a tail of every series
+    n = len(steps)
+    first = bisect.bisect_left(steps, start)
+    tail = slice(first, n) if first < n else slice(n - 1, n or None)   # none ≥ start: the last point
     out = {}
     for key, values in list(series.items()) + list(theory.items()):
         if key == "step" or not isinstance(values, list) or not values or isinstance(values[0], list):
             continue
-        out[key] = math.fsum(values[i] for i in idx) / len(idx)
+        picked = values[tail]
+        out[key] = math.fsum(picked) / len(picked)
     return out
 
 
