@@ -71,8 +71,10 @@ def predict_physics_many(ps: Sequence[NRQPhysics], momenta: Sequence[float],
         risks = dict(zip(kappas, theory.risk_stationary_many(list(kappas.values()), first.dim), strict=True))
         nan = float("nan")
         for c, out in enumerate(outs):
-            out["kappa"] = [kappas.get((c, i), nan) for i in phase_of]
-            out["risk_stationary"] = [risks.get((c, i), nan) for i in phase_of]
+            kappa = [kappas.get((c, i), nan) for i in range(len(starts))]   # per phase, then per record step
+            risk = [risks.get((c, i), nan) for i in range(len(starts))]
+            out["kappa"] = [kappa[i] for i in phase_of]
+            out["risk_stationary"] = [risk[i] for i in phase_of]
     return outs
 
 
@@ -116,34 +118,30 @@ def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[i
     groups: dict[int, list[int]] = {}
     for c, (nodes, _) in enumerate(laws):
         groups.setdefault(len(nodes), []).append(c)
-    for n_nodes, members in groups.items():
-        rows = np.asarray(members)
-        weights = np.stack([laws[c][1] for c in members])[:, None, :]   # (members, 1, nodes)
-        m_sq = np.stack([laws[c][0] for c in members])[:, None, :] ** 2   # M_0², then each phase's start value
-        coefficients = [_coefficients([ps[c] for c in members], [effective[c][k] for c in members])
-                        for k in range(n_phases)]
-        start_sq = []
-        for k in range(n_phases):
-            rescale = np.array([effective[c][k].rescale for c in members])[:, None, None]
-            m_sq = m_sq * rescale**4   # X ← factor·X multiplies M² by factor⁴
-            start_sq.append(m_sq)
-            if k + 1 < n_phases:   # the values the next phase starts from
-                a, b = coefficients[k](np.array([float(starts[k + 1] - starts[k])]))
-                m_sq = a * m_sq + b
+    for n_nodes, group in groups.items():
         per_block = max(1, BLOCK_ELEMENTS // n_nodes)
-        for k in range(n_phases):
-            where = np.flatnonzero(phase_index == k)
-            for g in range(0, len(members), per_block):
-                block = slice(g, g + per_block)
-                span = max(1, BLOCK_ELEMENTS // (len(rows[block]) * n_nodes))   # steps per array
+        for first in range(0, len(group), per_block):   # a block of members, then of record steps
+            members = group[first:first + per_block]
+            rows = np.asarray(members)
+            weights = np.stack([laws[c][1] for c in members])[:, None, :]   # (members, 1, nodes)
+            m_sq = np.stack([laws[c][0] for c in members])[:, None, :] ** 2   # M_0², then each phase's start
+            span = max(1, BLOCK_ELEMENTS // (len(members) * n_nodes))   # record steps per array
+            for k in range(n_phases):
+                rescale = np.array([effective[c][k].rescale for c in members])[:, None, None]
+                m_sq = m_sq * rescale**4   # X ← factor·X multiplies M² by factor⁴
+                coefficients = _coefficients([ps[c] for c in members], [effective[c][k] for c in members])
+                where = np.flatnonzero(phase_index == k)
                 for s in range(0, len(where), span):
                     chunk = where[s:s + span]
-                    a, b = coefficients[k](steps_arr[chunk] - starts[k])
-                    m_t = a[block] * start_sq[k][block]
-                    m_t += b[block]
+                    a, b = coefficients(steps_arr[chunk] - starts[k])
+                    m_t = a * m_sq
+                    m_t += b
                     np.sqrt(m_t, out=m_t)
-                    m_t *= weights[block]
-                    out[rows[block][:, None], chunk[None, :]] = m_t.sum(axis=2)
+                    m_t *= weights
+                    out[rows[:, None], chunk[None, :]] = m_t.sum(axis=2)
+                if k + 1 < n_phases:   # the values the next phase starts from
+                    a, b = coefficients(np.array([float(starts[k + 1] - starts[k])]))
+                    m_sq = a * m_sq + b
     return out.tolist()
 
 
@@ -161,9 +159,12 @@ def _coefficients(ps: Sequence[NRQPhysics],
 
     def at(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         t = t[None, :, None]
+        if decays.all():
+            x = rate * t
+            return np.exp(x), -np.expm1(x) * target
+        if not decays.any():
+            return np.ones((len(phases), t.shape[1], 1)), growth * t
         x = rate * t
-        a = np.where(decays, np.exp(x), 1.0)
-        b = np.where(decays, -np.expm1(x) * target, growth * t)
-        return a, b
+        return np.where(decays, np.exp(x), 1.0), np.where(decays, -np.expm1(x) * target, growth * t)
     return at
 

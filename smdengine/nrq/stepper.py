@@ -79,10 +79,11 @@ class Stepper:
         self.multistep = _multistep(x, self.KERNEL) if multistep else None
         self.multistep_built = False
         if self.multistep is not None:   # each row's noise key: its member's seed and its trial index in the member
-            seeds = np.repeat(np.array([_signed64(gen.initial_seed()) for gen in self.gens], dtype=np.int64), self.sizes)
-            self.seeds = torch.from_numpy(seeds).to(x.device)
-            trials = np.arange(x.shape[0], dtype=np.int32) - np.repeat(np.array(_starts(self.sizes), np.int32), self.sizes)
-            self.trials = torch.from_numpy(trials).to(x.device)   # built on the host: one copy, not a launch per member
+            # built on the host and copied once each, not a launch per member
+            seeds = np.array([_signed64(gen.initial_seed()) for gen in self.gens], dtype=np.int64)
+            self.seeds = torch.from_numpy(np.repeat(seeds, self.sizes)).to(x.device)
+            starts = np.repeat(np.array(_starts(self.sizes), dtype=np.int32), self.sizes)
+            self.trials = torch.from_numpy(np.arange(x.shape[0], dtype=np.int32) - starts).to(x.device)
             self.record = x.new_empty(x.shape[0], 5)
             self.starts = torch.tensor(_starts(self.sizes), dtype=torch.int64, device=x.device)
             self.counts = torch.tensor(self.sizes, dtype=torch.int64, device=x.device)
@@ -97,7 +98,8 @@ class Stepper:
 
     def column(self, values: Sequence[float]) -> torch.Tensor:
         """One value per member → a (trials, 1) column of the state's dtype and device (each value rounded to
-        the dtype once, as torch.tensor rounds it), built on the host: one copy, no synchronization."""
+        the dtype once, as torch.tensor rounds it), built on the host and copied once (no repeat_interleave on
+        the device, whose output size would synchronize with it)."""
         return column(values, self.sizes, self.x.dtype, self.x.device)
 
     def state(self, member: int = 0) -> dict[str, Any]:

@@ -70,8 +70,11 @@ def risk_stationary(kappa_value: float, dim: int) -> float:
 def risk_stationary_many(kappas: Sequence[float], dim: int) -> list[float]:
     """:func:`risk_stationary` of each κ in ``kappas``, all their quadratures in one NumPy evaluation per
     rule (:func:`_integrals`): a fused sweep's members at once. Each value is the one its κ gets alone."""
-    laws = [_StationaryLaw(k, dim) for k in kappas]
-    return [numerator / total for numerator, total in _integrals(laws, 0.0, math.pi / 2, cos_powers=(2, 0))]
+    distinct = list(dict.fromkeys(kappas))   # members that share ηλ share κ: one quadrature each
+    laws = [_StationaryLaw(k, dim) for k in distinct]
+    integrals = _integrals(laws, 0.0, math.pi / 2, cos_powers=(2, 0))
+    risk = {k: numerator / total for k, (numerator, total) in zip(distinct, integrals, strict=True)}
+    return [risk[k] for k in kappas]
 
 
 def f_density_bins(kappa_value: float, dim: int, edges: list[float]) -> list[float]:
@@ -137,40 +140,47 @@ class _StationaryLaw:
         return integrate.quad(g, a, b, limit=500, epsabs=0.0, epsrel=1e-10)[0]
 
 
+RULE_ROWS = 256   # pieces evaluated together by :func:`_integrals`: arrays of at most 256 × 128 nodes
+
+
 def _integrals(laws: Sequence[_StationaryLaw], lo: float, hi: float,
                cos_powers: tuple[int, ...]) -> list[list[float]]:
     """For each law (all of one p), ∫_lo^hi (density/max)·cos^{c}φ dφ for each c in ``cos_powers``: on each of
     its pieces (:meth:`_StationaryLaw.pieces`) Gauss–Legendre with 64 and then 128 nodes; where the two differ
-    by more than 1e-12 of the law's integral (a peak too narrow for them: large κ or p), QUADPACK's adaptive
-    rule to 1e-10 on that piece. (A far tail's piece, 1e-18 of the integral, needs no more than the rule.) Every law's pieces are rows of one array per rule (a cosine and a log per node, an exp per power),
-    and every operation is elementwise or a sum along a row, so a law's integrals do not depend on the laws
-    beside it: those of a fused sweep's members are those of each alone."""
+    by more than 1e-12 of the law's integral over [lo, hi] (a peak too narrow for them: large κ or p),
+    QUADPACK's adaptive rule to 1e-10 on that piece (a far tail's piece, 1e-18 of the integral, needs no
+    more than the rule). The pieces of every law are rows of one array per rule, :data:`RULE_ROWS` at a
+    time (a cosine and a log per node, an exp per power), and every operation is elementwise or a sum
+    along a row, so a law's integrals do not depend on the laws beside it: those of a fused sweep's
+    members are those of each alone."""
     pieces = [law.pieces(lo, hi) for law in laws]
     rows = [(law, a, b) for law, own in zip(laws, pieces, strict=True) for a, b in own]
-    if not rows:
-        return [[0.0 for _ in cos_powers] for _ in laws]
-    a, b = np.array([[a, b] for _, a, b in rows]).T
-    # ℓ(φ) − ℓ(φ*) = −2κ(cos²φ − cos²φ*) + (p−2)(ln cos φ − ln cos φ*), then × cos^{c}φ: in cosines, which
-    # keep their relative precision near π/2, where 2κ sin²φ − ℓ(φ*) cancelled (1e-8 at κ = 1e9)
-    two_kappa = np.array([[2.0 * law.kappa] for law, _, _ in rows])
-    shift = np.array([[law.shift()] for law, _, _ in rows])
-    m = laws[0].dim - 2
-    half, mid = (0.5 * (b - a))[:, None], (0.5 * (b + a))[:, None]
-    rules = []
-    for nodes in (64, 128):
-        x, w = _legendre(nodes)
-        c = np.cos(half * x + mid)   # interior points: cos φ > 0
-        base, log_c = shift - two_kappa * c * c, np.log(c)
-        # a sum along each row (not a matrix product, whose order of summation may depend on the rows beside)
-        rules.append([half[:, 0] * (np.exp(base + (m + k) * log_c if m + k else base) * w).sum(axis=1)
-                      for k in cos_powers])
-    spans = [slice(first - len(own), first) for own, first in zip(pieces, itertools.accumulate(map(len, pieces)),
-                                                                   strict=True)]   # each law's rows
+    m = laws[0].dim - 2 if laws else 0
+    coarse: list[list[float]] = [[] for _ in cos_powers]   # [power][row], 64 nodes
+    fine: list[list[float]] = [[] for _ in cos_powers]     # 128 nodes
+    for first in range(0, len(rows), RULE_ROWS):
+        block = rows[first:first + RULE_ROWS]
+        a, b = np.array([[a, b] for _, a, b in block]).T
+        # ℓ(φ) − ℓ(φ*) = −2κ(cos²φ − cos²φ*) + (p−2)(ln cos φ − ln cos φ*), then × cos^{c}φ: in cosines,
+        # which keep their relative precision near π/2, where 2κ sin²φ − ℓ(φ*) cancelled (1e-8 at κ = 1e9)
+        two_kappa = np.array([[2.0 * law.kappa] for law, _, _ in block])
+        shift = np.array([[law.shift()] for law, _, _ in block])
+        half, mid = (0.5 * (b - a))[:, None], (0.5 * (b + a))[:, None]
+        for nodes, into in ((64, coarse), (128, fine)):
+            x, w = _legendre(nodes)
+            c = np.cos(half * x + mid)   # interior points: cos φ > 0
+            base, log_c = shift - two_kappa * c * c, np.log(c)
+            for k, column in zip(cos_powers, into, strict=True):
+                # a sum along each row (a matrix product's order of summation may depend on the rows beside)
+                integrand = np.exp(base + (m + k) * log_c if m + k else base)
+                column.extend((half[:, 0] * (integrand * w).sum(axis=1)).tolist())
+    spans = [slice(end - len(own), end) for own, end in zip(pieces, itertools.accumulate(map(len, pieces)),
+                                                               strict=True)]   # each law's rows
     values = []   # [power][row]
-    for k, coarse, fine in zip(cos_powers, *rules, strict=True):
-        tolerance = [1e-12 * abs(math.fsum(fine[span])) for span in spans for _ in range(span.stop - span.start)]
-        values.append([float(v128) if abs(v128 - v64) <= tol else law.adaptive(pa, pb, m + k)
-                       for v64, v128, tol, (law, pa, pb) in zip(coarse, fine, tolerance, rows, strict=True)])
+    for k, rough, exact in zip(cos_powers, coarse, fine, strict=True):
+        tolerance = [1e-12 * abs(math.fsum(exact[span])) for span in spans for _ in range(span.stop - span.start)]
+        values.append([v128 if abs(v128 - v64) <= tol else law.adaptive(pa, pb, m + k)
+                       for v64, v128, tol, (law, pa, pb) in zip(rough, exact, tolerance, rows, strict=True)])
     return [[math.fsum(v[span]) for v in values] for span in spans]
 
 
