@@ -243,11 +243,10 @@ def _table_points(tables: list[tuple[int, RowTable]], live: list[int],
     for _, table in tables:
         if table.names != first or set(first) != set(names):
             raise RuntimeError(f"rows: expected the names {sorted(names)}, got {sorted(table.names)}")
-    values = torch.stack([table.values for _, table in tables]).tolist()   # [record][member][column]
+    values = torch.stack([table.values for _, table in tables], dim=2).tolist()   # [member][column][record]
     labels = [label for label, _ in tables]
-    column = {name: k for k, name in enumerate(tables[0][1].names)}
-    return {c: {"step": list(labels), **{name: [v[c][column[name]] for v in values] for name in names}}
-            for c in live}
+    column = {name: k for k, name in enumerate(first)}
+    return {c: {"step": list(labels), **{name: values[c][column[name]] for name in names}} for c in live}
 
 
 def predict(spec: AnySpec | dict[str, Any]) -> dict[str, Any]:
