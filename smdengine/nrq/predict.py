@@ -47,7 +47,8 @@ def predict_physics_many(ps: Sequence[NRQPhysics], momenta: Sequence[float],
         shape = (p.dim, p.steps, p.record_every, p.eig_low, p.eig_high, p.eigenvalues)
         if (shape != (first.dim, first.steps, first.record_every, first.eig_low, first.eig_high, first.eigenvalues)
                 or [ph.start for ph in p.phases()] != starts):
-            raise ValueError("params: expected problems that differ only in rates, scales and trial counts, got others")
+            raise ValueError("params: expected problems that differ only in rates, scales and trial counts, "
+                             "got others")
     steps = record_steps(first.steps, first.record_every)
     phase_of = [bisect.bisect_right(starts, n) - 1 for n in steps]   # the phase in force at each record step
     true_phases = [p.phases() for p in ps]
@@ -94,7 +95,7 @@ def _sample_nodes(values: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray
     return means, weights
 
 
-BLOCK_ELEMENTS = 2**15   # the norm series is computed a block of (members, steps, nodes) at a time: 256 KB, in cache
+BLOCK_ELEMENTS = 2**15   # the norm series is computed in blocks of (members, steps, nodes): 256 KB, in cache
 
 
 def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[int],

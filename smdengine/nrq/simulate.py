@@ -17,7 +17,7 @@ from smdengine._simulator import Context, Row, RowTable, Simulator
 from smdengine.nrq import theory
 from smdengine.nrq.predict import predict_physics, predict_physics_many
 from smdengine.nrq.spec import OUTPUTS
-from smdengine.nrq.stepper import Stepper, angle, column
+from smdengine.nrq.stepper import Stepper, angle, column, row_slices
 from smdengine.sde import nrq as sde
 from smdengine.sde._common import params_of, substeps
 
@@ -48,7 +48,7 @@ class NRQRun(Simulator[Any]):
         a = torch.tensor(p.spectrum(), dtype=ctx.dtype, device=ctx.device)
         sizes = [q.trials for q in params]
         x = torch.empty(sum(sizes), p.dim, dtype=ctx.dtype, device=ctx.device)
-        for rows, (_, gen) in zip(_row_slices(sizes), self.members, strict=True):   # each member's draw, into its rows
+        for rows, (_, gen) in zip(row_slices(sizes), self.members, strict=True):   # each member's draw, into its rows
             torch.randn(x[rows].shape, generator=gen, dtype=ctx.dtype, device=ctx.device, out=x[rows])
         x.mul_(column([q.init_std for q in params], sizes, ctx.dtype, ctx.device))   # X₀ = init_std·N(0, I)
         self.init_norms_sq = np.split(_norms_sq_on_host(x), np.cumsum(sizes)[:-1])
@@ -308,12 +308,6 @@ class NRQSDE(NRQRun):
             expected = theory.f_density_bins(kappa, p.dim, edges)
         return {"f_histogram": {"bin_edges": edges, "density": density, "density_theory": expected,
                                 "samples": int(total)}}
-
-
-def _row_slices(sizes: list[int]) -> list[slice]:
-    """The rows of each member, in order."""
-    ends = np.cumsum(sizes).tolist()
-    return [slice(end - n, end) for end, n in zip(ends, sizes, strict=True)]
 
 
 HOST_BLOCK_ELEMENTS = 2**22   # |X₀|² is summed on the host a block of rows at a time: ≤ 32 MB of float64

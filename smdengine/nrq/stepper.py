@@ -63,7 +63,7 @@ class Stepper:
         if len({m > 0 for m in momentum}) > 1:
             raise ValueError("momentum: expected all members with momentum or all without")
         self.x, self.a, self.gens, self.sizes = x, a, list(gens), list(sizes)
-        self.rows = [slice(start, start + n) for start, n in zip(_starts(self.sizes), self.sizes, strict=True)]
+        self.rows = row_slices(self.sizes)
         self.sigma = self.column(noise_std)
         self.alpha = self.column(momentum) if momentum[0] else None
         self.eps = torch.empty_like(x)
@@ -290,6 +290,11 @@ def _fused_update(x: torch.Tensor, mode: bool | None) -> Any:
     except ImportError:   # no Triton: the torch path
         return None
     return update
+
+
+def row_slices(sizes: Sequence[int]) -> list[slice]:
+    """The rows of each member of a batch whose members have ``sizes`` rows each, in order."""
+    return [slice(start, start + n) for start, n in zip(_starts(sizes), sizes, strict=True)]
 
 
 def _starts(sizes: Sequence[int]) -> list[int]:
