@@ -82,10 +82,11 @@ class Stepper:
             # built on the host and copied once each, not a launch per member
             seeds = np.array([_signed64(gen.initial_seed()) for gen in self.gens], dtype=np.int64)
             self.seeds = torch.from_numpy(np.repeat(seeds, self.sizes)).to(x.device)
-            starts = np.repeat(np.array(_starts(self.sizes), dtype=np.int32), self.sizes)
-            self.trials = torch.from_numpy(np.arange(x.shape[0], dtype=np.int32) - starts).to(x.device)
+            starts = np.array(_starts(self.sizes), dtype=np.int64)
+            trials = (np.arange(x.shape[0]) - np.repeat(starts, self.sizes)).astype(np.int32)   # index in the member
+            self.trials = torch.from_numpy(trials).to(x.device)
             self.record = x.new_empty(x.shape[0], 5)
-            self.starts = torch.tensor(_starts(self.sizes), dtype=torch.int64, device=x.device)
+            self.starts = torch.from_numpy(starts).to(x.device)
             self.counts = torch.tensor(self.sizes, dtype=torch.int64, device=x.device)
 
     @property

@@ -112,12 +112,8 @@ class _StationaryLaw:
         return self.integral(0.0, math.pi / 2)
 
     def integral(self, lo: float, hi: float, cos_power: int = 0) -> float:
-        """∫_lo^hi (density/max)·cos^{cos_power}φ dφ (:meth:`integrals`)."""
-        return self.integrals(lo, hi, (cos_power,))[0]
-
-    def integrals(self, lo: float, hi: float, cos_powers: tuple[int, ...]) -> list[float]:
-        """∫_lo^hi (density/max)·cos^{c}φ dφ for each c in ``cos_powers`` (:func:`_integrals`)."""
-        return _integrals([self], lo, hi, cos_powers)[0]
+        """∫_lo^hi (density/max)·cos^{cos_power}φ dφ (:func:`_integrals` of this law alone)."""
+        return _integrals([self], lo, hi, (cos_power,))[0][0]
 
     def pieces(self, lo: float, hi: float) -> list[tuple[float, float]]:
         """[lo, hi] cut at the peak and 10 widths on each side of it (:meth:`__init__`)."""
