@@ -15,17 +15,21 @@ batches pay 64× the kernel launches of one). The load average is printed before
 What bounds the fused run on a GPU is the host's work per member; two figures follow it here, on any
 device: the members' theory one member at a time (as the separate runs compute it) against all in one
 batch (as the fused run does), checked identical; and with ``--parts``, one more fused run timed by part
-(setup, updates and records, final row, theory, summaries).
+(setup, updates and records, final row, theory, summaries); with ``--profile N``, last, the host's
+profile of one fused run and of one run alone (cProfile, the top N functions by own time).
 
-    .venv/bin/python bench/fused_sweep.py [--quick] [--parts] [--device cpu|cuda] [--dtype float32|float64]
+    .venv/bin/python bench/fused_sweep.py [--quick] [--parts] [--profile N] [--device cpu|cuda] [--dtype float32|float64]
 """
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import platform
+import pstats
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -99,6 +103,16 @@ def fused_parts(specs: list[dict]) -> dict[str, float]:
     return spent
 
 
+def host_profile(fn, top: int) -> str:
+    """cProfile of one call of ``fn``: the ``top`` functions by own time (a wait for the device shows in the
+    function that synchronizes), as lines "own ms, cumulative ms, calls, function"."""
+    profile = cProfile.Profile()
+    profile.runcall(fn)
+    rows = sorted(pstats.Stats(profile).stats.items(), key=lambda item: item[1][2], reverse=True)[:top]   # type: ignore[attr-defined]
+    return "\n".join(f"  {own * 1e3:8.2f} {cumulative * 1e3:9.2f} {calls:7d}  {Path(file).name}:{line}({name})"
+                     for (file, line, name), (_, calls, own, cumulative, _) in rows)
+
+
 def timed(fn) -> tuple[float, object]:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -118,6 +132,9 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="first print the host's profile (cProfile, top N by own time) of one fused run and of one "
+                         "run alone")
     ap.add_argument("--parts", action="store_true", help="then one more fused run, timed by part (setup, updates, "
                     "theory, summaries)")
     args = ap.parse_args()
@@ -151,6 +168,11 @@ def main() -> int:
         spent = fused_parts(specs)
         print("one fused run, by part (ms): " + ", ".join(f"{part} {t * 1e3:.1f}" for part, t in spent.items()))
     print(f"load {load_average()}")
+    if args.profile:   # last, so that the summary above stays the first lines (check.sh prints them)
+        for label, fn in (("one fused run", lambda: smdengine.run_fused(specs)),
+                          ("one run alone", lambda: smdengine.run(specs[0]))):
+            print(f"host profile of {label} (top {args.profile} by own time):\n"
+                  f"  {'own ms':>8} {'cum ms':>9} {'calls':>7}  function\n{host_profile(fn, args.profile)}")
     return 0 if same and same_theory else 1
 
 

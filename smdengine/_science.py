@@ -176,22 +176,35 @@ def settle_steps(steps: Sequence[int], values: Sequence[float], start: int, end:
     if not inside:
         return None
     at = [steps[i] for i in inside]
-    squares = [values[i] ** 2 if math.isfinite(values[i]) else math.nan for i in inside]
+    squares, unit = _exact_multiples([values[i] ** 2 if math.isfinite(values[i]) else math.nan for i in inside])
     half = timescale / 8.0
-    lo = hi = 0
+    lo, hi = 0, -1
+    total = count = 0   # the window's sum of finite squares, exact in units of 1/unit, and their number
     settled = None
-    for j, n in enumerate(at):
-        while at[lo] < n - half:
-            lo += 1
+    for j, n in enumerate(at):   # the window slides: the smoothing is linear in the records, not records × window
         while hi + 1 < len(at) and at[hi + 1] <= n + half:
             hi += 1
-        window = [s for s in squares[lo:hi + 1] if math.isfinite(s)]
-        ok = bool(window) and abs(math.sqrt(math.fsum(window) / len(window)) / target - 1.0) <= band
+            if (entering := squares[hi]) is not None:
+                total, count = total + entering, count + 1
+        while at[lo] < n - half:
+            if (leaving := squares[lo]) is not None:
+                total, count = total - leaving, count - 1
+            lo += 1
+        # the correctly rounded sum (math.fsum's) over the count: Python's int / int rounds correctly
+        ok = count > 0 and abs(math.sqrt(total / unit / count) / target - 1.0) <= band
         if not ok:
             settled = None
         elif settled is None:
             settled = j
     return None if settled is None else at[settled] - start
+
+
+def _exact_multiples(values: Sequence[float]) -> tuple[list[int | None], int]:
+    """Each finite value as an exact integer multiple of 1/unit (None for the others), ``unit`` the largest
+    denominator among them (a power of two): sums and differences of the integers are then exact."""
+    ratios = [v.as_integer_ratio() if math.isfinite(v) else None for v in values]
+    unit = max((d for r in ratios if r is not None for d in r[1:]), default=1)
+    return [None if r is None else r[0] * (unit // r[1]) for r in ratios], unit
 
 
 def equilibrium_summary(all_phases: Sequence[Phase], total_steps: int, steps: Sequence[int],

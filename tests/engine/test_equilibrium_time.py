@@ -85,6 +85,42 @@ def test_settle_steps_counts_only_the_phase_and_reports_never():
     assert settle_steps(steps, values, 0, 505, target, 100.0, width=10) == 0
 
 
+
+def smoothed_settle_by_definition(steps, values, start, end, target, timescale, width=1):
+    """settle_steps as its docstring defines it, each window summed anew with math.fsum (O(records · window))."""
+    at = [n for n in steps if start <= n and n + width <= end]
+    squares = [v * v for n, v in zip(steps, values, strict=True) if start <= n and n + width <= end]
+    settled = None
+    for j, n in enumerate(at):
+        window = [s for m, s in zip(at, squares, strict=True) if abs(m - n) <= timescale / 8 and math.isfinite(s)]
+        ok = bool(window) and abs(math.sqrt(math.fsum(window) / len(window)) / target - 1) <= EQUILIBRIUM_BAND
+        settled = None if not ok else j if settled is None else settled
+    return None if settled is None else at[settled] - start
+
+
+def test_settle_steps_slides_its_window_exactly():
+    """The sliding window's exact integer sums give each window's math.fsum, so the step is the definition's
+    bit for bit: random series around the target (NaN and inf among them, values from 1e-150 to 10), windows
+    from one record to all, phases cut anywhere."""
+    rng = np.random.default_rng(11)
+    settled = 0
+    for _ in range(400):
+        n, every = int(rng.choice([1, 2, 7, 40, 150])), int(rng.choice([1, 10]))
+        steps = [i * every for i in range(n)]
+        target = 10.0 ** rng.uniform(-150, 1)
+        relax = 1 + rng.choice([0.0, 1.0]) * np.exp(-np.arange(n) / max(1, n / 4))
+        values = (target * relax * (1 + rng.choice([0.0, 0.05, 0.3]) * rng.uniform(-1, 1, n))).tolist()
+        for i in rng.choice(n, size=int(rng.choice([0, 0, 2])), replace=True):
+            values[i] = float(rng.choice([math.nan, math.inf]))
+        timescale = float(rng.choice([1.0, 8.0 * every, 2.0 * every * n, 1e12]))
+        start, end = int(rng.choice([0, every * (n // 3)])), int(rng.choice([every * n, every * (n // 2) + 1]))
+        width = int(rng.choice([1, every]))
+        expected = smoothed_settle_by_definition(steps, values, start, end, target, timescale, width)
+        assert settle_steps(steps, values, start, end, target, timescale, width) == expected
+        settled += expected is not None
+    assert 100 < settled < 390   # both outcomes are exercised
+
+
 def test_summary_keys_per_phase():
     phases = [Phase(0, 0.1, 0.01, 1.0), Phase(100, 0.01, 0.01, 1.0), Phase(200, 0.01, 0.01, 10 ** -0.25),
               Phase(300, 0.02, 0.01, 1.0), Phase(400, 0.02, 0.0, 1.0), Phase(500, 0.01, 0.0, 1.0)]

@@ -129,7 +129,7 @@ def test_identical_is_bit_for_bit():
 def test_batched_theory_is_each_members_alone(monkeypatch, block_elements):
     """The theory of a fused run's members, computed in one batch (predict_physics_many), is bit for bit each
     member's alone, for members the engine tests above do not reach: trial counts under and over the 1024
-    nodes (the latter grouped), weight decay switched off by the schedule or never on, a rescale, many
+    nodes (the latter grouped, with equal weights or not, beside 1024 values as nodes), weight decay switched off by the schedule or never on, a rescale, many
     record steps, and blocks cut differently in the batch than alone."""
     import numpy as np
 
@@ -140,7 +140,8 @@ def test_batched_theory_is_each_members_alone(monkeypatch, block_elements):
     monkeypatch.setattr(predict, "BLOCK_ELEMENTS", block_elements)
     schedule = [{"step": 300, "lr_factor": 0.5, "weight_decay_factor": 0.0},
                 {"step": 700, "lr_factor": 0.1, "weight_decay_factor": 1.0, "rescale": True}]
-    rates = [(0.1, 0.01, 1.0, 7), (0.3, 0.05, 0.5, 1000), (0.05, 0.0, 2.0, 3001), (0.2, 0.02, 1.0, 1000)]
+    rates = [(0.1, 0.01, 1.0, 7), (0.3, 0.05, 0.5, 1000), (0.05, 0.0, 2.0, 3001), (0.2, 0.02, 1.0, 1000),
+             (0.1, 0.02, 1.0, 1024), (0.1, 0.01, 1.0, 2048)]   # 1024 nodes like 3001's, their weights equal
     specs = []
     for i, (lr, wd, sigma, trials) in enumerate(rates):
         entries = [{**e, "weight_decay_factor": 1.0} for e in schedule] if wd == 0 else schedule
