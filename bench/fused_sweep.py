@@ -18,7 +18,8 @@ batch (as the fused run does), checked identical; and with ``--parts``, one more
 (setup, updates and records, final row, theory, summaries); with ``--profile N``, last, the host's
 profile of one fused run and of one run alone (cProfile, the top N functions by own time).
 
-    .venv/bin/python bench/fused_sweep.py [--quick] [--parts] [--profile N] [--device cpu|cuda] [--dtype float32|float64]
+    .venv/bin/python bench/fused_sweep.py [--quick] [--parts] [--profile N] [--device cpu|cuda]
+                                          [--dtype float32|float64]
 """
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ def host_profile(fn, top: int) -> str:
     function that synchronizes), as lines "own ms, cumulative ms, calls, function"."""
     profile = cProfile.Profile()
     profile.runcall(fn)
-    rows = sorted(pstats.Stats(profile).stats.items(), key=lambda item: item[1][2], reverse=True)[:top]   # type: ignore[attr-defined]
+    stats = pstats.Stats(profile).stats   # type: ignore[attr-defined]   # (file, line, name) → (…, calls, own, cum, …)
+    rows = sorted(stats.items(), key=lambda item: item[1][2], reverse=True)[:top]
     return "\n".join(f"  {own * 1e3:8.2f} {cumulative * 1e3:9.2f} {calls:7d}  {Path(file).name}:{line}({name})"
                      for (file, line, name), (_, calls, own, cumulative, _) in rows)
 

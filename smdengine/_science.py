@@ -177,9 +177,9 @@ def settle_steps(steps: Sequence[int], values: Sequence[float], start: int, end:
         return None
     at = [steps[i] for i in inside]
     squares, unit = _exact_multiples([values[i] ** 2 if math.isfinite(values[i]) else math.nan for i in inside])
+    total = count = 0   # the window's sum of finite squares, exact in units of 1/unit, and their number
     half = timescale / 8.0
     lo, hi = 0, -1
-    total = count = 0   # the window's sum of finite squares, exact in units of 1/unit, and their number
     settled = None
     for j, n in enumerate(at):   # the window slides: the smoothing is linear in the records, not records × window
         while hi + 1 < len(at) and at[hi + 1] <= n + half:
@@ -200,11 +200,20 @@ def settle_steps(steps: Sequence[int], values: Sequence[float], start: int, end:
 
 
 def _exact_multiples(values: Sequence[float]) -> tuple[list[int | None], int]:
-    """Each finite value as an exact integer multiple of 1/unit (None for the others), ``unit`` the largest
-    denominator among them (a power of two): sums and differences of the integers are then exact."""
-    ratios = [v.as_integer_ratio() if math.isfinite(v) else None for v in values]
-    unit = max((d for r in ratios if r is not None for d in r[1:]), default=1)
-    return [None if r is None else r[0] * (unit // r[1]) for r in ratios], unit
+    """Each finite value as an exact integer multiple of 1/unit (None for the others): sums and differences
+    of the integers are then exact. ``unit`` = 2^(53 − the least binary exponent among them), at most 2^1074
+    (a double's 53-bit significand times 2^exponent is then a whole number of units), so the integers are as
+    short as the values' spread of magnitudes allows."""
+    least = min((math.frexp(v)[1] for v in values if math.isfinite(v) and v != 0.0), default=53)
+    unit = 1 << min(1074, max(0, 53 - least))
+    multiples: list[int | None] = []
+    for v in values:
+        if math.isfinite(v):
+            numerator, denominator = v.as_integer_ratio()   # denominator: a power of two that divides unit
+            multiples.append(numerator * (unit // denominator))
+        else:
+            multiples.append(None)
+    return multiples, unit
 
 
 def equilibrium_summary(all_phases: Sequence[Phase], total_steps: int, steps: Sequence[int],

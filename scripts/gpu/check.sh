@@ -123,7 +123,7 @@ PY
   bench)
     timeout 40 python3 bench/fused_sweep.py --device cuda --repeat 3 --parts --profile 30 > "$OUT/fused_sweep.txt" 2>&1
     rc2=$?
-    head -9 "$OUT/fused_sweep.txt"   # the summary; the host profiles follow it in the file
+    sed -n '/^device /,/^load /p' "$OUT/fused_sweep.txt"   # the summary; the host profiles follow it in the file
     timeout 130 python3 bench/nrq_gpu.py --seconds "${CHECK_BENCH_SECONDS:-0.1}" --dtypes "${CHECK_DTYPES:-float32}" \
         > "$OUT/nrq_gpu.txt" 2>&1; rc1=$?
     cat "$OUT/nrq_gpu.txt"

@@ -110,8 +110,9 @@ def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[i
     weight decay: both terms are ≥ 0 (no clamp before the root), and b_t keeps its precision at small t
     (expm1). Problems whose laws have as many nodes, and alike equal or unequal weights, are rows of one
     array, computed a block at a time: each element by the same operations and each sum along one member's
-    row of one block, so how the blocks are cut changes no value. Equal weights (a sample's values
-    themselves as nodes) multiply the sum of the roots, unequal ones each root."""
+    row of one block, so how the blocks are cut changes no value. Equal weights (a sample's values themselves,
+    its group means when the groups are equal, a one-node law) multiply the sum of the roots, unequal ones
+    each root."""
     out = np.empty((len(ps), len(steps)))
     steps_arr = np.asarray(steps, dtype=np.float64)
     phase_index = np.asarray(phase_of)

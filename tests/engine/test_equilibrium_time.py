@@ -85,7 +85,6 @@ def test_settle_steps_counts_only_the_phase_and_reports_never():
     assert settle_steps(steps, values, 0, 505, target, 100.0, width=10) == 0
 
 
-
 def smoothed_settle_by_definition(steps, values, start, end, target, timescale, width=1):
     """settle_steps as its docstring defines it, each window summed anew with math.fsum (O(records · window))."""
     at = [n for n in steps if start <= n and n + width <= end]
@@ -119,6 +118,10 @@ def test_settle_steps_slides_its_window_exactly():
         assert settle_steps(steps, values, start, end, target, timescale, width) == expected
         settled += expected is not None
     assert 100 < settled < 390   # both outcomes are exercised
+    # a large square leaving the window: a floating-point running sum would cancel to a negative mean here
+    steps, values = list(range(6)), [1e8, 0.1, 0.1, 0.1, 0.1, 0.1]
+    expected = smoothed_settle_by_definition(steps, values, 0, 6, 0.1, 16.0)
+    assert settle_steps(steps, values, 0, 6, 0.1, 16.0) == expected == 3
 
 
 def test_summary_keys_per_phase():

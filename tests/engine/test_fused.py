@@ -129,8 +129,9 @@ def test_identical_is_bit_for_bit():
 def test_batched_theory_is_each_members_alone(monkeypatch, block_elements):
     """The theory of a fused run's members, computed in one batch (predict_physics_many), is bit for bit each
     member's alone, for members the engine tests above do not reach: trial counts under and over the 1024
-    nodes (the latter grouped, with equal weights or not, beside 1024 values as nodes), weight decay switched off by the schedule or never on, a rescale, many
-    record steps, and blocks cut differently in the batch than alone."""
+    nodes (the latter grouped), as many nodes with equal weights and with unequal ones, weight decay switched
+    off by the schedule or never on, a rescale, many record steps, and blocks cut differently in the batch
+    than alone."""
     import numpy as np
 
     from smdengine._registry import parse_spec
@@ -140,8 +141,10 @@ def test_batched_theory_is_each_members_alone(monkeypatch, block_elements):
     monkeypatch.setattr(predict, "BLOCK_ELEMENTS", block_elements)
     schedule = [{"step": 300, "lr_factor": 0.5, "weight_decay_factor": 0.0},
                 {"step": 700, "lr_factor": 0.1, "weight_decay_factor": 1.0, "rescale": True}]
+    # 48 trials: 48 nodes of equal weights, as many as the law's (unequal) of a member without realized norms;
+    # 1024 and 2048: 1024 nodes like 3001's, their weights equal
     rates = [(0.1, 0.01, 1.0, 7), (0.3, 0.05, 0.5, 1000), (0.05, 0.0, 2.0, 3001), (0.2, 0.02, 1.0, 1000),
-             (0.1, 0.02, 1.0, 1024), (0.1, 0.01, 1.0, 2048)]   # 1024 nodes like 3001's, their weights equal
+             (0.1, 0.02, 1.0, 1024), (0.1, 0.01, 1.0, 2048), (0.1, 0.01, 1.0, 48), (0.2, 0.01, 1.0, 48)]
     specs = []
     for i, (lr, wd, sigma, trials) in enumerate(rates):
         entries = [{**e, "weight_decay_factor": 1.0} for e in schedule] if wd == 0 else schedule
@@ -149,6 +152,7 @@ def test_batched_theory_is_each_members_alone(monkeypatch, block_elements):
                                      record_every=3, lr_schedule=entries)))
     params = [s.params for s in specs]
     norms = [np.random.default_rng(i).chisquare(10, p.trials) * 2.0 for i, p in enumerate(params)]
+    norms[-1] = None   # the law of |X₀|² before a run: 48 nodes
     batch = predict.predict_physics_many(params, [0.0] * len(params), norms)
     for c, p in enumerate(params):
         assert identical(batch[c], predict.predict_physics_many([p], [0.0], [norms[c]])[0])
