@@ -135,7 +135,7 @@ def main() -> int:
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--profile", type=int, default=0, metavar="N",
-                    help="first print the host's profile (cProfile, top N by own time) of one fused run and of one "
+                    help="last, print the host's profile (cProfile, top N by own time) of one fused run and of one "
                          "run alone")
     ap.add_argument("--parts", action="store_true", help="then one more fused run, timed by part (setup, updates, "
                     "theory, summaries)")

@@ -12,8 +12,8 @@
 #   serve  `smd serve` (embedded SQLite and broker) runs a device: cuda and a device: auto job end to
 #          end; their provenance names the GPU                                                (≤ 60 s)
 #   bench  bench/nrq_gpu.py (--seconds CHECK_BENCH_SECONDS, 0.1; --dtypes CHECK_DTYPES, float32),
-#          bench/fused_sweep.py --device cuda --parts --profile 30, bench/train_overhead.py --device cuda (left out when
-#          CHECK_TRAIN=0)                                                                      (≤ 200 s)
+#          bench/fused_sweep.py --device cuda --parts --profile 30, bench/train_overhead.py --device cuda
+#          (left out when CHECK_TRAIN=0)                                                       (≤ 200 s)
 #   sde    bench/sde_vs_torchsde.py --device cuda --quick --throughput-only (torchsde from .whl) (≤ 60 s)
 #   study  `smd serve` with a GPU worker (SMD_WORKER_QUEUES=gpu,cpu) runs a 64-point nrq study
 #          submitted over HTTP, device cuda, then the same study with device cpu; wall times  (≤ 150 s)

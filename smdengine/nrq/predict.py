@@ -108,26 +108,23 @@ def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[i
     The closed form (:func:`smdengine.nrq.theory.norm_sq_relaxation`) is written M_t² = a_t·M_0² + b_t with
     a_t = e^{−4ληt}, b_t = (1 − e^{−4ληt})·M*², M*² = Lη/(2λ), L = (p−1)σ², or a_t = 1, b_t = 2η²Lt without
     weight decay: both terms are ≥ 0 (no clamp before the root), and b_t keeps its precision at small t
-    (expm1). Problems whose laws have as many nodes, and alike equal or unequal weights, are rows of one
-    array, computed a block at a time: each element by the same operations and each sum along one member's
-    row of one block, so how the blocks are cut changes no value. Equal weights (a sample's values themselves,
-    its group means when the groups are equal, a one-node law) multiply the sum of the roots, unequal ones
-    each root."""
+    (expm1). Problems whose laws have as many nodes are rows of one array, computed a block at a time: each
+    element by the same operations and each sum along one member's row of one block, so how the blocks are
+    cut changes no value."""
     out = np.empty((len(ps), len(steps)))
     steps_arr = np.asarray(steps, dtype=np.float64)
     phase_index = np.asarray(phase_of)
     n_phases = len(effective[0])
     starts = [ph.start for ph in effective[0]]
-    groups: dict[tuple[int, bool], list[int]] = {}   # by node count, and whether the weights are all equal
-    for c, (nodes, weights) in enumerate(laws):
-        groups.setdefault((len(nodes), bool((weights == weights[0]).all())), []).append(c)
-    for (n_nodes, equal_weights), group in groups.items():
+    groups: dict[int, list[int]] = {}
+    for c, (nodes, _) in enumerate(laws):
+        groups.setdefault(len(nodes), []).append(c)
+    for n_nodes, group in groups.items():
         per_block = max(1, BLOCK_ELEMENTS // n_nodes)
         for first in range(0, len(group), per_block):   # a block of members, then of record steps
             members = group[first:first + per_block]
             rows = np.asarray(members)
             weights = np.stack([laws[c][1] for c in members])[:, None, :]   # (members, 1, nodes)
-            weight = weights[:, :, 0]   # (members, 1): each member's one weight, when they are equal
             m_sq = np.stack([laws[c][0] for c in members])[:, None, :] ** 2   # M_0², then each phase's start
             span = max(1, BLOCK_ELEMENTS // (len(members) * n_nodes))   # record steps per array
             for k in range(n_phases):
@@ -141,11 +138,8 @@ def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[i
                     m_t = a * m_sq
                     m_t += b
                     np.sqrt(m_t, out=m_t)
-                    if equal_weights:   # the sum of the roots times the weight: a pass fewer
-                        out[rows[:, None], chunk[None, :]] = m_t.sum(axis=2) * weight
-                    else:
-                        m_t *= weights
-                        out[rows[:, None], chunk[None, :]] = m_t.sum(axis=2)
+                    m_t *= weights
+                    out[rows[:, None], chunk[None, :]] = m_t.sum(axis=2)
                 if k + 1 < n_phases:   # the values the next phase starts from
                     a, b = coefficients(np.array([float(starts[k + 1] - starts[k])]))
                     m_sq = a * m_sq + b

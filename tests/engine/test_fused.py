@@ -141,8 +141,8 @@ def test_batched_theory_is_each_members_alone(monkeypatch, block_elements):
     monkeypatch.setattr(predict, "BLOCK_ELEMENTS", block_elements)
     schedule = [{"step": 300, "lr_factor": 0.5, "weight_decay_factor": 0.0},
                 {"step": 700, "lr_factor": 0.1, "weight_decay_factor": 1.0, "rescale": True}]
-    # 48 trials: 48 nodes of equal weights, as many as the law's (unequal) of a member without realized norms;
-    # 1024 and 2048: 1024 nodes like 3001's, their weights equal
+    # 48 trials: 48 nodes of equal weights, as many as the law's (unequal) of a member without realized norms,
+    # rows of one array; 1024 and 2048: 1024 nodes like 3001's grouped ones
     rates = [(0.1, 0.01, 1.0, 7), (0.3, 0.05, 0.5, 1000), (0.05, 0.0, 2.0, 3001), (0.2, 0.02, 1.0, 1000),
              (0.1, 0.02, 1.0, 1024), (0.1, 0.01, 1.0, 2048), (0.1, 0.01, 1.0, 48), (0.2, 0.01, 1.0, 48)]
     specs = []
