@@ -15,7 +15,8 @@ batches pay 64× the kernel launches of one). The load average is printed before
 What bounds the fused run on a GPU is the host's work per member; two figures follow it here, on any
 device: the members' theory one member at a time (as the separate runs compute it) against all in one
 batch (as the fused run does), checked identical; and with ``--parts``, one more fused run timed by part
-(setup, updates and records, final row, theory, summaries); with ``--profile N``, last, the host's
+(setup, updates and records, final row, theory, summaries; the theory runs on a thread beside the updates,
+so the part of it after the final row is printed too); with ``--profile N``, last, the host's
 profile of one fused run and of one run alone (cProfile, the top N functions by own time).
 
     .venv/bin/python bench/fused_sweep.py [--quick] [--parts] [--profile N] [--device cpu|cuda]
@@ -79,10 +80,13 @@ PARTS = {"setup": "__init__", "updates and records": "step_members", "final row"
 
 def fused_parts(specs: list[dict]) -> dict[str, float]:
     """Seconds of one fused run spent in each :data:`PARTS` method of ``NRQRun`` (each timed between two
-    synchronizations of the device: what the host spends there, the GPU's work included), and in all."""
+    synchronizations of the device: what the host spends there, the GPU's work included), and in all. The
+    theory runs on a thread beside the updates (``Simulator.THEORY_AT_START``): "theory after the final row"
+    is how long it went on once the final row was taken, the part of it the run waits for."""
     from smdengine.nrq.simulate import NRQRun
 
     spent = dict.fromkeys(PARTS, 0.0)
+    ended = dict.fromkeys(PARTS, 0.0)   # when each part last returned (perf_counter)
     originals = {part: getattr(NRQRun, method) for part, method in PARTS.items()}
 
     def clocked(part: str):
@@ -91,6 +95,7 @@ def fused_parts(specs: list[dict]) -> dict[str, float]:
         def run(*args, **kwargs):
             t, out = timed(lambda: method(*args, **kwargs))
             spent[part] += t
+            ended[part] = time.perf_counter()
             return out
         return run
 
@@ -101,6 +106,7 @@ def fused_parts(specs: list[dict]) -> dict[str, float]:
     finally:
         for part, method in PARTS.items():
             setattr(NRQRun, method, originals[part])
+    spent["theory after the final row"] = max(0.0, ended["theory"] - ended["final row"])
     return spent
 
 

@@ -2,7 +2,8 @@
 method only ``step``): resolve device and dtype, seed the generator, build the simulator, resume from
 a checkpoint, then step, record, emit progress, poll for cancellation and take checkpoints, and at the
 end record the final state (every series ends at ``steps``), flush, predict (less the theory names the spec's out-of-regime warnings omit:
-:func:`smdengine._registry.spec_warnings`) and summarise. The simulator protocol is :mod:`smdengine._simulator`.
+:func:`smdengine._registry.spec_warnings`) and summarise. A simulator whose theory needs only what its
+constructor built (``Simulator.THEORY_AT_START``) has it computed on a thread beside the loop. The simulator protocol is :mod:`smdengine._simulator`.
 
 Checkpoint contract, enforced here: a resume is refused unless its fingerprint matches this spec and
 device type (:class:`IncompatibleCheckpoint`) — or, for a ``continuable`` model (``_declare.Model``), its lineage does
@@ -17,7 +18,8 @@ torch is imported when a run starts, not with this module.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from smdengine._registry import model_of, omitted_theory, parse_spec
@@ -189,6 +191,10 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
                           series={k: list(v) for k, v in points.items()}, fingerprint=hooks[c].fingerprint,
                           lineage=hooks[c].lineage)
 
+    # a fused sweep's theory (every member's: milliseconds) beside the loop, where it would otherwise follow the
+    # last update: on an accelerator the host only launches work. One run's is a fraction of a millisecond,
+    # less than the thread costs it (bench/README.md, "Seventh round")
+    early = _beside(sim.member_theories, list(members)) if fused and sim.THEORY_AT_START else None
     step, span, clock = sim.step_members, sim.span, time.monotonic
     last_emit = last_save = clock()
     n = start
@@ -225,13 +231,24 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
         if hooks[c].final and save is not None:
             save(_checkpoint(c, total, regular[c]))
     results: list[RunResult | None] = [None] * len(specs)
-    for c, own_theory in zip(live, sim.member_theories(live), strict=True):
+    theories = sim.member_theories(live) if early is None else [early.result()[c] for c in live]
+    for c, own_theory in zip(live, theories, strict=True):
         theory = _in_regime(own_theory, specs[c])
         points = len(series[c]["step"])
         aligned = {k: v[:-1] if isinstance(v, list) and len(v) == points else v for k, v in theory.items()}
         results[c] = RunResult(series=series[c], theory=theory, summary=sim.member_summary(c, regular[c], aligned),
                                distributions=sim.member_distributions(c))
     return results
+
+
+def _beside(fn: Callable[[list[int]], list[dict[str, Any]]], members: list[int]) -> Future[list[dict[str, Any]]]:
+    """``fn(members)`` on a thread of its own; its result, or its exception, comes with ``.result()``. A run
+    that stops first leaves the thread to finish alone (its result unread)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smd-theory")
+    try:
+        return pool.submit(fn, members)
+    finally:
+        pool.shutdown(wait=False)   # the thread ends after this one call
 
 
 def _table_points(tables: list[tuple[int, RowTable]], live: list[int],

@@ -102,6 +102,10 @@ class Simulator(ABC, Generic[SpecT]):
     record_every: int
     p: Any
     STATE: tuple[str, ...] = ()
+    # True: the theory (``member_theories``) needs only the spec and what the constructor built, not the
+    # updates nor a checkpoint's state, and is safe to compute on another thread while the run goes on: the
+    # driver starts it there before the first update (:func:`smdengine._driver.run`)
+    THEORY_AT_START = False
 
     def __init__(self, spec: SpecT, ctx: Context):
         self.spec, self.ctx = spec, ctx

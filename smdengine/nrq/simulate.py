@@ -39,6 +39,7 @@ class NRQRun(Simulator[Any]):
     MULTISTEP = True   # from one record step to the next in one launch where the stepper can (CUDA, Triton)
     MAX_ELEMENT_STEPS = 2**34   # a launch's work cap, rows·p·updates: progress and cancellation stay responsive
     RATES = ("lr", "weight_decay", "momentum", "noise_std", "init_std", "trials")   # may differ between members
+    THEORY_AT_START = True   # from the specs and the initial norms alone, in NumPy: beside the updates
 
     def __init__(self, spec: Any, ctx: Context, members: list[tuple[Any, torch.Generator]] | None = None):
         super().__init__(spec, ctx)

@@ -92,6 +92,43 @@ def test_a_stopped_member_leaves_the_others_untouched():
         smdengine.run_fused(SGD_MEMBERS[:2], should_stop=[lambda: True] * 2, progress_interval=0.0)
 
 
+def test_the_theory_runs_beside_the_updates_and_its_error_surfaces(monkeypatch):
+    """A fused run computes its members' theory on a thread of its own while the updates go on (a run alone,
+    in line); an error in it ends the run with that error once the updates are done, as it did when the
+    theory came last. (When the thread starts to run against the updates is the scheduler's: not asserted.)"""
+    import threading
+
+    from smdengine.nrq.simulate import NRQRun
+
+    seen: list[str] = []   # the thread each theory ran on
+    updates = [0]
+    theories, step_members = NRQRun.member_theories, NRQRun.step_members
+
+    def counted(self, n, record):
+        updates[0] += 1
+        return step_members(self, n, record)
+
+    def watched(self, members):
+        seen.append(threading.current_thread().name)
+        return theories(self, members)
+
+    monkeypatch.setattr(NRQRun, "step_members", counted)
+    monkeypatch.setattr(NRQRun, "member_theories", watched)
+    smdengine.run_fused(SGD_MEMBERS[:2])
+    every_call = updates[0]
+    smdengine.run(SGD_MEMBERS[0])
+    assert seen[0].startswith("smd-theory") and seen[1] == threading.current_thread().name
+
+    def failing(self, members):
+        raise ValueError("kappa: expected > 0, got 0")
+
+    monkeypatch.setattr(NRQRun, "member_theories", failing)
+    updates[0] = 0
+    with pytest.raises(ValueError, match="kappa"):
+        smdengine.run_fused(SGD_MEMBERS[:2])
+    assert updates[0] == every_call   # raised at the end, after every update
+
+
 def test_fuse_key_groups_only_what_can_share_a_batch():
     key = smdengine.fuse_key
     assert len({key(s) for s in SGD_MEMBERS}) == 1
