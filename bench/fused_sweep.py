@@ -16,7 +16,7 @@ What bounds the fused run on a GPU is the host's work per member; two figures fo
 device: the members' theory one member at a time (as the separate runs compute it) against all in one
 batch (as the fused run does), checked identical; and with ``--parts``, one more fused run timed by part
 (setup, updates and records, final row, theory, summaries; the theory runs on a thread beside the updates,
-so the part of it after the final row is printed too); with ``--profile N``, last, the host's
+so the run's wait for it is printed too); with ``--profile N``, last, the host's
 profile of one fused run and of one run alone (cProfile, the top N functions by own time).
 
     .venv/bin/python bench/fused_sweep.py [--quick] [--parts] [--profile N] [--device cpu|cuda]
@@ -81,32 +81,54 @@ PARTS = {"setup": "__init__", "updates and records": "step_members", "final row"
 def fused_parts(specs: list[dict]) -> dict[str, float]:
     """Seconds of one fused run spent in each :data:`PARTS` method of ``NRQRun`` (each timed between two
     synchronizations of the device: what the host spends there, the GPU's work included), and in all. The
-    theory runs on a thread beside the updates (``Simulator.THEORY_AT_START``): "theory after the final row"
-    is how long it went on once the final row was taken, the part of it the run waits for."""
+    theory runs on a thread beside the updates (``Simulator.THEORY_AT_START``): it is timed on that thread
+    without synchronizing (NumPy only), and "wait for the theory" is how long the run waited for its result."""
+    from smdengine import _driver
     from smdengine.nrq.simulate import NRQRun
 
     spent = dict.fromkeys(PARTS, 0.0)
-    ended = dict.fromkeys(PARTS, 0.0)   # when each part last returned (perf_counter)
     originals = {part: getattr(NRQRun, method) for part, method in PARTS.items()}
+    beside = _driver._beside
 
     def clocked(part: str):
         method = originals[part]
 
         def run(*args, **kwargs):
+            if part == "theory":   # on its own thread: a device synchronization there would wait for the updates
+                t0 = time.perf_counter()
+                out = method(*args, **kwargs)
+                spent[part] += time.perf_counter() - t0
+                return out
             t, out = timed(lambda: method(*args, **kwargs))
             spent[part] += t
-            ended[part] = time.perf_counter()
             return out
         return run
+
+    def waited(fn, members):   # the thread's future, its result() timed
+        future = beside(fn, members)
+        if future is None:
+            return None
+        spent["wait for the theory"] = 0.0
+        take = future.result
+
+        def result(timeout=None):
+            t0 = time.perf_counter()
+            try:
+                return take(timeout)
+            finally:
+                spent["wait for the theory"] += time.perf_counter() - t0
+        future.result = result   # type: ignore[method-assign]
+        return future
 
     try:
         for part, method in PARTS.items():
             setattr(NRQRun, method, clocked(part))
+        _driver._beside = waited
         spent["all"], _ = timed(lambda: smdengine.run_fused(specs))
     finally:
         for part, method in PARTS.items():
             setattr(NRQRun, method, originals[part])
-    spent["theory after the final row"] = max(0.0, ended["theory"] - ended["final row"])
+        _driver._beside = beside
     return spent
 
 

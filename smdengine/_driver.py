@@ -2,8 +2,8 @@
 method only ``step``): resolve device and dtype, seed the generator, build the simulator, resume from
 a checkpoint, then step, record, emit progress, poll for cancellation and take checkpoints, and at the
 end record the final state (every series ends at ``steps``), flush, predict (less the theory names the spec's out-of-regime warnings omit:
-:func:`smdengine._registry.spec_warnings`) and summarise. A simulator whose theory needs only what its
-constructor built (``Simulator.THEORY_AT_START``) has it computed on a thread beside the loop. The simulator protocol is :mod:`smdengine._simulator`.
+:func:`smdengine._registry.spec_warnings`) and summarise. A fused run (:func:`run_fused`) of a simulator whose theory needs only what its
+constructor built (``Simulator.THEORY_AT_START``) computes its members' theory on a thread beside the loop. The simulator protocol is :mod:`smdengine._simulator`.
 
 Checkpoint contract, enforced here: a resume is refused unless its fingerprint matches this spec and
 device type (:class:`IncompatibleCheckpoint`) — or, for a ``continuable`` model (``_declare.Model``), its lineage does
@@ -17,9 +17,10 @@ torch is imported when a run starts, not with this module.
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from smdengine._registry import model_of, omitted_theory, parse_spec
@@ -193,7 +194,8 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
 
     # a fused sweep's theory (every member's: milliseconds) beside the loop, where it would otherwise follow the
     # last update: on an accelerator the host only launches work. One run's is a fraction of a millisecond,
-    # less than the thread costs it (bench/README.md, "Seventh round")
+    # less than the thread costs it (bench/README.md, "Seventh round"). It is held from then on (every member's,
+    # also one that stops), where it used to exist only at the end.
     early = _beside(sim.member_theories, list(members)) if fused and sim.THEORY_AT_START else None
     step, span, clock = sim.step_members, sim.span, time.monotonic
     last_emit = last_save = clock()
@@ -231,7 +233,8 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
         if hooks[c].final and save is not None:
             save(_checkpoint(c, total, regular[c]))
     results: list[RunResult | None] = [None] * len(specs)
-    theories = sim.member_theories(live) if early is None else [early.result()[c] for c in live]
+    every_theory = None if early is None else early.result()
+    theories = sim.member_theories(live) if every_theory is None else [every_theory[c] for c in live]
     for c, own_theory in zip(live, theories, strict=True):
         theory = _in_regime(own_theory, specs[c])
         points = len(series[c]["step"])
@@ -241,14 +244,25 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
     return results
 
 
-def _beside(fn: Callable[[list[int]], list[dict[str, Any]]], members: list[int]) -> Future[list[dict[str, Any]]]:
-    """``fn(members)`` on a thread of its own; its result, or its exception, comes with ``.result()``. A run
-    that stops first leaves the thread to finish alone (its result unread)."""
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smd-theory")
+def _beside(fn: Callable[[list[int]], list[dict[str, Any]]],
+            members: list[int]) -> Future[list[dict[str, Any]]] | None:
+    """``fn(members)`` on a thread of its own; its result, or its exception, comes with ``.result()``. None
+    where no thread can start (a run during the interpreter's shutdown): the caller computes it in line. A
+    daemon thread: a run that stops first leaves it to finish alone, its result unread, and it never holds
+    up the interpreter's exit."""
+    future: Future[list[dict[str, Any]]] = Future()
+
+    def work() -> None:
+        try:
+            future.set_result(fn(members))
+        except BaseException as exc:   # noqa: BLE001 — handed to the caller, raised by .result()
+            future.set_exception(exc)
+
     try:
-        return pool.submit(fn, members)
-    finally:
-        pool.shutdown(wait=False)   # the thread ends after this one call
+        threading.Thread(target=work, name="smd-theory", daemon=True).start()
+    except RuntimeError:   # "can't create new thread at interpreter shutdown"
+        return None
+    return future
 
 
 def _table_points(tables: list[tuple[int, RowTable]], live: list[int],

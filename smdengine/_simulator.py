@@ -32,7 +32,9 @@ equal key as one batched run, ``fuse(specs, ctxs)`` (each member with its own ge
 then speaks to it through the ``member_*`` methods and ``step_members``, which for a plain simulator
 are its own methods as member 0 (``member_theories``: the theory of several members at once, each
 exactly its own); member c's points, checkpoint state, theory and summary must be
-exactly those of its run alone (tests/engine/test_fused.py).
+exactly those of its run alone (tests/engine/test_fused.py). A fused simulator whose theory needs only
+the specs and what its constructor built sets ``THEORY_AT_START``: the driver then computes the members'
+theory on a thread of its own while the updates go on, instead of after the last one.
 
 The driver owns everything else: device and dtype resolution, seeding, resume and the fingerprint
 check, recording, progress events, cancellation, checkpoint timing, the final flush and the result.
@@ -102,9 +104,9 @@ class Simulator(ABC, Generic[SpecT]):
     record_every: int
     p: Any
     STATE: tuple[str, ...] = ()
-    # True: the theory (``member_theories``) needs only the spec and what the constructor built, not the
-    # updates nor a checkpoint's state, and is safe to compute on another thread while the run goes on: the
-    # driver starts it there before the first update (:func:`smdengine._driver.run`)
+    # True: the theory (``member_theories``) needs only the specs and what the constructor built, reads nothing
+    # that ``step_members`` or ``member_load_state`` change, and is safe on another thread: a fused run
+    # (:func:`smdengine._driver.run_fused`) computes it there beside its updates
     THEORY_AT_START = False
 
     def __init__(self, spec: SpecT, ctx: Context):

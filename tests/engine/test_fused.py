@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from pathlib import Path
 
 import pytest
 
@@ -117,7 +118,8 @@ def test_the_theory_runs_beside_the_updates_and_its_error_surfaces(monkeypatch):
     smdengine.run_fused(SGD_MEMBERS[:2])
     every_call = updates[0]
     smdengine.run(SGD_MEMBERS[0])
-    assert seen[0].startswith("smd-theory") and seen[1] == threading.current_thread().name
+    assert len(seen) == 2   # the fused run's theory came from its thread, not computed again in line
+    assert seen[0] == "smd-theory" and seen[1] == threading.current_thread().name
 
     def failing(self, members):
         raise ValueError("kappa: expected > 0, got 0")
@@ -127,6 +129,23 @@ def test_the_theory_runs_beside_the_updates_and_its_error_surfaces(monkeypatch):
     with pytest.raises(ValueError, match="kappa"):
         smdengine.run_fused(SGD_MEMBERS[:2])
     assert updates[0] == every_call   # raised at the end, after every update
+
+
+def test_a_fused_run_works_at_interpreter_exit():
+    """A fused run from an atexit handler (where an executor refuses new work) still gets its theory, and
+    the same as its run alone: a thread of its own, or in line where none can start."""
+    import subprocess
+    import sys
+
+    script = ("import atexit, torch, smdengine\n"
+              "from tests.engine.test_fused import SGD_MEMBERS\n"
+              "def at_exit():\n"
+              "    fused = smdengine.run_fused(SGD_MEMBERS[:2])\n"
+              "    print('identical', fused[0].identical_to(smdengine.run(SGD_MEMBERS[0])))\n"
+              "atexit.register(at_exit)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.stdout.strip() == "identical True", done.stderr[-2000:]
 
 
 def test_fuse_key_groups_only_what_can_share_a_batch():
