@@ -192,11 +192,15 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
                           series={k: list(v) for k, v in points.items()}, fingerprint=hooks[c].fingerprint,
                           lineage=hooks[c].lineage)
 
+    def theories(chosen: list[int]) -> list[dict[str, Any]]:
+        """The theory of each of ``chosen``, less the names its spec's out-of-regime warnings omit."""
+        return [_in_regime(own, specs[c]) for c, own in zip(chosen, sim.member_theories(chosen), strict=True)]
+
     # a fused sweep's theory (every member's: milliseconds) beside the loop, where it would otherwise follow the
     # last update: on an accelerator the host only launches work. One run's is a fraction of a millisecond,
     # less than the thread costs it (bench/README.md, "Seventh round"). It is held from then on (every member's,
     # also one that stops), where it used to exist only at the end.
-    early = _beside(sim.member_theories, list(members)) if fused and sim.THEORY_AT_START else None
+    early = _beside(theories, list(members)) if fused and sim.THEORY_AT_START else None
     step, span, clock = sim.step_members, sim.span, time.monotonic
     last_emit = last_save = clock()
     n = start
@@ -233,10 +237,8 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
         if hooks[c].final and save is not None:
             save(_checkpoint(c, total, regular[c]))
     results: list[RunResult | None] = [None] * len(specs)
-    every_theory = None if early is None else early.result()
-    theories = sim.member_theories(live) if every_theory is None else [every_theory[c] for c in live]
-    for c, own_theory in zip(live, theories, strict=True):
-        theory = _in_regime(own_theory, specs[c])
+    computed = None if early is None else early.result()   # every member's
+    for c, theory in zip(live, theories(live) if computed is None else [computed[c] for c in live], strict=True):
         points = len(series[c]["step"])
         aligned = {k: v[:-1] if isinstance(v, list) and len(v) == points else v for k, v in theory.items()}
         results[c] = RunResult(series=series[c], theory=theory, summary=sim.member_summary(c, regular[c], aligned),
