@@ -1,9 +1,11 @@
 """The one run loop of every simulator, :func:`run` (as torchsde writes ``integrate`` once and each
 method only ``step``): resolve device and dtype, seed the generator, build the simulator, resume from
 a checkpoint, then step, record, emit progress, poll for cancellation and take checkpoints, and at the
-end record the final state (every series ends at ``steps``), flush, predict (less the theory names the spec's out-of-regime warnings omit:
-:func:`smdengine._registry.spec_warnings`) and summarise. A fused run (:func:`run_fused`) of a simulator whose theory needs only what its
-constructor built (``Simulator.THEORY_AT_START``) computes its members' theory on a thread beside the loop. The simulator protocol is :mod:`smdengine._simulator`.
+end record the final state (every series ends at ``steps``), flush, predict (less the theory names the
+spec's out-of-regime warnings omit: :func:`smdengine._registry.spec_warnings`) and summarise. A fused run
+(:func:`run_fused`) of a simulator whose theory needs only what its constructor built
+(``Simulator.THEORY_AT_START``) computes its members' theory on a thread beside the loop. The simulator
+protocol is :mod:`smdengine._simulator`.
 
 Checkpoint contract, enforced here: a resume is refused unless its fingerprint matches this spec and
 device type (:class:`IncompatibleCheckpoint`) — or, for a ``continuable`` model (``_declare.Model``), its lineage does
