@@ -12,14 +12,15 @@ is timed best of ``--repeat`` (interleaved, so that load from other processes hi
 ratio separate/fused is the speed-up; the target is ≥ 20× on a GPU (launch-bound there: 64 small
 batches pay 64× the kernel launches of one). The load average is printed before and after.
 
-What bounds the fused run on a GPU is the host's work per member; two figures follow it here, on any
-device: the members' theory one member at a time (as the separate runs compute it) against all in one
-batch (as the fused run does), checked identical; and with ``--parts``, one more fused run timed by part
-(setup, updates and records, final row, theory, summaries; the theory runs on a thread beside the updates,
-so the run's wait for it is printed too); with ``--profile N``, last, the host's
-profile of one fused run and of one run alone (cProfile, the top N functions by own time).
+What bounds the fused run on a GPU is the host's work per member; figures on it follow, on any device:
+the members' theory one member at a time (as the separate runs compute it) against all in one batch (as
+the fused run does), checked identical; with ``--theory-ab N``, the fused run with the theory on its
+thread beside the updates against it in line after them, N of each in turns; with ``--parts``, one more
+fused run timed by part (setup, updates and records, final row, theory, summaries; the theory runs on a
+thread beside the updates, so the run's wait for it is printed too); with ``--profile N``, last, the
+host's profile of one fused run and of one run alone (cProfile, the top N functions by own time).
 
-    .venv/bin/python bench/fused_sweep.py [--quick] [--parts] [--profile N] [--device cpu|cuda]
+    .venv/bin/python bench/fused_sweep.py [--quick] [--theory-ab N] [--parts] [--profile N] [--device cpu|cuda]
                                           [--dtype float32|float64]
 """
 from __future__ import annotations
@@ -132,6 +133,24 @@ def fused_parts(specs: list[dict]) -> dict[str, float]:
     return spent
 
 
+def theory_ab(specs: list[dict], rounds: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(min, median) seconds of the fused run with its members' theory on a thread beside the updates (the
+    engine's way, ``NRQRun.THEORY_AT_START``) and with it computed in line after the last update (the
+    baseline), ``rounds`` of each in turns."""
+    from smdengine.nrq.simulate import NRQRun
+
+    times: dict[bool, list[float]] = {True: [], False: []}
+    try:
+        for _ in range(rounds):
+            for on_thread in (True, False):
+                NRQRun.THEORY_AT_START = on_thread
+                times[on_thread].append(timed(lambda: smdengine.run_fused(specs))[0])
+    finally:
+        NRQRun.THEORY_AT_START = True
+    beside, inline = times[True], times[False]
+    return (min(beside), float(np.median(beside))), (min(inline), float(np.median(inline)))
+
+
 def host_profile(fn, top: int) -> str:
     """cProfile of one call of ``fn``: the ``top`` functions by own time (a wait for the device shows in the
     function that synchronizes), as lines "own ms, cumulative ms, calls, function"."""
@@ -165,6 +184,9 @@ def main() -> int:
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="last, print the host's profile (cProfile, top N by own time) of one fused run and of one "
                          "run alone")
+    ap.add_argument("--theory-ab", type=int, default=0, metavar="N",
+                    help="then N rounds of the fused run with its theory on a thread beside the updates and in line "
+                         "after them, in turns (the thread's effect, measured in this process)")
     ap.add_argument("--parts", action="store_true", help="then one more fused run, timed by part (setup, updates, "
                     "theory, summaries)")
     args = ap.parse_args()
@@ -194,6 +216,11 @@ def main() -> int:
     print(f"the {len(specs)} points' theory from realized initial norms: one member at a time (separate runs) "
           f"{one_by_one * 1e3:.2f} ms, all in one batch (the fused run) {together * 1e3:.2f} ms "
           f"({one_by_one / together:.1f}×), identical: {same_theory}")
+    if args.theory_ab:
+        beside, inline = theory_ab(specs, args.theory_ab)
+        print(f"fused run, theory beside the updates / in line after them ({args.theory_ab} each, in turns): "
+              f"min {beside[0] * 1e3:.1f} / {inline[0] * 1e3:.1f} ms, median {beside[1] * 1e3:.1f} / "
+              f"{inline[1] * 1e3:.1f} ms")
     if args.parts:
         spent = fused_parts(specs)
         print("one fused run, by part (ms): " + ", ".join(f"{part} {t * 1e3:.1f}" for part, t in spent.items()))

@@ -12,7 +12,7 @@
 #   serve  `smd serve` (embedded SQLite and broker) runs a device: cuda and a device: auto job end to
 #          end; their provenance names the GPU                                                (≤ 60 s)
 #   bench  bench/nrq_gpu.py (--seconds CHECK_BENCH_SECONDS, 0.1; --dtypes CHECK_DTYPES, float32),
-#          bench/fused_sweep.py --device cuda --parts --profile 30, bench/train_overhead.py --device cuda
+#          bench/fused_sweep.py --device cuda --theory-ab 10 --parts --profile 30, bench/train_overhead.py --device cuda
 #          (left out when CHECK_TRAIN=0)                                                       (≤ 200 s)
 #   sde    bench/sde_vs_torchsde.py --device cuda --quick --throughput-only (torchsde from .whl) (≤ 60 s)
 #   study  `smd serve` with a GPU worker (SMD_WORKER_QUEUES=gpu,cpu) runs a 64-point nrq study
@@ -121,7 +121,7 @@ PY
     note "serve: $(tr '\n' ' ' < "$OUT/serve.txt" | cut -c1-400)"
     ;;
   bench)
-    timeout 40 python3 bench/fused_sweep.py --device cuda --repeat 3 --parts --profile 30 > "$OUT/fused_sweep.txt" 2>&1
+    timeout 40 python3 bench/fused_sweep.py --device cuda --repeat 3 --theory-ab 10 --parts --profile 30 > "$OUT/fused_sweep.txt" 2>&1
     rc2=$?
     sed -n '/^device /,/^load /p' "$OUT/fused_sweep.txt"   # the summary; the host profiles follow it in the file
     timeout 130 python3 bench/nrq_gpu.py --seconds "${CHECK_BENCH_SECONDS:-0.1}" --dtypes "${CHECK_DTYPES:-float32}" \
