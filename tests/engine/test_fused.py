@@ -148,6 +148,21 @@ def test_a_fused_run_works_at_interpreter_exit():
     assert done.stdout.strip() == "identical True", done.stderr[-2000:]
 
 
+def test_where_no_thread_can_start_the_theory_is_computed_in_line(monkeypatch):
+    """Where a thread cannot start (Python refuses new threads late in its shutdown), the fused run computes
+    its members' theory after the updates instead, and each member is still its run alone."""
+    from smdengine import _driver
+
+    def refused(self):
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(_driver.threading.Thread, "start", refused)
+    fused = smdengine.run_fused(SGD_MEMBERS[:2])
+    for got, alone in zip(fused, SGD_MEMBERS[:2], strict=True):
+        assert got is not None
+        assert_same_result(got, smdengine.run(alone))
+
+
 def test_fuse_key_groups_only_what_can_share_a_batch():
     key = smdengine.fuse_key
     assert len({key(s) for s in SGD_MEMBERS}) == 1
