@@ -165,13 +165,22 @@ class _WorkerSupervisor:
         # start of `smd serve` expires it.
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(timeout=5)
+            self.proc.wait(timeout=WARM_SHUTDOWN_SECONDS)
         except subprocess.TimeoutExpired:
             self.proc.send_signal(signal.SIGQUIT)
             try:
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=COLD_SHUTDOWN_SECONDS)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+
+
+# What `smd serve` waits for its worker's warm shutdown before a cold one (SIGQUIT), and then before SIGKILL.
+# The warm shutdown of the embedded default (filesystem broker, billiard's blocking pool) takes 6–7 s on an
+# idle 2-core machine: up to 2 s for Celery's consumer loop to see the signal, then ~1 s for each of the pool
+# process's exit, the timer and the pool's threads; a running job's hand-back adds its last checkpoint (at
+# most worker.tasks.HAND_BACK_SECONDS). Cut short, the job is not handed back: it waits for the next start.
+WARM_SHUTDOWN_SECONDS = 20.0
+COLD_SHUTDOWN_SECONDS = 5.0
 
 
 # The embedded worker shares the machine with the API: at a lower CPU priority a job still gets the

@@ -23,11 +23,18 @@ log = logging.getLogger(__name__)
 def run_next(queue: str) -> str:
     """A job is waiting on ``queue``: claim the oldest one there and run it (its outcome is written
     to the database); a doorbell that finds nothing to claim does nothing."""
+    if shutting_down.is_set():   # this process is handing its work back: the job stays queued for the next worker
+        return "shutting down"
     settings = get_settings()
     _catch_sigterm()
     status = execute_next(settings, [queue], worker=worker_name(settings))
-    if _terminated.is_set():  # SIGTERM arrived during the job, now given back: exit as asked
-        os._exit(0)
+    if _terminated.is_set():   # SIGTERM arrived during the job, now given back
+        if not _warm_shutdown.is_set():
+            os._exit(0)   # exit as asked
+        # the main process's warm shutdown asked too (a signal to the whole process group): report the
+        # task's end, or the main process would wait Celery's worker_lost_wait (10 s) for it; the pool's
+        # close then ends this process
+        _exit_timer.cancel()
     return status
 
 
@@ -41,7 +48,12 @@ def gpu_for_process(index: int, gpus: str, concurrency: int) -> str:
     return choices[index % len(choices)]
 
 
-HAND_BACK = signal.SIGUSR2
+# Not SIGUSR1/2: with a broker that has no event loop (the embedded default's filesystem broker) Celery runs
+# billiard's blocking pool, whose processes re-install billiard's exit handler on the usual signals, SIGUSR2
+# included, after worker_process_init. A hand-back then raised SystemExit inside the running job (its attempt
+# stayed open until the next start expired it as lost) and the next signal ended the process (exit code 70).
+# A real-time signal is left alone by billiard, and no terminal or supervisor sends one.
+HAND_BACK: int = signal.SIGRTMIN + 1 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
 HAND_BACK_SECONDS = 10.0
 
 
@@ -67,7 +79,7 @@ def _init_process(**_) -> None:
 
         index = getattr(current_process(), "index", 0) or 0
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for_process(index, settings.worker_gpus, settings.worker_concurrency)
-    signal.signal(HAND_BACK, lambda *_: shutting_down.set())
+    signal.signal(HAND_BACK, _on_hand_back)
     presence.register(settings, worker_name(settings))   # the idle capacity fused batches are sized by
 
 
@@ -78,8 +90,16 @@ def _leave(**_) -> None:
         me.stop()
 
 
+def _on_hand_back(signum, frame) -> None:
+    _warm_shutdown.set()
+    shutting_down.set()
+
+
 _pool_sigterm = None
-_terminated = threading.Event()
+_terminated = threading.Event()   # SIGTERM came to this process while it ran a job
+_warm_shutdown = threading.Event()   # HAND_BACK came: the main process is shutting down warm
+_exit_timer = threading.Timer(HAND_BACK_SECONDS, os._exit, args=(1,))   # started by SIGTERM during a job
+_exit_timer.daemon = True
 
 
 def _catch_sigterm() -> None:
@@ -101,11 +121,11 @@ def _on_sigterm(signum, frame) -> None:
         if callable(_pool_sigterm):
             _pool_sigterm(signum, frame)
         os._exit(0)
+    if _terminated.is_set():
+        return   # a second SIGTERM: the hand-back and its deadline are under way
     _terminated.set()
     shutting_down.set()
-    timer = threading.Timer(HAND_BACK_SECONDS, os._exit, args=(1,))
-    timer.daemon = True
-    timer.start()
+    _exit_timer.start()
 
 
 @signals.worker_shutting_down.connect

@@ -44,8 +44,8 @@ def spawn(args: list[str], env: dict, log: Path, cwd: Path | None = None) -> sub
 
 # What a fixture's teardown waits for a graceful exit before SIGKILL: the processes' data is thrown away, so
 # nothing needs their graceful shutdown (the scenarios that test one signal and wait themselves). A worker
-# that has run a job takes 5–10 s to exit on SIGTERM (`smd serve` waits 5 s for Celery's warm shutdown, then
-# SIGQUITs it and waits 5 s more), which every teardown would otherwise wait out.
+# takes 6–10 s to exit on SIGTERM (Celery's warm shutdown, with the hand-back of a running job), which every
+# teardown would otherwise wait out.
 TEARDOWN_SECONDS = 2.0
 
 
