@@ -1,5 +1,6 @@
 """HTTP edges the routes should not each handle, as ASGI middleware: HEAD answered as GET, a body that is not
-JSON refused with a 415 where a route reads one, and text with a NUL character refused with a 422 naming where."""
+JSON refused with a 415 where a route reads one, a body over the size limit with a 413, and text with a NUL
+character refused with a 422 naming where."""
 from __future__ import annotations
 
 import json
@@ -70,6 +71,41 @@ class JsonBodies:
         await self.app(scope, receive, send)
 
 
+class BodyLimit:
+    """A request body larger than ``max_bytes`` is a 413 saying the limit, before anything parses it: a JSON body
+    of a hundred megabytes would otherwise hold an API process for seconds and come back in its 422. Declared
+    sizes (Content-Length) are refused unread; a chunked body as it passes the limit."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in ("POST", "PUT", "PATCH"):
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(scope, receive, send, f"{int(declared)} bytes")
+            return
+        messages: list[Message] = []
+        size = 0
+        while True:   # the body, replayed to the app below
+            message = await receive()
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await self._refuse(scope, receive, send, f"more than {self.max_bytes} bytes")
+                return
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+        await self.app(scope, _replay(messages, receive), send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send, got: str) -> None:
+        await JSONResponse(status_code=413, headers={"Connection": "close"}, content={"detail": (
+            f"request body: expected at most {self.max_bytes} bytes (SMD_MAX_BODY_BYTES), got {got}")})(
+            scope, receive, send)
+
+
 class NoNul:
     """Text with a NUL character (U+0000) is a 422 naming where it is, in the path, the query or a JSON body:
     PostgreSQL cannot store it (a 500 otherwise) and SQLite's LIKE stops reading a pattern at it (a name filter
@@ -107,11 +143,16 @@ class NoNul:
                 "msg": f"{'.'.join(map(str, where[1:])) or where[0]}: expected text without NUL characters "
                        f"(U+0000), got one"}]})(scope, receive, send)
             return
+        await self.app(scope, _replay(messages, receive) if messages else receive, send)
 
-        async def replay() -> Message:
-            return messages.pop(0) if messages else await receive()
 
-        await self.app(scope, replay if messages else receive, send)
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """``receive`` that first gives back the ``messages`` already read (a body a middleware looked at)."""
+
+    async def replay() -> Message:
+        return messages.pop(0) if messages else await receive()
+
+    return replay
 
 
 _JSON_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")   # an escaped NUL, not an escaped backslash before "u0000"

@@ -1,6 +1,8 @@
 """The FastAPI application factory."""
 from __future__ import annotations
 
+import json
+import re
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -19,8 +21,8 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api import dashboard
-from api.edges import HeadAsGet, JsonBodies, NoNul
-from api.responses import DB_RETRY_AFTER_SECONDS, INVALID, RETRY_AFTER_HEADER, UNSUPPORTED_MEDIA
+from api.edges import BodyLimit, HeadAsGet, JsonBodies, NoNul
+from api.responses import DB_RETRY_AFTER_SECONDS, INVALID, RETRY_AFTER_HEADER, TOO_LARGE, UNSUPPORTED_MEDIA
 from api.routes import events, experiments, exports, health, ops, plots, presets, queue, studies, study_charts
 from api.schemas import ErrorOut
 from smdengine import error_location, error_message, json_safe
@@ -45,6 +47,37 @@ def _located(errors) -> list:
             err = {**err, "loc": error_location(err), "msg": error_message(err)}
         out.append(err)
     return out
+
+
+ECHO_CHARS = 400   # the most of a rejected value a 422 repeats (as JSON text, cut there beyond it)
+
+
+def _echoable(detail: list) -> list:
+    """A 422's errors as they can be sent back: every text with its lone surrogates (valid JSON escapes that UTF-8
+    cannot encode) written as \\udXXX escapes, and each error's ``input``, the rejected value, cut to its first
+    :data:`ECHO_CHARS` characters of JSON: a 100 MB name must not come back as a 100 MB answer."""
+    out = []
+    for err in detail:
+        err = _printable(err)
+        if "input" in err:
+            text = json.dumps(err["input"], ensure_ascii=False)
+            if len(text) > ECHO_CHARS:
+                err["input"] = f"{text[:ECHO_CHARS]}… ({len(text)} characters of JSON in all)"
+        out.append(err)
+    return out
+
+
+def _printable(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8") if _SURROGATE.search(value) else value
+    if isinstance(value, dict):
+        return {_printable(k): _printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    return value
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 ROUTERS = (experiments.csv_router, experiments.router, exports.router, events.router, queue.router, plots.router, studies.router,
@@ -126,7 +159,7 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # a NaN/Infinity literal in the body must still get its 422 (JSON cannot echo it back)
-        return JSONResponse(status_code=422, content={"detail": json_safe(jsonable(_located(exc.errors())))})
+        return JSONResponse(status_code=422, content={"detail": _echoable(json_safe(jsonable(_located(exc.errors()))))})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
@@ -157,6 +190,7 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
     app.include_router(dashboard.router)
     app.add_middleware(_RequestPatience, seconds=settings.db_request_retry_seconds)
     app.add_middleware(NoNul)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)   # outside NoNul, which reads the whole body
     app.add_middleware(JsonBodies, routes=every_route)
     app.add_middleware(HeadAsGet)
     if settings.auth == "off":
@@ -167,7 +201,8 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
 def _document_errors(route: APIRoute) -> None:
     """Every error a route answers documented as JSON with its model, so that a generated client parses it: the
     503 of an unreachable database (on every route that reads or writes it), the 422 (ValidationErrorOut: FastAPI
-    would otherwise document its own HTTPValidationError beside the service's declared 422s, or none); and on a
+    would otherwise document its own HTTPValidationError beside the service's declared 422s, or none), the 413 and
+    415 of a route that reads a body (api.edges); and on a
     route whose 200 is not JSON (CSV, Parquet), its errors as application/json, which is what it sends (FastAPI
     would give a model's response the route's media type)."""
     route.responses = dict(route.responses)   # often a shared constant (NOT_FOUND, ...): never changed in place
@@ -178,6 +213,8 @@ def _document_errors(route: APIRoute) -> None:
         route.responses[422] = INVALID[422]
     if "415" not in declared and route.body_field is not None:
         route.responses[415] = UNSUPPORTED_MEDIA[415]
+    if "413" not in declared and route.body_field is not None:
+        route.responses[413] = TOO_LARGE[413]
     response_class = route.response_class
     if isinstance(response_class, DefaultPlaceholder):
         response_class = response_class.value

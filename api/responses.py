@@ -38,6 +38,9 @@ INVALID: Responses = invalid("A parameter or the body is invalid: each error nam
 UNSUPPORTED_MEDIA: Responses = {415: {"model": ErrorOut, "description": "The body is not JSON (a Content-Type "
                                                                          "other than application/json)."}}
 
+TOO_LARGE: Responses = {413: {"model": ErrorOut, "description": "The body is larger than the service takes "
+                                                                "(SMD_MAX_BODY_BYTES, 2 MiB by default)."}}
+
 
 def query_error(key: str, reason: str) -> HTTPException:
     """A 422 naming the query parameter ``key`` and why, shaped like FastAPI's own validation errors."""
@@ -59,9 +62,9 @@ def over_quota(detail: str, *, quota: Literal["work", "active_jobs"], retry_afte
 def quota_response(description: str) -> Responses:
     """The documented 429 of a route that checks quotas."""
     return {429: {"model": ErrorOut, "description": description, "headers": {
-        "Retry-After": {"description": "Seconds until room is expected (an estimate; with SMD-Quota: work no "
-                                       "wait helps). Absent when no wait can help: a study with more children "
-                                       "than the active-jobs limit itself.", "schema": {"type": "integer"}},
+        "Retry-After": {"description": "Seconds until room is expected (an estimate). Absent when no wait can "
+                                       "help: SMD-Quota: work, or a study with more children than the active-jobs "
+                                       "limit itself.", "schema": {"type": "integer"}},
         QUOTA_HEADER: {"description": "The quota: 'work' (this request is too big; waiting does not help) or "
                                       "'active_jobs' (wait for jobs to end).",
                        "schema": {"type": "string", "enum": ["work", "active_jobs"]}}}}}

@@ -35,6 +35,8 @@ class Settings(BaseSettings):
                                                        "overrides it per user.")
     max_study_points: int = Field(default=1000, ge=1, description="Largest study: children (points × seeds) "
                                                                   "of one POST /v1/studies.")
+    max_body_bytes: int = Field(default=2**21, ge=1024, description="Largest request body, in bytes (a 413 beyond it): "
+                                                                 "a 1000-point study with its points listed is well under 1 MB.")
     quota_retry_seconds: int = Field(default=60, ge=1, le=86400, description="Retry-After of a 429 when no better "
                                                                     "estimate exists (e.g. none of the user's "
                                                                     "jobs has progressed yet).")

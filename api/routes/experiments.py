@@ -78,7 +78,7 @@ def _queue(db: str, settings: Settings, user: User, response: Response, parsed: 
         raise over_quota(f"quota: work per job is limited to {max_work} for {user.name} "
                          f"(trials·steps·dim; × 1/dt and × samples where they apply), this job needs "
                          f"{parsed.work}: make it smaller, or ask an admin to raise the limit (smd users quota)",
-                         quota="work", retry_after=settings.quota_retry_seconds)
+                         quota="work", retry_after=None)   # no wait makes the job smaller
     max_active = user.max_active_jobs or settings.max_active_jobs
     try:  # committed when this returns: the row exists before any worker can see the message
         experiment = jobs.submit(db, owner_id=user.id, max_active_jobs=max_active,
@@ -335,7 +335,7 @@ def continue_experiment(experiment: ManagedExperimentDep, body: ContinueIn, db: 
     max_work = (owner.max_work if owner is not None else None) or settings.max_work
     if parsed.work > max_work:
         raise over_quota(f"quota: work per job is limited to {max_work}, the continued run needs {parsed.work}",
-                         quota="work", retry_after=settings.quota_retry_seconds)
+                         quota="work", retry_after=None)   # no wait makes the job smaller
     max_active = (owner.max_active_jobs if owner is not None else None) or settings.max_active_jobs
     try:
         continued = jobs.continue_run(db, experiment.id, owner_id=experiment.owner_id or user.id, spec=longer,
