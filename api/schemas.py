@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     ConfigDict,
@@ -19,7 +20,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from smdengine import SPECS, ExperimentSpec, StudySpec, tagged_union
+from smdengine import SPECS, ExperimentSpec, Label, StudySpec, printable, tagged_union
 from store.models import Status, as_utc
 
 Visibility = Literal["private", "lab"]
@@ -37,7 +38,9 @@ class SubmitOptions(BaseModel):
 Tag = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
 TAGS_DESCRIPTION = "Short labels (1–64 of A–Z a–z 0–9 _ . : -), at most 20; the list filter tag= matches them."
 Tags = Annotated[list[Tag], Field(max_length=20, description=TAGS_DESCRIPTION)]
-Note = Annotated[str, Field(max_length=10_000, description="Free text (at most 10 000 characters).")]
+Note = Annotated[str, Field(max_length=10_000, description="Free text (at most 10 000 characters; no control "
+                                                          "character but newlines and tabs)."),
+                 AfterValidator(lambda text, info: printable(text, info, keep="\n\r\t"))]
 
 
 class ExperimentOptions(SubmitOptions):
@@ -62,7 +65,8 @@ class ExperimentPatch(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"tags": ["baseline", "fig2"],
                                                                                "note": "the reference run"}]})
 
-    name: str | None = Field(None, max_length=200)
+    name: Label | None = Field(None, description="The experiment's name (its spec keeps the name it was submitted "
+                                                 "with); null clears it.")
     tags: Tags | None = None
     note: Note | None = None
 
@@ -75,7 +79,7 @@ class RerunIn(ExperimentOptions):
 
     overrides: dict[str, Any] = Field(default_factory=dict, description="Dotted path → value, e.g. "
                                       "{\"params.lr\": 0.2}; list indices allowed (params.lr_schedule.0.step).")
-    name: str | None = Field(None, max_length=200, description="The new experiment's name (default: the spec's).")
+    name: Label | None = Field(None, description="The new experiment's name (default: the spec's).")
 
 
 class ContinueIn(BaseModel):
@@ -347,7 +351,7 @@ class CompareStudySubmission(BaseModel):
                          "the overlay list them. Each must be one you may see; for a lab-visible study each must "
                          "be lab-visible.",
         json_schema_extra={"minItems": MIN_COMPARE, "maxItems": MAX_COMPARE, "uniqueItems": True})
-    name: str | None = Field(None, max_length=200, description="Free-form label of the study.")
+    name: Label | None = Field(None, description="Free-form label of the study.")
     visibility: Visibility = Field("private", description="private: only you (and admins) see it; lab: every "
                                                           "user can read it (only you and admins can delete it).")
 

@@ -58,7 +58,7 @@ from smdengine._runtime import (
     layer_key,
     split_layers,
 )
-from smdengine._spec_base import error_location, error_message, tagged_union
+from smdengine._spec_base import Label, error_location, error_message, printable, tagged_union
 from smdengine._study import DERIVED_AXES, Child, Span, StudyError, StudySpec, derived_values, expand_study, valid_paths
 from smdengine.presets import PRESETS, CheckDef, PanelDef, Preset, estimate, evaluate_checks, preset_study
 
@@ -68,5 +68,5 @@ __all__ = ["DERIVED_AXES", "OVERLAY_X", "Child", "ChildRecord", "Span", "StudyEr
            "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",
            "layer_key", "layer_metric_names", "load_simulators", "output_names", "parse_spec", "plot_key", "plots", "predict", "resolve_device", "run",
            "run_fused", "fuse_key", "error_location", "error_message", "continuable", "spec_paths", "summary_names", "PHASE_SUMMARY", "engine_version", "provenance",
-           "spec_json_schema", "spec_warnings", "split_layers", "tagged_union", "PRESETS", "CheckDef", "PanelDef", "Preset", "estimate",
+           "spec_json_schema", "spec_warnings", "split_layers", "tagged_union", "Label", "printable", "PRESETS", "CheckDef", "PanelDef", "Preset", "estimate",
            "evaluate_checks", "preset_study"]

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, model_validator
 
 
 class StrictModel(BaseModel):
@@ -28,8 +29,22 @@ class StrictModel(BaseModel):
                 for key, value in data.items()}
 
 
+def printable(value: str, info: ValidationInfo, keep: str = "") -> str:
+    """``value`` when it has no control character but those in ``keep``: labels show in terminals (an ESC
+    recolours one, a newline breaks a table's row), tables and pages."""
+    bad = next((i for i, ch in enumerate(value) if unicodedata.category(ch) == "Cc" and ch not in keep), None)
+    if bad is not None:
+        raise ValueError(f"{info.field_name}: expected text without control characters, got U+{ord(value[bad]):04X} "
+                         f"at index {bad}")
+    return value
+
+
+Label = Annotated[str, Field(max_length=200), AfterValidator(printable)]
+"""A name: at most 200 characters, none of them a control character."""
+
+
 class SpecBase(StrictModel):
-    name: str | None = Field(None, max_length=200, description="Free-form label.")
+    name: Label | None = Field(None, description="Free-form label.")
     seed: int = Field(0, ge=0, le=2**63 - 1, description="RNG seed; same seed, device and dtype give identical results.")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="Where the simulation runs; auto picks cuda when present.")
 

@@ -39,7 +39,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from smdengine._registry import AnySpec, parse_spec
-from smdengine._spec_base import StrictModel, error_location, error_message
+from smdengine._spec_base import Label, StrictModel, error_location, error_message
 
 MAX_AXIS_VALUES = 10_000
 
@@ -87,7 +87,7 @@ AxisValues = Annotated[Annotated[list[Any], Field(min_length=1, max_length=MAX_A
 class StudySpec(StrictModel):
     """What the engine needs of a study: the base spec and its axes (the service adds its own options)."""
 
-    name: str | None = Field(None, max_length=200, description="Free-form label of the study.")
+    name: Label | None = Field(None, description="Free-form label of the study.")
     base: dict[str, Any] = Field(..., description="An experiment spec: every child starts from it.")
     grid: dict[str, AxisValues] = Field(default_factory=dict, description=(
         "Axes forming a Cartesian product, row-major in the order written: dotted path → list of values "

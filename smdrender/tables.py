@@ -136,7 +136,20 @@ def _cell(value: Any) -> str:
         return ""
     if isinstance(value, float):
         return repr(value)
+    if isinstance(value, str) and value[:1] in FORMULA_STARTS and not _is_number(value):
+        return "'" + value   # a user's text a spreadsheet would run as a formula (OWASP: CSV injection)
     return str(value)
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _is_int(value: Any) -> bool:

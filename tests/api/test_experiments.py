@@ -315,6 +315,28 @@ def test_a_422_repeats_a_bounded_printable_part_of_what_it_refuses(client):
     assert len(r.content) < 2 * ECHO_CHARS + 300
 
 
+def test_names_and_notes_with_control_characters_are_422(client):
+    """An ESC in a lab-visible name recoloured every terminal that listed it, a newline broke `smd ls`'s rows;
+    a note keeps its newlines and tabs."""
+    spec = small_spec(trials=4, steps=40, record_every=10)
+    r = client.post("/v1/experiments", json={**spec, "note": "line 1\n\tline 2"})
+    assert r.status_code == 202, r.text
+    made = r.json()["id"]
+    for method, path, body, field, char in (
+            ("POST", "/v1/experiments", {**spec, "name": "x\u001b[31mRED"}, "name", "U+001B at index 1"),
+            ("POST", "/v1/experiments", {**spec, "note": "bell\u0007"}, "note", "U+0007 at index 4"),
+            ("PATCH", f"/v1/experiments/{made}", {"name": "a\nb"}, "name", "U+000A at index 1"),
+            ("POST", f"/v1/experiments/{made}/rerun", {"name": "r\u007f"}, "name", "U+007F at index 1"),
+            ("POST", "/v1/studies", {"base": spec, "grid": {"params.lr": [0.1]}, "name": "\u009bs"}, "name",
+             "U+009B at index 0")):
+        r = client.request(method, path, json=body)
+        assert r.status_code == 422, (path, r.text)
+        (error,) = r.json()["detail"]
+        assert error["loc"][-1] == field, error
+        assert error["msg"] == f"{field}: expected text without control characters, got {char}", error
+    assert client.get("/v1/experiments").json()["total"] == 1
+
+
 def test_the_nul_check_passes_a_body_sent_in_chunks_on_whole():
     """The check reads the whole body first (a client may send it in several messages): the route then gets
     every message, in order, and a NUL in any of them (JSON in UTF-16 too) is found."""

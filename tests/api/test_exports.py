@@ -266,3 +266,15 @@ def test_csv_and_parquet_of_a_hand_made_document():
     assert table.column("loss").to_pylist() == [1.0, None, 0.1 + 0.2]
     empty = pq.read_table(io.BytesIO(exports.to_parquet({"series": {}, "layers": {}, "theory": {}})))
     assert empty.column_names == ["step"] and empty.num_rows == 0
+
+
+def test_a_text_cell_a_spreadsheet_would_run_as_a_formula_is_quoted():
+    """An experiment named "=HYPERLINK(…)" must not become a formula in the lab's spreadsheet (CSV injection): a
+    text cell that starts as a formula does gets a leading apostrophe; numbers, negative ones too, stay numbers."""
+    from smdrender.tables import rows_to_csv
+
+    names = ["=1+2", "+cmd", "-2+3", "@SUM(A1)", "\tx", "run-1", "-0.5", "-inf"]
+    text = rows_to_csv(["name", "x"], [{"name": n, "x": -1.5} for n in names]).decode()
+    rows = list(csv.reader(io.StringIO(text)))[1:]
+    assert [r[0] for r in rows] == ["'=1+2", "'+cmd", "'-2+3", "'@SUM(A1)", "'\tx", "run-1", "-0.5", "-inf"]
+    assert {r[1] for r in rows} == {"-1.5"}
