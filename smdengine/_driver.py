@@ -37,6 +37,7 @@ from smdengine._runtime import (
     StopCheck,
     fingerprint,
 )
+from smdengine._science import nonfinite_from
 from smdengine._simulator import Context, Row, RowTable
 
 if TYPE_CHECKING:
@@ -243,7 +244,8 @@ def _integrate(raw_specs: Sequence[AnySpec | dict[str, Any]], on_progress: list[
     for c, theory in zip(live, theories(live) if computed is None else [computed[c] for c in live], strict=True):
         points = len(series[c]["step"])
         aligned = {k: v[:-1] if isinstance(v, list) and len(v) == points else v for k, v in theory.items()}
-        results[c] = RunResult(series=series[c], theory=theory, summary=sim.member_summary(c, regular[c], aligned),
+        summary = {**sim.member_summary(c, regular[c], aligned), **nonfinite_from(regular[c], sim.FINITE)}
+        results[c] = RunResult(series=series[c], theory=theory, summary=summary,
                                distributions=sim.member_distributions(c))
     return results
 

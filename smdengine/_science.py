@@ -107,6 +107,21 @@ def tail_means(series: dict[str, list], theory: dict[str, Any], start: float) ->
     return out
 
 
+def nonfinite_from(series: dict[str, list], names: Sequence[str]) -> dict[str, int]:
+    """``{"nonfinite_from_step": n}``, n the first recorded step at which one of the series ``names`` is NaN or
+    ±inf: the state under- or overflowed (an init_std near the smallest double, a diverging rate), and the
+    measured summary values from there on are null. Empty when they are finite throughout."""
+    try:
+        if all(math.isfinite(sum(series[name])) for name in names):   # the common case, one pass in C per series
+            return {}
+    except TypeError:   # a None: a NaN that went through JSON (the points of a checkpoint resumed from)
+        pass
+    for i, step in enumerate(series["step"]):   # (a sum also overflows where finite values are huge)
+        if not all((v := series[name][i]) is not None and math.isfinite(v) for name in names):
+            return {"nonfinite_from_step": step}
+    return {}
+
+
 # ----------------------------------------------------------------------------- time to equilibrium
 
 EQUILIBRIUM_BAND = 0.1   # b: the tracked AU is at equilibrium within ±10% of √(2λη/(1+α))

@@ -108,6 +108,9 @@ class Simulator(ABC, Generic[SpecT]):
     # that ``step_members`` or ``member_load_state`` change, and is safe on another thread: a fused run
     # (:func:`smdengine._driver.run_fused`) computes it there beside its updates
     THEORY_AT_START = False
+    # series that are finite at every regular record of a sound run: where one is not, the summary says from
+    # which step (:func:`smdengine._science.nonfinite_from`)
+    FINITE: tuple[str, ...] = ()
 
     def __init__(self, spec: SpecT, ctx: Context):
         self.spec, self.ctx = spec, ctx

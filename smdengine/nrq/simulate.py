@@ -40,6 +40,7 @@ class NRQRun(Simulator[Any]):
     MAX_ELEMENT_STEPS = 2**34   # a launch's work cap, rows·p·updates: progress and cancellation stay responsive
     RATES = ("lr", "weight_decay", "momentum", "noise_std", "init_std", "trials")   # may differ between members
     THEORY_AT_START = True   # from the specs and the initial norms alone, in NumPy: beside the updates
+    FINITE = OUTPUTS.metrics   # every metric of every regular record (the final row's angular updates are NaN)
 
     def __init__(self, spec: Any, ctx: Context, members: list[tuple[Any, torch.Generator]] | None = None):
         super().__init__(spec, ctx)
@@ -225,6 +226,7 @@ class NRQSDE(NRQRun):
     (state: the stepper's and the histogram counts)."""
 
     names = sde.OUTPUTS.metrics
+    FINITE = sde.OUTPUTS.metrics
     p: sde.NRQSDEParams
     MULTISTEP = False   # k substeps per step and a histogram of the state: one update per launch
 

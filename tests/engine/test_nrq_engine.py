@@ -37,6 +37,26 @@ def test_same_seed_same_series(dtype):
     assert a.summary == b.summary
 
 
+def test_a_run_whose_numbers_break_says_from_which_step():
+    """A diverging rate (or an init_std near the smallest double) ended `succeeded` with every measured value
+    null and nothing to say why: the summary names the first record step with a NaN or infinite metric."""
+    broken = smdengine.run(spec(trials=10, steps=200, lr=1000.0, weight_decay=0.9, dtype="float32"))
+    regular = {k: v[:-1] for k, v in broken.series.items()}
+    first = next(n for i, n in enumerate(regular["step"])
+                 if not all(math.isfinite(regular[k][i]) for k in SERIES_KEYS - {"step"}))
+    assert first > 0 and broken.summary["nonfinite_from_step"] == first
+    assert smdengine.run(spec(trials=10, steps=200, init_std=1e-320)).summary["nonfinite_from_step"] == 0
+    assert "nonfinite_from_step" not in smdengine.run(spec(trials=10, steps=200)).summary
+
+
+def test_nonfinite_from_reads_points_that_went_through_json_and_huge_finite_values():
+    from smdengine._science import nonfinite_from
+
+    series = {"step": [0, 10, 20], "a": [1.0, 1e308, 1e308], "b": [1.0, 2.0, None]}
+    assert nonfinite_from(series, ["a"]) == {}   # the sum overflows; every value is finite
+    assert nonfinite_from(series, ["a", "b"]) == {"nonfinite_from_step": 20}
+
+
 def test_different_seed_different_series():
     a = smdengine.run(spec(seed=1)).series
     b = smdengine.run(spec(seed=2)).series
