@@ -41,6 +41,7 @@ SERVICE_KEYS = ("visibility", "priority")   # study options of the service, not 
 END_STATUSES = {"succeeded": 0, "failed": 1, "partial": 1, "cancelled": 2}
 OVERLAY_MAX_CHILDREN = 200                   # most lines drawn on one overlay
 CURVE_POINTS = 40                            # theory curve samples on a scatter
+MAX_CURVES = 12                               # distinct theory curves on a scatter: more, and none (as the service)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -408,14 +409,23 @@ def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[
             grid = [lo * (hi / lo) ** (k / (CURVE_POINTS - 1)) for k in range(CURVE_POINTS)]
         else:
             grid = [lo + (hi - lo) * k / (CURVE_POINTS - 1) for k in range(CURVE_POINTS)]
+        # one candidate curve per point (its spec; seeds aside), kept where they differ
+        points: dict[str, tuple[str, dict[str, Any]]] = {}
+        for child, doc in ok:
+            points.setdefault(repr(sorted(child.values.items())),
+                              (study_plots.point_label(child.values) or f"child {child.index}", doc["spec"]))
         for metric, theory in metrics.items():
-            try:
-                ys = smdengine.theory_curve(spec0, "intrinsic_lr", metric, grid)
-            except (ValueError, RuntimeError):
-                ys = None
-            curve = (grid, ys) if ys is not None else None
+            candidates = []
+            for label, spec in list(points.values())[:MAX_CURVES]:
+                try:
+                    ys = smdengine.theory_curve(spec, "intrinsic_lr", metric, grid)
+                except (ValueError, RuntimeError):
+                    ys = None
+                if ys is not None:
+                    candidates.append((label, grid, ys))
+            curves = study_plots.distinct_curves(candidates) if len(points) <= MAX_CURVES else []
             save(f"scatter_{metric}_intrinsic_lr.png",
-                 study_plots.scatter(grouped, "intrinsic_lr", metric, theory, curve, "png"))
+                 study_plots.scatter(grouped, "intrinsic_lr", metric, theory, curves, "png"))
     return written
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import textwrap
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from matplotlib import colormaps
@@ -307,9 +307,10 @@ def _iso_diagonals(ax, xs: list, ys: list, xe: np.ndarray, ye: np.ndarray, x_is_
 
 
 def scatter(rows: list[dict], x: str, metric: str, theory: str | None,
-            curve: tuple[list[float], list[float | None]] | None, fmt: str) -> bytes:
+            curves: Sequence[tuple[str | None, list[float], list[float | None]]], fmt: str) -> bytes:
     """``metric`` (the mean over seeds) of every row against ``x``, error bars from ``<metric>_se``;
-    ``theory`` (a column) as open markers; ``curve`` (xs, ys) as a dashed line."""
+    ``theory`` (a column) as open markers; each of ``curves`` (label, xs, ys) as a dashed line (the label
+    names what the curve holds fixed: the other axes' values; None for the one curve of every point)."""
     fig = _figure(7, 4.6)
     ax = fig.add_subplot()
     points = sorted((r[x], r[metric], r.get(f"{metric}_se")) for r in rows
@@ -326,12 +327,11 @@ def scatter(rows: list[dict], x: str, metric: str, theory: str | None,
                     label=f"{theory} (theory, per point)")
             xs_all += [p[0] for p in tpoints]
             ys_all += [p[1] for p in tpoints]
-    if curve is not None:
-        cx, cy = curve
+    for k, (name, cx, cy) in enumerate(curves):
         pairs = sorted((a, b) for a, b in zip(cx, cy, strict=False) if _number(a))
         if pairs:
-            ax.plot([p[0] for p in pairs], _nan([p[1] for p in pairs]), "--", color="k", lw=1.2,
-                    label=f"{theory or metric} (theory curve)")
+            ax.plot([p[0] for p in pairs], _nan([p[1] for p in pairs]), "--", color="k" if name is None else f"C{k + 1}",
+                    lw=1.2, label=f"{theory or metric} (theory curve{'' if name is None else ', ' + name})")
             xs_all += [p[0] for p in pairs]
             ys_all += [p[1] for p in pairs if p[1] is not None]
     if not points:
@@ -349,6 +349,28 @@ def scatter(rows: list[dict], x: str, metric: str, theory: str | None,
         ax.legend(fontsize=8)
     ax.set_title(f"{metric} against {x} ({len(points)} {'point' if len(points) == 1 else 'points'})", fontsize=10)
     return encode(fig, fmt)
+
+
+def distinct_curves(candidates: Sequence[tuple[str | None, list[float], list[float | None]]]
+                    ) -> list[tuple[str | None, list[float], list[float | None]]]:
+    """The scatter's theory curves from one candidate per combination of the other axes' values (label, xs,
+    ys): each distinct curve once, with its label; one curve, unlabelled, where they all agree (a theory of
+    ηλ alone along intrinsic_lr). One curve from the first child drew the other points' theory wrong."""
+    distinct: list[tuple[str | None, list[float], list[float | None]]] = []
+    for label, xs, ys in candidates:
+        if not any(_same_curve(ys, seen) for _, _, seen in distinct):
+            distinct.append((label, xs, ys))
+    return [(None, xs, ys) for _, xs, ys in distinct] if len(distinct) == 1 else distinct
+
+
+def _same_curve(a: Sequence[float | None], b: Sequence[float | None]) -> bool:
+    """Equal up to rounding, gaps (None, NaN) at the same places: one theory computed from two specs that differ
+    only in what it does not read."""
+    def gap(value: float | None) -> bool:
+        return value is None or math.isnan(value)
+
+    return len(a) == len(b) and all(gap(u) and gap(v) or not gap(u) and not gap(v) and math.isclose(
+        cast(float, u), cast(float, v), rel_tol=1e-9, abs_tol=1e-300) for u, v in zip(a, b, strict=True))
 
 
 # ----------------------------------------------------------------------------- helpers

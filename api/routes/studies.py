@@ -709,9 +709,8 @@ def get_scatter(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
     overlaid."""
     children, rows = _point_rows(db, study)
     theory = _checked(study, children, rows, metric, x=x)
-    curves = theory_curves(children, rows, metric, x)
-    curve = (curves[0][1], curves[0][2]) if curves else None
-    return _image(_renderers().scatter(json_safe(rows), x, metric, theory, curve, fmt.value), fmt)
+    return _image(_renderers().scatter(json_safe(rows), x, metric, theory, scatter_curves(study, children, rows,
+                                                                                          metric, x), fmt.value), fmt)
 
 
 MAX_CURVES = 12   # colour groups: more, and no theory curves are drawn
@@ -721,7 +720,30 @@ def theory_curves(children: list[Experiment], rows: list[dict[str, Any]], metric
                   by: str | None = None) -> list[tuple[Any, list[float], list[float | None]]]:
     """The theory of ``metric`` along x over the span of the rows' x values, as (by-value, xs, ys): one
     curve from a succeeded child's spec, or one per value of the axis ``by`` (at most MAX_CURVES). Empty
-    when the metric has no theory or none along x. Shared by the scatter PNG and its JSON."""
+    when the metric has no theory or none along x. The scatter's JSON."""
+    return _curves(children, rows, metric, x, lambda child: (child.study_values or {}).get(by) if by else None)
+
+
+def scatter_curves(study: StudyView, children: list[Experiment], rows: list[dict[str, Any]], metric: str,
+                   x: str) -> list[tuple[str | None, list[float], list[float | None]]]:
+    """The scatter PNG's theory curves along x, as (label, xs, ys): one per combination of the other axes'
+    values (a compare study: per member) where they differ (:func:`smdrender.study_plots.distinct_curves`)."""
+    others = [a for a in study.axes if a != x]
+    labels = _labels(study, children) if study.kind == COMPARE else {}
+
+    def label(child: Experiment) -> str:
+        if study.kind == COMPARE:
+            return labels[child.id]
+        return _renderers().point_label(child.study_values or {}, others)
+
+    return _renderers().distinct_curves(_curves(children, rows, metric, x, label))
+
+
+def _curves(children: list[Experiment], rows: list[dict[str, Any]], metric: str, x: str,
+            group: Callable[[Experiment], Any]) -> list[tuple[Any, list[float], list[float | None]]]:
+    """The theory of ``metric`` along x over the span of the rows' x values from the first succeeded child of
+    each ``group`` value, as (group value, xs, ys); empty beyond MAX_CURVES groups, when the metric has no
+    theory, or none along x."""
     xs = [float(row[x]) for row in rows if _number(row.get(x))]
     done = [c for c in children if c.status == "succeeded"]
     if not xs or not done or theory_of(done[0].kind, done[0].spec, metric) is None:
@@ -729,7 +751,7 @@ def theory_curves(children: list[Experiment], rows: list[dict[str, Any]], metric
     grid = _span(min(xs), max(xs))
     representatives: dict[str, tuple[Any, Experiment]] = {}
     for child in done:
-        value = (child.study_values or {}).get(by) if by else None
+        value = group(child)
         representatives.setdefault(repr(value), (value, child))
     if len(representatives) > MAX_CURVES:
         return []

@@ -192,6 +192,9 @@ def scatter_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_le
     children, rows = _point_rows(db, study)
     checked = {"x": x, **({"by": by} if by else {})}
     theory = _checked(study, children, rows, metric, **checked)
+    if by is not None and (by == x or by not in study.axes):   # a derived value is no child's own value
+        others = ", ".join(a for a in study.axes if a != x) or "none"
+        raise query_error("by", f"expected an axis of the study other than x ({others}), got {by!r}")
     points = [ScatterPoint(point=r["point"], values={a: r.get(a) for a in study.axes}, x=float(r[x]),
                            mean=_finite(r.get(metric)), se=_finite(r.get(f"{metric}_se")), n=r.get("n", 0),
                            theory=_finite(r.get(theory)) if theory else None)

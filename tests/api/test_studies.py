@@ -394,8 +394,18 @@ def test_plot_data_handed_to_the_renderers(sqlite_env, monkeypatch):
     rows, x, y, metric, theory = calls["heatmap"]
     assert len(rows) == 4 and theory == "risk_stationary" and (x, y) == ("params.lr", "params.weight_decay")
     assert client.get(f"{base}/scatter.png", params={"metric": "risk", "x": "intrinsic_lr"}).content[:4] == b"\x89PNG"
-    rows, x, metric, theory, curve = calls["scatter"]
+    rows, x, metric, theory, curves = calls["scatter"]
     assert len(rows) == 4 and "risk_se" in rows[0] and theory == "risk_stationary"
-    xs, ys = curve
+    (label, xs, ys), = curves   # r* depends on ηλ alone: the four points' curves are one
+    assert label is None
     assert len(xs) == len(ys) == 60 and xs[0] == pytest.approx(0.0005) and xs[-1] == pytest.approx(0.002)
     assert all(y is None or y > 0 for y in ys)
+    # along lr the theory differs with the weight decay: one curve per weight decay, labelled, each through its
+    # points' theory at its ends (one curve, the first child's, missed the other weight decay's points)
+    client.get(f"{base}/scatter.png", params={"metric": "risk", "x": "params.lr"})
+    rows, _, _, _, curves = calls["scatter"]
+    assert sorted(label for label, _, _ in curves) == ["weight_decay=0.01", "weight_decay=0.02"]
+    for label, xs, ys in curves:
+        ends = sorted((r["params.lr"], r["risk_stationary"]) for r in rows if f"weight_decay={r['params.weight_decay']}" == label)
+        assert (xs[0], xs[-1]) == pytest.approx((ends[0][0], ends[-1][0]))
+        assert (ys[0], ys[-1]) == pytest.approx((ends[0][1], ends[-1][1]), rel=1e-9)

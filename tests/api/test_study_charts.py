@@ -89,6 +89,11 @@ def test_chart_arguments_that_do_not_apply_are_422_naming_the_field(sqlite_env):
     assert loc == ["query", "metric"] and "available: risk" in msg
     loc, _ = refused("overlay", metric="risk", x="banana")
     assert loc == ["query", "x"]
+    for by in ("params.lr", "intrinsic_lr"):   # x itself (curves that repeat), a derived value (no child's own)
+        r = client.get(f"{base}/scatter", params={"metric": "risk", "x": "params.lr", "by": by})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "by"], r.text
+        assert r.json()["detail"][0]["msg"] == ("expected an axis of the study other than x (params.weight_decay), "
+                                                f"got {by!r}")
     loc, _ = refused("scatter", metric="risk", x="params.lr", by="params.momentum")
     assert loc == ["query", "by"]
     loc, msg = refused("heatmap", metric="risk", x="params.lr", y="params.lr")

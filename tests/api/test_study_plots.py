@@ -89,14 +89,28 @@ def test_heatmap_empty():
 @pytest.mark.parametrize("fmt", ["png", "svg"])
 def test_scatter(fmt):
     xs = [1e-5 * 1.5 ** k for k in range(30)]
-    curve = (xs, [math.sqrt(x) if k != 3 else None for k, x in enumerate(xs)])
-    _check(study_plots.scatter(_rows(), "intrinsic_lr", "risk", "risk_stationary", curve, fmt), fmt)
+    curve = (None, xs, [math.sqrt(x) if k != 3 else None for k, x in enumerate(xs)])
+    _check(study_plots.scatter(_rows(), "intrinsic_lr", "risk", "risk_stationary", [curve], fmt), fmt)
+    two = [("weight_decay=0.01", xs, [math.sqrt(x) for x in xs]), ("weight_decay=0.02", xs, [2 * math.sqrt(x) for x in xs])]
+    _check(study_plots.scatter(_rows(), "intrinsic_lr", "risk", "risk_stationary", two, fmt), fmt)
+
+
+def test_distinct_curves_keep_each_different_curve_once():
+    """One curve per combination of the other axes where they differ, one unlabelled where they agree."""
+    xs = [1.0, 2.0, 3.0]
+    a, b = [1.0, None, 3.0], [2.0, None, 6.0]
+    assert study_plots.distinct_curves([("wd=1", xs, a), ("wd=2", xs, [v * (1 + 1e-13) if v else v for v in a])]) \
+        == [(None, xs, a)]
+    assert study_plots.distinct_curves([("wd=1", xs, a), ("wd=2", xs, b), ("wd=3", xs, b)]) \
+        == [("wd=1", xs, a), ("wd=2", xs, b)]
+    assert study_plots.distinct_curves([("wd=1", xs, a), ("wd=2", xs, [1.0, 2.0, 3.0])]) \
+        == [("wd=1", xs, a), ("wd=2", xs, [1.0, 2.0, 3.0])]   # a gap is no value
 
 
 def test_scatter_without_theory_or_se_and_empty():
     rows = [{"params.lr": lr, "risk": lr * 2, "risk_se": None} for lr in LRS]
-    _check(study_plots.scatter(rows, "params.lr", "risk", None, None, "png"), "png")
-    _check(study_plots.scatter([], "intrinsic_lr", "risk", None, None, "png"), "png", 2000)
+    _check(study_plots.scatter(rows, "params.lr", "risk", None, [], "png"), "png")
+    _check(study_plots.scatter([], "intrinsic_lr", "risk", None, [], "png"), "png", 2000)
 
 
 def test_legend_labels_use_short_paths_or_the_runs_name():

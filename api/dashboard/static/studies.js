@@ -197,7 +197,7 @@ export function renderStudy(main, [id]) {
     if (choice.type === "overlay") query.x = choice.time;
     else query.x = choice.x;
     if (choice.type === "heatmap") query.y = choice.y;
-    if (choice.type === "scatter" && choice.by !== "point") query.by = choice.by;
+    if (choice.type === "scatter" && choice.by !== "point" && choice.by !== choice.x) query.by = choice.by;   // by = x: one curve
     let data;
     try {
       data = await api(`${base}/charts/${choice.type}?${new URLSearchParams(query)}`);
