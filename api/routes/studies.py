@@ -553,12 +553,30 @@ PLOT_RESPONSES: Responses = {
 METRIC = Query(max_length=200, description="A metric the study's children record (the detail of a 422 lists them).")
 
 
-def _not_applicable(what: str, value: str, choices: list[str], why: str = "") -> HTTPException:
-    """A 422 shaped like a validation error (as /results answers an unknown field): loc, msg, type."""
-    listed = ", ".join(choices) if choices else "none (no child has succeeded yet)"
+def _not_applicable(what: str, value: str, choices: list[str], why: str = "",
+                    none: str = "no child has succeeded yet") -> HTTPException:
+    """A 422 shaped like a validation error (as /results answers an unknown field): loc, msg, type; ``none``
+    says why there are no choices."""
+    listed = ", ".join(choices) if choices else f"none ({none})"
     return HTTPException(status_code=422, detail=[{
         "loc": ["query", what], "type": "value_error",
         "msg": f"{what} {value!r} does not apply to this study{why}; available: {listed}"}])
+
+
+STARTED = ("running", "succeeded", "failed", "cancelled")   # a child with (some) series
+NONE_STARTED = "no child has started yet"
+
+
+def _series_metrics(children: list[Experiment]) -> list[str]:
+    """The measured series names the started children's kinds record (their theory names left out),
+    first seen first: what an overlay draws."""
+    names: dict[str, None] = {}
+    theory: set[str] = set()
+    for child in children:
+        if child.status in STARTED:
+            names.update(dict.fromkeys(n for n in output_names(child.spec) if n != "step"))
+            theory.update(child.theory or {})
+    return [n for n in names if n not in theory]
 
 
 def _metrics(children: list[Experiment]) -> list[str]:
@@ -612,22 +630,24 @@ def _image(content: bytes, fmt: PlotFormat) -> Response:
             responses=PLOT_RESPONSES)
 def get_overlay(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[str, METRIC],
                 x: Annotated[str, Query(description=f"The time axis: {', '.join(OVERLAY_X)}.")] = "step"):
-    """A metric of every succeeded child on one plot, against step, lr_time (Σ η), tau (seed 002's τ(t))
-    or intrinsic_time (t·ηλ); theory dashed."""
+    """A metric of every started child on one plot (a running, failed or cancelled one labelled so, with the
+    points it has), against step, lr_time (Σ η), tau (seed 002's τ(t)) or intrinsic_time (t·ηλ); theory
+    dashed."""
     children = studies.children(db, study.id)
-    metrics = _metrics(children)
+    metrics = _series_metrics(children)
     if metric not in metrics:
-        raise _not_applicable("metric", metric, metrics)
+        raise _not_applicable("metric", metric, metrics, none=NONE_STARTED)
     if x not in OVERLAY_X:
         raise _not_applicable("x", x, list(OVERLAY_X))
     labels = _labels(study, children)
     lines = []
     for child in children:
-        if child.status != "succeeded":
+        if child.status not in STARTED:
             continue
         line = overlay_line(study, child, series.read_series(db, child.id), metric, x)
-        if line is not None:   # None: a compare study's member of another kind or model
-            lines.append({"label": labels[child.id], "x": line.x, "y": line.y, "theory": line.theory})
+        if line is not None:   # None: no points yet, or a compare study's member of another kind or model
+            label = labels[child.id] + ("" if child.status == "succeeded" else f" ({child.status})")
+            lines.append({"label": label, "x": line.x, "y": line.y, "theory": line.theory})
     return _image(_renderers().overlay(lines, metric, x, fmt.value), fmt)
 
 

@@ -22,6 +22,8 @@ from pydantic import BaseModel, Field
 from api.deps import DbDep, StudyDep
 from api.responses import query_error
 from api.routes.studies import (
+    NONE_STARTED,
+    STARTED,
     STUDY_NOT_FOUND,
     _axes,
     _checked,
@@ -30,19 +32,18 @@ from api.routes.studies import (
     _number,
     _placed,
     _point_rows,
+    _series_metrics,
     overlay_line,
     theory_curves,
 )
 from api.schemas import ValidationErrorOut
-from smdengine import OVERLAY_X, json_safe, output_names, theory_of
+from smdengine import OVERLAY_X, json_safe, theory_of
 from smdrender import grid
 from store import series, studies
-from store.models import Experiment
 
 router = APIRouter(prefix="/v1/studies", tags=["studies"])
 
 ISO_AXES = ("params.lr", "params.weight_decay")
-STARTED = ("running", "succeeded", "failed", "cancelled")   # a child with (some) series
 CHART_RESPONSES: dict[int | str, dict[str, Any]] = {
     **STUDY_NOT_FOUND,
     422: {"description": "A metric or axis that does not apply to this study (a validation error whose msg lists "
@@ -123,18 +124,6 @@ class HeatmapChart(BaseModel):
     iso: bool = Field(..., description="x and y are the learning rate and the weight decay: iso-ηλ lines apply.")
 
 
-def _series_metrics(children: list[Experiment]) -> list[str]:
-    """The measured series names the started children's kinds record (their theory names left out),
-    first seen first."""
-    names: dict[str, None] = {}
-    theory: set[str] = set()
-    for child in children:
-        if child.status in STARTED:
-            names.update(dict.fromkeys(n for n in output_names(child.spec) if n != "step"))
-            theory.update(child.theory or {})
-    return [n for n in names if n not in theory]
-
-
 @router.get("/{study_id}/charts", response_model=ChartOptions, operation_id="getStudyChartOptions",
             responses=STUDY_NOT_FOUND)
 def chart_options(study: StudyDep, db: DbDep) -> ChartOptions:
@@ -162,7 +151,7 @@ def overlay_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_le
     children = studies.children(db, study.id)
     metrics = _series_metrics(children)
     if metric not in metrics:
-        raise _not_applicable("metric", metric, metrics)
+        raise _not_applicable("metric", metric, metrics, none=NONE_STARTED)
     if x not in OVERLAY_X:
         raise _not_applicable("x", x, list(OVERLAY_X))
     lines, theory_name = [], None

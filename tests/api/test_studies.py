@@ -321,12 +321,32 @@ def test_owner_and_admin_rules(tmp_path):
         assert high["priority"] == "high"
 
 
+def test_the_overlay_png_draws_every_started_child(sqlite_env, monkeypatch):
+    """As the overlay's JSON does: a child that failed (or runs, or was cancelled) keeps the points it made, and
+    the PNG draws them, labelled with its status, where it used to draw the succeeded children only."""
+    from smdrender import study_plots
+
+    client, settings = sqlite_env
+    study = submit(client, study_spec(seeds=[1], grid={"params.lr": [0.05, 0.1]}))
+    run_all(settings)
+    second = client.get(f"/v1/studies/{study['id']}").json()["children"][1]["id"]
+    with session_scope(settings.db_url) as s:   # as if it had failed after its points were stored
+        s.get(Experiment, second).status = "failed"
+    drawn = {}
+    real = study_plots.overlay
+    monkeypatch.setattr(study_plots, "overlay", lambda lines, *args: drawn.setdefault("lines", lines) and real(lines, *args))
+    r = client.get(f"/v1/studies/{study['id']}/plots/overlay.png", params={"metric": "risk"})
+    assert r.status_code == 200 and r.content[:4] == b"\x89PNG"
+    assert [line["label"] for line in drawn["lines"]] == ["lr=0.05, seed=1", "lr=0.1, seed=1 (failed)"]
+    assert len(drawn["lines"][1]["y"]) == 11   # its 10 records and the end
+
+
 def test_plot_arguments_that_do_not_apply_are_422(sqlite_env):
     client, settings = sqlite_env
     study = submit(client, study_spec(seeds=[1], grid={"params.lr": [0.05, 0.1]}))
     base = f"/v1/studies/{study['id']}/plots"
     before = client.get(f"{base}/overlay.png", params={"metric": "risk"})
-    assert before.status_code == 422 and "no child has succeeded" in before.json()["detail"][0]["msg"]
+    assert before.status_code == 422 and "no child has started yet" in before.json()["detail"][0]["msg"]
     run_all(settings)
 
     def refused(path, **params) -> tuple[list, str]:
