@@ -147,7 +147,7 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
             if sweeper is not None:
                 sweeper.stop()
 
-    app = FastAPI(title="SMD Lab", version="0.1.0", lifespan=lifespan,
+    app = FastAPI(title="SMD Lab", version="0.1.0", lifespan=lifespan, docs_url=None, redoc_url=None,   # api.dashboard's
                   description="Simulation jobs on Spherical Motion Dynamics: submit a spec, poll its status, "
                               "read results and plots.")
     app.state.settings = settings

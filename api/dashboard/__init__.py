@@ -16,11 +16,18 @@ from importlib import resources
 from pathlib import Path
 
 from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 
 STATIC = Path(__file__).with_name("static")
-VENDOR = {"plotly.min.js": ("plotly", "package_data/plotly.min.js")}  # served name: (package, file in it)
+VENDOR = {"plotly.min.js": ("plotly", "package_data/plotly.min.js"),   # served name: (package, file in it)
+          # the API docs' pages (/docs, /redoc), from the pinned fastapi-offline wheel: FastAPI's own fetch them
+          # from a CDN, and show nothing on a host without the internet
+          "swagger-ui-bundle.js": ("fastapi_offline", "static/swagger-ui-bundle.js"),
+          "swagger-ui.css": ("fastapi_offline", "static/swagger-ui.css"),
+          "redoc.standalone.js": ("fastapi_offline", "static/redoc.standalone.js"),
+          "docs-favicon.png": ("fastapi_offline", "static/favicon.png")}
 MEDIA_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
-               ".html": "text/html; charset=utf-8", ".svg": "image/svg+xml"}
+               ".html": "text/html; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png"}
 
 router = APIRouter(include_in_schema=False)
 
@@ -66,6 +73,21 @@ def _serve(request: Request, name: str, cache_control: str) -> Response:
 def index(request: Request) -> Response:
     """The single page; its routes are URL fragments (#/experiments/ID …)."""
     return _serve(request, "index.html", "no-cache")
+
+
+@router.get("/docs")
+def swagger_ui() -> Response:
+    """The OpenAPI schema as Swagger UI, its scripts served from here (FastAPI's default page loads them from a
+    CDN)."""
+    return get_swagger_ui_html(openapi_url="/openapi.json", title="SMD Lab API", swagger_js_url="/ui/swagger-ui-bundle.js",
+                               swagger_css_url="/ui/swagger-ui.css", swagger_favicon_url="/ui/docs-favicon.png")
+
+
+@router.get("/redoc")
+def redoc() -> Response:
+    """The OpenAPI schema as ReDoc, served from here, without web fonts."""
+    return get_redoc_html(openapi_url="/openapi.json", title="SMD Lab API", redoc_js_url="/ui/redoc.standalone.js",
+                          redoc_favicon_url="/ui/docs-favicon.png", with_google_fonts=False)
 
 
 @router.get("/ui/{name:path}")

@@ -13,7 +13,7 @@ PY=${PYTHON:-python3}
 # typing-extensions too, though the image has them: celery and pydantic need newer ones than it may hold
 PACKAGES=(alembic==1.20.1 amqp==5.4.2 annotated-doc==0.0.7 annotated-types==0.8.0 billiard==4.3.2 celery==5.7.0
           click==8.5.1 click-didyoumean==0.3.1 click-plugins==1.1.1.2 click-repl==0.4.1 fastapi==0.165.0 kombu==5.7.0
-          mako==1.4.3 opentelemetry-api==1.45.2 plotly==7.1.0 prompt-toolkit==3.0.53 pydantic==2.14.4
+          fastapi-offline==1.7.7 mako==1.4.3 opentelemetry-api==1.45.2 plotly==7.1.0 prompt-toolkit==3.0.53 pydantic==2.14.4
           pydantic-core==2.50.5 pydantic-settings==2.16.3 python-dotenv==1.2.4 sqlalchemy==2.1.9
           starlette==1.10.0 typing-inspection==0.4.5 tzlocal==5.4.5 uvicorn==0.54.0 vine==5.1.0
           typing-extensions==4.16.0 wcwidth==0.9.4 torchsde==0.2.6 trampoline==0.1.2)

@@ -3,6 +3,7 @@ real engine (jobs are executed by calling the worker's runner, no mocks)."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 
@@ -434,3 +435,16 @@ def test_the_dashboard_is_served_compressed_and_revalidated(client):
     assert client.get("/ui/nope.js").status_code == 404
     assert client.get("/ui/../main.py").status_code == 404
     assert client.get("/ui/%2e%2e/main.py").status_code == 404
+
+
+def test_the_api_docs_load_nothing_from_elsewhere(client):
+    """FastAPI's /docs and /redoc load their scripts, styles and fonts from CDNs: blank pages on a lab host without
+    the internet. Served from here, each asset they name answers."""
+    for page in ("/docs", "/redoc"):
+        html = client.get(page)
+        assert html.status_code == 200 and html.headers["content-type"].startswith("text/html"), page
+        assert "https://" not in html.text and "http://" not in html.text, page
+        for src in re.findall(r'(?:src|href)="(/[^"]+)"', html.text):
+            assert client.get(src).status_code == 200, (page, src)
+        assert "/openapi.json" in html.text
+    assert len(client.get("/ui/swagger-ui-bundle.js").content) > 500_000
