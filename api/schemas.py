@@ -79,7 +79,8 @@ class RerunIn(ExperimentOptions):
 
     overrides: dict[str, Any] = Field(default_factory=dict, description="Dotted path → value, e.g. "
                                       "{\"params.lr\": 0.2}; list indices allowed (params.lr_schedule.0.step).")
-    name: Label | None = Field(None, description="The new experiment's name (default: the spec's).")
+    name: Label | None = Field(None, description="The new experiment's name (default: this experiment's, as PATCH "
+                                                 "left it).")
 
 
 class ContinueIn(BaseModel):

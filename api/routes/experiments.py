@@ -118,8 +118,7 @@ def rerun_experiment(experiment: ExperimentDep, body: RerunIn, db: DbDep, settin
     except smdengine.StudyError as exc:
         raise HTTPException(status_code=422, detail=[_override_error(e) for e in exc.errors]) from None
     spec = child.spec.model_dump(mode="json")
-    if body.name is not None:
-        spec["name"] = body.name
+    spec["name"] = body.name if body.name is not None else experiment.name   # the current name: PATCH renames
     parsed = smdengine.parse_spec(spec)
     return _queue(db, settings, user, response, parsed, spec, visibility=body.visibility, priority=body.priority,
                   keep_checkpoint=body.keep_checkpoint, tags=body.tags, note=body.note)

@@ -316,6 +316,18 @@ def test_a_422_repeats_a_bounded_printable_part_of_what_it_refuses(client):
     assert len(r.content) < 2 * ECHO_CHARS + 300
 
 
+def test_a_rerun_takes_the_current_name(client):
+    """PATCH renames an experiment; its spec keeps the name it was submitted with, and a rerun took that one
+    back. A rerun now takes the current name (or the one it is given)."""
+    made = submit(client, {**small_spec(trials=4, steps=40, record_every=10), "name": "first"})["id"]
+    for name in ("renamed", None):
+        assert client.patch(f"/v1/experiments/{made}", json={"name": name}).status_code == 200
+        again = client.post(f"/v1/experiments/{made}/rerun", json={}).json()
+        assert again["name"] == name and again["spec"]["name"] == name, again
+    given = client.post(f"/v1/experiments/{made}/rerun", json={"name": "given"}).json()
+    assert given["name"] == "given"
+
+
 def test_names_and_notes_with_control_characters_are_422(client):
     """An ESC in a lab-visible name recoloured every terminal that listed it, a newline broke `smd ls`'s rows;
     a note keeps its newlines and tabs."""
