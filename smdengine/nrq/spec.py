@@ -22,7 +22,7 @@ class ScheduleEntry(StrictModel):
     """From ``step`` on, the rates in force are multiplied by the factors (cumulative)."""
 
     step: int = Field(..., ge=1, description="First update that uses the new rates.")
-    lr_factor: float = Field(..., gt=0, le=1e6)
+    lr_factor: float = Field(..., gt=0, le=1e6, description="Multiplies η from step on (0.1: a tenfold decay).")
     weight_decay_factor: float = Field(1.0, ge=0, le=1e6, description="0 switches weight decay off from step on "
                                                                       "(|X|⁴ then grows by 2η²(p−1)σ² per update).")
     rescale: bool = Field(False, description="Move |X| straight to the new equilibrium: X ← X·(lr_factor/weight_decay_factor)^(1/4).")
@@ -51,8 +51,11 @@ class NRQPhysics(StrictModel):
     trials: int = Field(1000, ge=1, le=10_000_000, description="Independent trials, simulated together.")
     steps: int = Field(10_000, ge=1, le=100_000_000, description="Number of updates.")
     record_every: int = Field(100, ge=1, description="Record the series every this many updates.")
-    dtype: Literal["float64", "float32"] = "float64"
-    lr_schedule: list[ScheduleEntry] = Field(default_factory=list, max_length=1000)
+    dtype: Literal["float64", "float32"] = Field("float64", description="Floating-point type of the state; "
+                                                                   "float32 is faster, on a GPU most of all.")
+    lr_schedule: list[ScheduleEntry] = Field(default_factory=list, max_length=1000, description=(
+        "Phases: from each entry's step on, the rates are multiplied by its factors (at most 1000 entries, "
+        "steps increasing)."))
 
     @model_validator(mode="after")
     def _check(self) -> NRQPhysics:

@@ -30,7 +30,7 @@ class Recording(StrictModel):
 
     steps: int = Field(10_000, ge=1, le=100_000_000, description="Horizon, in SGD steps.")
     record_every: int = Field(100, ge=1, description="Record the series every this many SGD steps.")
-    dtype: Literal["float64", "float32"] = "float64"
+    dtype: Literal["float64", "float32"] = Field("float64", description="Floating-point type of the state.")
 
     @model_validator(mode="after")
     def _check_recording(self) -> Recording:   # before the model's own checks

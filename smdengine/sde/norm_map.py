@@ -98,10 +98,10 @@ larger matmuls; bench/README.md, "Engine timings"). On CUDA always addmm. Both p
 class UnitGradSq(StrictModel):
     """L_t, the squared unit-gradient norm fed to the map: mean + amplitude·sin(2πt/period) + U(−h, h)."""
 
-    mean: float = Field(10.0, gt=0, le=1e6)
-    noise: Literal["none", "uniform"] = "none"
+    mean: float = Field(10.0, gt=0, le=1e6, description="The constant part of L_t.")
+    noise: Literal["none", "uniform"] = Field("none", description="uniform: add U(−h, h) to L_t at every step.")
     noise_half_width: float = Field(3.0, ge=0, le=1e6, description="h of the uniform noise (used when noise is uniform).")
-    sine_amplitude: float = Field(0.0, ge=0, le=1e6)
+    sine_amplitude: float = Field(0.0, ge=0, le=1e6, description="Amplitude of the sine part of L_t.")
     sine_period: float = Field(2 * math.pi * 1e5, gt=0, le=1e12, description="In steps; seed 004 uses sin(t/10⁵).")
 
     @model_validator(mode="after")
@@ -116,13 +116,14 @@ class UnitGradSq(StrictModel):
 class NormMapParams(Recording):
     """Seed 004 App. G: x ← (1−2λη)x + L_t η²/x (SGD, x = |w|²) or the 3-state SGDM map (eq. 72–76)."""
 
-    model: Literal["norm_map"]
+    model: Literal["norm_map"] = Field(..., description="The sde model: the |w|² map of seed 004 App. G.")
     lr: float = Field(0.1, gt=0, le=10, description="η.")
     weight_decay: float = Field(0.001, gt=0, le=100, description="λ.")
     momentum: float = Field(0.0, ge=0, lt=1, description="α; 0 selects the SGD map, > 0 the SGDM map.")
     init_norm_sq: float = Field(10.0, gt=0, le=1e12, description="x₀ = |w₀|² (and |w₋₁|² = ⟨w₀, w₋₁⟩ = x₀).")
     trials: int = Field(1, ge=1, le=1_000_000, description="Independent noise sequences, averaged.")
-    unit_grad_sq: UnitGradSq = Field(default_factory=lambda: UnitGradSq.model_validate({}))
+    unit_grad_sq: UnitGradSq = Field(default_factory=lambda: UnitGradSq.model_validate({}),
+                                     description="L_t, the squared unit-gradient norm the map is fed.")
     steps: int = Field(100_000, ge=1, le=100_000_000, description="Number of map iterations.")
 
     @model_validator(mode="after")

@@ -47,7 +47,7 @@ else:
 class NormalizedLinearParams(Recording):
     """Seed 002 §6.1: F_z(x) = ⟨x/|x|, z⟩, N = D − 2 random inputs, ℓ2 loss plus the noise ⟨x/|x|, ε⟩."""
 
-    model: Literal["normalized_linear"]
+    model: Literal["normalized_linear"] = Field(..., description="The sde model: the normalized linear model of seed 002 §6.1.")
     dim: int = Field(10, ge=3, le=10_000, description="D; N = D − 2 samples, so Γ₁ is a circle.")
     noise_std: float = Field(0.3, gt=0, le=1e3, description="σ̂, with ε ~ N(0, σ̂²I).")
     lr: float = Field(1e-2, gt=0, le=10, description="η.")

@@ -24,8 +24,9 @@ from smdengine.sde._common import DT_DESCRIPTION, substeps
 class NRQSDEParams(NRQPhysics):
     """Seed 000 eq. 9: dX = −η(PAX̄/|X| + λX)dt + (ησ/|X|)P dB, t in SGD steps."""
 
-    model: Literal["nrq"]
-    method: Literal["euler_maruyama"] = "euler_maruyama"
+    model: Literal["nrq"] = Field(..., description="The sde model: the NRQ SDE of seed 000 eq. 9.")
+    method: Literal["euler_maruyama"] = Field("euler_maruyama", description="The integrator (the only one): "
+                                                                                   "Euler–Maruyama with step dt.")
     dt: float = Field(1.0, gt=0, le=1, description=DT_DESCRIPTION)
     f_bins: int = Field(50, ge=2, le=1000, description="Bins of the histogram of f = X̄₁² over the tail.")
 

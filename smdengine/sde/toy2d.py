@@ -66,7 +66,8 @@ else:
 class Toy2DParams(Recording):
     """Seed 001 §4: GD + weight decay on L(x, y) = x²/(x² + y²) from a cloud of nearby starts."""
 
-    model: Literal["toy2d"]
+    model: Literal["toy2d"] = Field(..., description="The sde model: GD on the scale-invariant 2-D toy loss x²/(x² + y²) "
+                                                 "(seed 001 §4).")
     lr: float = Field(0.1, gt=0, le=10, description="η.")
     weight_decay: float = Field(0.5, ge=0, le=100, description="λ.")
     center: tuple[float, float] = Field((0.1, 1.0), strict=False,  # a JSON list makes the pair

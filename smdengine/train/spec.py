@@ -40,9 +40,9 @@ class SyntheticData(StrictModel):
 
     name: Literal["synthetic"]
     input_dim: int = Field(32, ge=1, le=100_000, description="Features per sample.")
-    classes: int = Field(10, ge=2, le=1000)
-    train_samples: int = Field(2000, ge=2, le=1_000_000)
-    test_samples: int = Field(1000, ge=1, le=1_000_000)
+    classes: int = Field(10, ge=2, le=1000, description="Number of classes.")
+    train_samples: int = Field(2000, ge=2, le=1_000_000, description="Training examples generated.")
+    test_samples: int = Field(1000, ge=1, le=1_000_000, description="Test examples generated.")
     class_separation: float = Field(1.0, ge=0, le=100, description="Norm scale of the class means; noise is N(0, I).")
 
     def sizes(self) -> tuple[int, int]:
@@ -71,8 +71,8 @@ class TrainScheduleEntry(StrictModel):
 
     step: int | None = Field(None, ge=1, description="First update that uses the new rates.")
     epoch: int | None = Field(None, ge=1, description="Alternative to step: the epoch whose first update uses them.")
-    lr_factor: float = Field(1.0, gt=0, le=1e6)
-    weight_decay_factor: float = Field(1.0, ge=0, le=1e6)
+    lr_factor: float = Field(1.0, gt=0, le=1e6, description="Multiplies η from then on.")
+    weight_decay_factor: float = Field(1.0, ge=0, le=1e6, description="Multiplies λ from then on (0 switches it off).")
     rescale: bool = Field(False, description="Multiply every scale-invariant weight by "
                                              "(lr_factor/weight_decay_factor)^(1/4) (seed 003 §5.2).")
 
@@ -86,26 +86,30 @@ class TrainScheduleEntry(StrictModel):
 
 
 class TrainParams(StrictModel):
-    dataset: DatasetSpec = Field(default_factory=lambda: DigitsData.model_validate({"name": "digits"}))
+    dataset: DatasetSpec = Field(default_factory=lambda: DigitsData.model_validate({"name": "digits"}),
+                                 description="What to train on, chosen by its name (digits: bundled).")
     data_seed: int = Field(0, ge=0, le=2**63 - 1, description="Seed of the split, label noise and synthetic data "
                                                              "(shared by all trials).")
     label_noise: float = Field(0.0, ge=0, lt=1, description="Fraction of training labels replaced by random ones.")
-    model: Literal["mlp", "cnn", "resnet"] = "mlp"
+    model: Literal["mlp", "cnn", "resnet"] = Field("mlp", description="The network: an MLP, a plain CNN or a ResNet.")
     depth: int = Field(2, ge=1, le=200, description="mlp: hidden layers; cnn: conv layers; resnet: total depth "
                                                    "6n+2 (8, 14, 20, 32, …).")
     width: int = Field(256, ge=1, le=8192, description="mlp: hidden units; cnn, resnet: channels of the first stage.")
-    norm: Literal["batch", "group", "layer", "weight_standardization"] = "batch"
+    norm: Literal["batch", "group", "layer", "weight_standardization"] = Field(
+        "batch", description="The normalization after every weight layer, which makes the weights before it "
+                             "scale-invariant.")
     norm_groups: int = Field(8, ge=1, le=1024, description="Groups of group norm (must divide every width).")
     scale_invariant: bool = Field(True, description="Freeze the last layer and the norm affine parameters so that "
                                                     "every trainable weight is scale-invariant (seed 001 §6.1).")
     lr: float = Field(0.1, gt=0, le=100, description="η.")
     momentum: float = Field(0.0, ge=0, lt=1, description="α of heavy-ball SGDM; 0 is plain SGD.")
     weight_decay: float = Field(5e-4, ge=0, le=10, description="λ, applied to every trainable parameter.")
-    batch_size: int = Field(128, ge=2, le=65_536)
+    batch_size: int = Field(128, ge=2, le=65_536, description="Training examples per update.")
     steps: int | None = Field(None, ge=1, le=10_000_000, description="Updates (default 1000 when epochs is unset).")
     epochs: int | None = Field(None, ge=1, le=100_000, description="Alternative to steps: passes over the "
                                                                       "training set (incomplete batches dropped).")
-    schedule: list[TrainScheduleEntry] = Field(default_factory=list, max_length=1000)
+    schedule: list[TrainScheduleEntry] = Field(default_factory=list, max_length=1000, description=(
+        "Phases: from each entry's step (or epoch) on, the rates are multiplied by its factors."))
     trials: int = Field(1, ge=1, le=256, description="Independent initialisations and batch orders, trained together.")
     init_scale: float = Field(1.0, ge=1e-4, le=1e4, description="Multiplies the initial scale-invariant weights "
                                                                "(every weight followed by a normalization; the "
@@ -117,7 +121,7 @@ class TrainParams(StrictModel):
     record_every: int = Field(10, ge=1, description="Aggregate the tracked quantities over windows of this many updates.")
     eval_every: int | None = Field(None, ge=1, description="Evaluate on the test set every this many updates "
                                                               "(a multiple of record_every; default 10·record_every).")
-    dtype: Literal["float32", "float64"] = "float32"
+    dtype: Literal["float32", "float64"] = Field("float32", description="Floating-point type of the weights.")
 
     @model_validator(mode="after")
     def _check(self) -> TrainParams:
