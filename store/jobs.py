@@ -396,10 +396,7 @@ def _finish(session: Session, where: ColumnElement[bool], status: str, **results
 @transaction
 def release(session: Session, claim: Claim) -> None:
     """Give a claimed job back to the queue (its worker is shutting down); no-op if not held."""
-    if _rowcount(session, update(Experiment).where(_held(claim))
-                 .values(status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=db_now(),
-                         **_BUMP)) == 1:
-        _end_attempt(session, claim.experiment_id, claim.attempt, "released")
+    _give_back(session, claim, "released")
 
 
 @transaction
@@ -408,11 +405,24 @@ def interrupt(session: Session, claim: Claim) -> bool:
     (a full disk, whose small writes often still go through): the attempt ends ``interrupted`` and does
     not count toward SMD_MAX_ATTEMPTS, and the job resumes from its checkpoint in a new attempt. No-op if
     not held; returns whether it was."""
-    if _rowcount(session, update(Experiment).where(_held(claim))
-                 .values(status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=db_now(),
-                         **_BUMP)) != 1:
+    return _give_back(session, claim, "interrupted")
+
+
+def _give_back(session: Session, claim: Claim, outcome: str) -> bool:
+    """The held job back to ``queued``, its attempt ended with ``outcome``; or, when a cancel was requested
+    before its worker saw it, ``cancelled`` (attempt too), with the points it has, as a cancel seen by the
+    worker ends it: a queued job with a cancel requested is never claimed, and stayed queued for good.
+    Whether the job was held."""
+    held = _held(claim)
+    if _finish(session, and_(held, Experiment.cancel_requested.is_(True)), Status.cancelled, error=None):
+        _end_attempt(session, claim.experiment_id, claim.attempt, Status.cancelled)
+        session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == claim.experiment_id))
+        settle_study(session, claim.experiment_id)
+        return True
+    if _rowcount(session, update(Experiment).where(held).values(
+            status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=db_now(), **_BUMP)) != 1:
         return False
-    _end_attempt(session, claim.experiment_id, claim.attempt, "interrupted")
+    _end_attempt(session, claim.experiment_id, claim.attempt, outcome)
     return True
 
 

@@ -168,6 +168,34 @@ def test_cancel_of_running_job_with_lost_worker_ends_cancelled(database_url):
     assert row(database_url, exp).status == "cancelled"
 
 
+@pytest.mark.parametrize("give_back", [jobs.release, jobs.interrupt])
+def test_a_job_cancelled_before_its_worker_gave_it_back_ends_cancelled(database_url, give_back):
+    """Cancel, then the worker's shutdown (or outage) gives the job back before its next progress write saw
+    the cancel: it stayed queued with a cancel requested, which nothing claims, for good."""
+    from store.models import Attempt
+
+    exp = make(database_url)
+    c = claim(database_url)
+    with session_scope(database_url) as s:
+        jobs.save_checkpoint(s, c, 5, 1, b"state")
+        jobs.request_cancel(s, exp)
+    assert row(database_url, exp).status == "running"
+    with session_scope(database_url) as s:
+        give_back(s, c)
+    ended = row(database_url, exp)
+    assert (ended.status, ended.cancel_requested, ended.lease_owner) == ("cancelled", True, None)
+    assert ended.finished_at is not None
+    with session_scope(database_url) as s:
+        assert [a.outcome for a in s.query(Attempt).filter_by(experiment_id=exp)] == ["cancelled"]
+        assert jobs.load_checkpoint(s, exp) is None
+    # without a cancel the job goes back to the queue, as before
+    other = make(database_url)
+    c = claim(database_url)
+    with session_scope(database_url) as s:
+        give_back(s, c)
+    assert row(database_url, other).status == "queued"
+
+
 def test_checkpoint_replaced_and_dropped_at_the_end(database_url):
     exp = make(database_url)
     c = claim(database_url)
