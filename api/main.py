@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from contextlib import asynccontextmanager
 from typing import Any
@@ -47,6 +48,26 @@ def _located(errors) -> list:
             err = {**err, "loc": error_location(err), "msg": error_message(err)}
         out.append(err)
     return out
+
+
+class _StreamsClosedAtStop(logging.Filter):
+    """uvicorn's ERROR "Cancel N running task(s), timeout graceful shutdown exceeded" told of a normal stop: the
+    requests still open then are event streams (a dashboard on a job), which end only with their job, and are
+    closed after smdcli.serve.GRACEFUL_SHUTDOWN_SECONDS. Said at INFO, in those words."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == "Cancel %s running task(s), timeout graceful shutdown exceeded":
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.msg = "closing %s open request(s) (event streams) at the stop"
+        return True
+
+
+def _quiet_stream_cancels() -> None:
+    """Install :class:`_StreamsClosedAtStop` on uvicorn's logger, once per process (after uvicorn's logging
+    configuration, which a process applies when it starts)."""
+    logger = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, _StreamsClosedAtStop) for f in logger.filters):
+        logger.addFilter(_StreamsClosedAtStop())
 
 
 ECHO_CHARS = 400   # the most of a rejected value a 422 repeats (as JSON text, cut there beyond it)
@@ -132,6 +153,7 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        _quiet_stream_cancels()
         if migrate:
             upgrade_head(settings.db_url)
         if settings.auth == "off":  # create the local user now, not racing in concurrent first requests

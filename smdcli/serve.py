@@ -15,6 +15,11 @@ from store.settings import Settings
 log = logging.getLogger("smd.serve")
 
 
+# How long a stopping API waits for open requests before it closes them: an event stream (a dashboard open on a
+# job) ends only with its job, and held Ctrl-C off for good (a job handed back at the stop stays unfinished).
+GRACEFUL_SHUTDOWN_SECONDS = 3
+
+
 def run_api(settings: Settings, *, migrate: bool = True, supervisor: _WorkerSupervisor | None = None) -> int:
     """Serve the API (applying the migrations at start-up unless ``migrate`` is False). With the embedded
     worker's ``supervisor``: it is told how to see that the server is stopping (a signal to the whole process
@@ -40,7 +45,7 @@ def run_api(settings: Settings, *, migrate: bool = True, supervisor: _WorkerSupe
 
     if settings.api_workers == 1:
         config = uvicorn.Config(create_app(settings, migrate=migrate), host=settings.host, port=settings.port,
-                                log_level=settings.log_level.lower())
+                                log_level=settings.log_level.lower(), timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
         server = Server(config)
         if supervisor is not None:
             supervisor.api_stopping = lambda: bool(server.should_exit)
@@ -58,7 +63,8 @@ def run_api(settings: Settings, *, migrate: bool = True, supervisor: _WorkerSupe
     from uvicorn.supervisors import Multiprocess
 
     config = uvicorn.Config("api.main:process_app", factory=True, host=settings.host, port=settings.port,
-                            workers=settings.api_workers, log_level=settings.log_level.lower())
+                            workers=settings.api_workers, log_level=settings.log_level.lower(),
+                            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS)
     processes = Multiprocess(config, sockets=[config.bind_socket()])
     if supervisor is not None:
         supervisor.api_stopping = processes.should_exit.is_set

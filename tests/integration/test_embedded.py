@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import httpx
@@ -84,9 +85,9 @@ def test_sigkilled_worker_does_not_lose_the_job(embedded):
 
 def test_restarted_service_loses_nothing(embedded):
     """`make run` stopped with Ctrl-C (SIGINT to its whole process group, as a terminal sends) and started
-    again on the same state directory while a job runs and another waits: the running job is handed back
-    (``released``) by a warm shutdown that ends on its own, without an error; both jobs complete, the first
-    resumed from its checkpoint by attempt 2."""
+    again on the same state directory while a job runs, another waits and an event stream watches the first:
+    the running job is handed back (``released``) by a warm shutdown that ends on its own, without an error,
+    and the stream is closed; both jobs complete, the first resumed from its checkpoint by attempt 2."""
     base, proc, tmp = embedded
     # ~2.5 s of updates on an idle machine: the stop comes right after its first checkpoint (0.5 s in)
     spec = small_spec(trials=256, steps=20_000, record_every=200)
@@ -101,6 +102,17 @@ def test_restarted_service_loses_nothing(embedded):
                 break
         assert time.monotonic() < deadline
         time.sleep(0.1)
+    # a dashboard open on the running job: its event stream ends only with the job, and held the stop off
+    streaming = threading.Event()
+
+    def watch() -> None:
+        with httpx.stream("GET", f"{base}/v1/experiments/{running}/events", timeout=None) as events:
+            streaming.set()
+            for _ in events.iter_lines():
+                pass
+
+    threading.Thread(target=watch, daemon=True).start()
+    assert streaming.wait(10)
     os.killpg(proc.pid, signal.SIGINT)
     proc.wait(30)
     log = (tmp / "serve.log").read_text()
