@@ -9,6 +9,8 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from store.settings import Settings
 
@@ -107,6 +109,12 @@ def serve(settings: Settings) -> int:
     except UnsafeAuth as exc:
         log.error("refusing to start: %s", exc)
         return 2
+    # before anything touches the jobs: a second `smd serve` of the same state expired the first one's leases
+    # (its worker has the same name) and then failed on the port, and three of them failed its running job
+    refused = _hold_state(settings.state_dir) or _port_taken(settings.host, settings.port)
+    if refused:
+        log.error("refusing to start: %s", refused)
+        return 2
     upgrade_head(settings.db_url)  # once, for the API here and before the worker child starts
     supervisor = _WorkerSupervisor(settings)
     supervisor.start()
@@ -116,6 +124,44 @@ def serve(settings: Settings) -> int:
         return run_api(settings, migrate=False, supervisor=supervisor)
     finally:
         supervisor.stop()
+
+
+_held_state: list[Any] = []   # the open lock file of this process's state folder, held until it exits
+
+
+def _hold_state(state_dir: Path) -> str | None:
+    """Lock ``state_dir`` for this process (an advisory lock the system drops when the process ends, however it
+    ends); why not, when another process holds it."""
+    import fcntl
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    lock = (state_dir / "serve.lock").open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip() or "another process"
+        lock.close()
+        return (f"another `smd serve` ({holder}) uses the state folder {state_dir.resolve()}: stop it, or give this "
+                f"one its own SMD_STATE_DIR")
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()}")
+    lock.flush()
+    _held_state.append(lock)
+    return None
+
+
+def _port_taken(host: str, port: int) -> str | None:
+    """Why the API could not listen on (host, port), found before the worker starts; None when it can."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)   # as uvicorn binds
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return f"the API cannot listen on {host}:{port} ({exc.strerror}): set SMD_PORT to a free port"
+    return None
 
 
 class _WorkerSupervisor:
