@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from store import jobs, retry
+from store import jobs, retry, workers
 from store.settings import Settings
 from worker.queue import queue_depths, ring
 
@@ -32,6 +32,8 @@ def sweep(settings: Settings, *, lost_worker: str | None = None, expire: bool = 
     ``expire=False`` skips step (1) (the database was unreachable a moment ago).
     Returns what it did: {"requeued": n, "rung": n}."""
     requeued: list[str] = []
+    if lost_worker is not None:   # its processes' rows too: they no longer share a study's children
+        workers.forget_worker(settings.db_url, lost_worker)
     if expire:
         requeued = jobs.expire_leases(settings.db_url, settings.max_attempts, owner_prefix=lost_worker,
                                       outage=retry.journal.covered_ago)

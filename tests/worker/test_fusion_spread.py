@@ -92,6 +92,25 @@ def test_a_dead_process_is_not_idle_capacity(settings, registered):
     assert workers.forget_stale(settings.db_url, presence.live_seconds(settings)) == 1
 
 
+def test_a_worker_known_lost_leaves_no_capacity_behind(settings, registered):
+    """`smd serve` restarting its worker sweeps with the lost worker's name: its processes' rows go with its
+    leases. Counted live until they went stale, one of them busy with the study halved the batch that resumed
+    its children (a batch of 4 of 8 with one worker process)."""
+    from worker.sweeper import sweep
+
+    ids = study(settings, 6)
+    with session_scope(settings.db_url) as s:
+        study_id = s.get(Experiment, ids[0]).study_id
+    workers.beat(settings.db_url, "embedded@box/41", "cpu", busy=True, study_id=study_id)   # died with its batch
+    workers.beat(settings.db_url, "embedded@box-2/7", "cpu", busy=False)   # another worker's name: stays
+    live = presence.live_seconds(settings)
+    assert workers.sharing(settings.db_url, "cpu", registered.id, live, study_id) == 3
+    sweep(settings, lost_worker="embedded@box")
+    assert workers.sharing(settings.db_url, "cpu", registered.id, live, study_id) == 2
+    with session_scope(settings.db_url) as s:
+        assert sorted(w for w, _, _ in workers.live(s, "cpu", live)) == sorted(["embedded@box-2/7", registered.id])
+
+
 def test_children_of_a_lost_batch_resume_fused_and_equal_their_runs_alone(settings):
     """Four children that a lost batch checkpointed at one step are claimed by one worker as one batch
     again (one execute_next runs all four), resume from that step, and end bit for bit equal to runs
