@@ -3,6 +3,7 @@ queued job stands in the fair-share order (:func:`store.jobs.queue_order`), with
 start. Read-only; every public function is a unit of work (:func:`store.db.transaction`)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -62,12 +63,12 @@ SCANNED_PER_TIMED = 10   # rows read per run wanted: the newest runs may be shor
 
 @transaction
 def recent_runs(session: Session, queue: str, kind: str, model: str | None = None,
-                last: int = DURATION_HISTORY) -> tuple[list[dict], float]:
+                last: int = DURATION_HISTORY, keep: Callable[[dict], bool] | None = None) -> tuple[list[dict], float]:
     """The specs of the queue's ``last`` most recently finished succeeded jobs of ``kind`` (and of ``model``,
-    for a kind with models: work units are a model's own) that ran at least MIN_TIMED_SECONDS, among the
-    newest ``SCANNED_PER_TIMED × last`` of the kind; and the time their workers were busy with them: per worker
-    the union of their [start, end] intervals (a fused batch, or a worker's parallel processes, overlap: that
-    time counts once). Work per second of it is what a worker gets done."""
+    for a kind with models: work units are a model's own; and that ``keep`` accepts) that ran at least
+    MIN_TIMED_SECONDS, among the newest ``SCANNED_PER_TIMED × last`` of the kind; and the time their workers
+    were busy with them: per worker the union of their [start, end] intervals (a fused batch, or a worker's
+    parallel processes, overlap: that time counts once). Work per second of it is what a worker gets done."""
     rows = session.execute(select(Experiment.spec, Experiment.worker, Experiment.started_at, Experiment.finished_at)
                            .where(Experiment.queue == queue, Experiment.kind == kind,
                                   Experiment.status == Status.succeeded,
@@ -76,7 +77,8 @@ def recent_runs(session: Session, queue: str, kind: str, model: str | None = Non
                            .limit(last * SCANNED_PER_TIMED)).all()
     timed = [(spec, worker, as_utc(started), as_utc(done)) for spec, worker, started, done in rows
              if (as_utc(done) - as_utc(started)).total_seconds() >= MIN_TIMED_SECONDS
-             and (model is None or ((spec or {}).get("params") or {}).get("model") == model)][:last]
+             and (model is None or ((spec or {}).get("params") or {}).get("model") == model)
+             and (keep is None or keep(dict(spec or {})))][:last]
     spans: dict[str | None, list[tuple[datetime, datetime]]] = {}
     for _, worker, started, done in timed:
         spans.setdefault(worker, []).append((started, done))

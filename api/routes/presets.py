@@ -57,35 +57,49 @@ def get_preset(user: CurrentUserDep, db: DbDep, preset_id: Annotated[str, PRESET
     return _timed(presets.catalog_entry(_preset(preset_id), details=True), _Rates(db))
 
 
+# A run's time is a fixed part (start-up, theory, summaries) and a part proportional to its work: the work per
+# second of runs far smaller than a preset's runs is mostly the fixed part's, and put a 90 s preset at 6762 s.
+# Only runs of at least this fraction of the preset's work per run count.
+COMPARABLE_WORK = 0.1
+
+
 class _Rates:
     """Work per second of busy time of a queue's workers over their recent succeeded runs of a kind, and model
-    for a kind with models (store.queue_stats.recent_runs; None without history), read once per request."""
+    for a kind with models, of a comparable size (store.queue_stats.recent_runs; None without such history),
+    read once per request."""
 
     def __init__(self, db: str):
         self.db: str = db
-        self.known: dict[tuple[str, str], float | None] = {}
+        self.known: dict[tuple[str, str, int], float | None] = {}
 
-    def __call__(self, queue: str, key: str) -> float | None:
-        """``key``: smdengine.plot_key of the runs, ``<kind>`` or ``<kind>/<model>``."""
-        if (queue, key) not in self.known:
+    def __call__(self, queue: str, key: str, work_per_run: int) -> float | None:
+        """``key``: smdengine.plot_key of the runs, ``<kind>`` or ``<kind>/<model>``; runs of at least
+        COMPARABLE_WORK·``work_per_run`` count."""
+        least = int(COMPARABLE_WORK * work_per_run)
+        if (queue, key, least) not in self.known:
             kind, _, model = key.partition("/")
-            specs, seconds = queue_stats.recent_runs(self.db, queue, kind, model or None)
-            work = 0
-            for spec in specs:
-                try:
-                    work += smdengine.parse_spec(spec).work
-                except (ValidationError, ValueError):   # a spec this engine no longer reads: left out
-                    continue
-            self.known[queue, key] = work / seconds if seconds > 0 and work > 0 else None
-        return self.known[queue, key]
+            specs, seconds = queue_stats.recent_runs(self.db, queue, kind, model or None,
+                                                     keep=lambda spec: (_work(spec) or 0) >= least)
+            work = sum(_work(spec) or 0 for spec in specs)
+            self.known[queue, key, least] = work / seconds if seconds > 0 and work > 0 else None
+        return self.known[queue, key, least]
+
+
+def _work(spec: dict[str, Any]) -> int | None:
+    try:
+        return smdengine.parse_spec(spec).work
+    except (ValidationError, ValueError):   # a spec this engine no longer reads: left out
+        return None
 
 
 def _timed(entry: dict[str, Any], rates: _Rates) -> dict[str, Any]:
     """Each size's ``estimated_seconds``: its work over the rate of the queue it runs on for runs like its
-    base (same kind and model; None without history there): on one worker, fused as the worker fuses them."""
+    base (same kind and model, of a comparable size; None without such history): on one worker, fused as the
+    worker fuses them."""
     for name, size in entry["sizes"].items():
         base = size["spec"]["base"] if "spec" in size else smdengine.preset_study(entry["id"], name)["base"]
-        rate = rates("gpu" if size["gpu"] else "cpu", smdengine.plot_key(base["kind"], base))
+        rate = rates("gpu" if size["gpu"] else "cpu", smdengine.plot_key(base["kind"], base),
+                     size["work"] // max(1, size["runs"]))
         size["estimated_seconds"] = size["work"] / rate if rate else None
     return entry
 

@@ -60,6 +60,38 @@ def test_the_catalog_lists_and_shows_every_preset(sqlite_env):
             "/v1/studies/{study_id}/plots/figure.{fmt}"} <= set(paths)
 
 
+def test_a_size_is_timed_by_runs_of_a_comparable_size_only(tmp_path):
+    """A run's time is mostly its fixed part when it is small: a 2000-step run's work per second put a preset
+    that takes 90 s at 6762 s. Runs under a tenth of the size's work per run do not time it."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from api.routes.presets import _Rates
+    from store import jobs
+    from store.migrate import upgrade_head
+    from store.models import Experiment, Status, utcnow
+    from tests.dbutil import session_scope
+
+    url = f"sqlite:///{tmp_path / 'rates.sqlite3'}"
+    upgrade_head(url)
+
+    def finished(steps: int, seconds: float) -> int:
+        spec = {"kind": "nrq", "params": {"dim": 10, "trials": 1000, "steps": steps}}
+        t0 = utcnow()
+        with session_scope(url) as session:
+            row = jobs.create(session, kind="nrq", name=None, spec=spec, total_steps=steps)
+            session.execute(update(Experiment).where(Experiment.id == row.id).values(
+                status=Status.succeeded, worker="w1", started_at=t0, finished_at=t0 + timedelta(seconds=seconds)))
+        return 10 * 1000 * steps   # its work
+
+    small = finished(2000, 4.0)   # 2e7 in 4 s, mostly start-up
+    assert _Rates(url)("cpu", "nrq", 50 * small) is None   # nothing comparable: no estimate, not a 50× one
+    assert _Rates(url)("cpu", "nrq", 5 * small) == pytest.approx(small / 4.0)
+    big = finished(100_000, 20.0)   # 1e9 in 20 s
+    assert _Rates(url)("cpu", "nrq", 50 * small) == pytest.approx(big / 20.0)
+
+
 def test_unknown_preset_is_404_listing_the_ids(sqlite_env):
     client, settings = sqlite_env
     for r in (client.get("/v1/presets/nope"), client.post("/v1/presets/nope/run", json={})):

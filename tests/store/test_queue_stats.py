@@ -68,3 +68,6 @@ def test_a_rate_is_taken_over_a_kinds_runs_that_took_a_second_or_more(database_u
     specs, busy = recent_runs(database_url, "cpu", "sde", "norm_map")   # a model's work units are its own
     assert [s["ran"] for s in specs] == [4.0] and busy == 4.0
     assert recent_runs(database_url, "gpu", "nrq") == ([], 0.0)
+    # keep: a preset counts runs of a size comparable to its own only
+    assert recent_runs(database_url, "cpu", "nrq", keep=lambda spec: spec["ran"] > 3.0) == ([], 0.0)
+    assert recent_runs(database_url, "cpu", "nrq", keep=lambda spec: spec["ran"] >= 3.0)[1] == 3.0
