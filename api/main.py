@@ -29,7 +29,7 @@ from api.schemas import ErrorOut
 from smdengine import error_location, error_message, json_safe
 from store import retry
 from store.migrate import upgrade_head
-from store.settings import Settings, get_settings
+from store.settings import LOG_FORMAT, Settings, get_settings
 from store.users import local_user
 from worker.sweeper import Sweeper
 
@@ -141,8 +141,11 @@ def check_auth(settings: Settings) -> None:
 
 def process_app() -> FastAPI:
     """The app of one of several API processes (SMD_API_WORKERS, smdcli.serve.run_api): settings from the
-    environment, the schema already migrated by the process that started them."""
-    return create_app(get_settings(), migrate=False)
+    environment, the schema already migrated by the process that started them. A new interpreter: its log lines
+    (the sweeper's among them) are formatted as `smd`'s, where they came bare or not at all."""
+    settings = get_settings()
+    logging.basicConfig(level=settings.log_level, format=LOG_FORMAT)
+    return create_app(settings, migrate=False)
 
 
 def create_app(settings: Settings | None = None, *, migrate: bool = True) -> FastAPI:

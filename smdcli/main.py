@@ -76,7 +76,7 @@ def _main(argv: list[str] | None) -> int:
 
     from pydantic import ValidationError
 
-    from store.settings import get_settings
+    from store.settings import LOG_FORMAT, get_settings
 
     try:
         settings = get_settings()
@@ -86,7 +86,7 @@ def _main(argv: list[str] | None) -> int:
             msg = str(error["msg"]).removeprefix("Value error, ")
             print(f"smd: {name}: {msg}" + ("" if "got " in msg else f" (got {error.get('input')!r})"), file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=settings.log_level, format=LOG_FORMAT)
     logging.getLogger("httpx").setLevel(logging.WARNING)   # not a line per request on a command's stderr
     if args.command == "run":
         from smdcli.local import run_local

@@ -137,6 +137,9 @@ class Settings(BaseSettings):
         return (self.state_dir / "broker").resolve()
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"   # of every smd process's log lines
+
+
 @lru_cache(maxsize=64)
 def _embedded_url(state_dir: Path, cwd: str) -> str:
     """The embedded database's URL (an absolute path: resolving it on every request cost a few per cent of a
