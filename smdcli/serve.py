@@ -101,6 +101,12 @@ def serve(settings: Settings) -> int:
     """API (with its sweeper) in this process and one worker child that is restarted if it dies.
     The child is named ``embedded@<host>``: when it dies its leases are expired at once, so its job
     resumes from its checkpoint without waiting for the lease to run out."""
+    # before anything touches the jobs: a second `smd serve` of the same state expired the first one's leases
+    # (its worker has the same name) and then failed on the port, and three of them failed its running job
+    refused = _hold_state(settings.state_dir) or _port_taken(settings.host, settings.port)
+    if refused:
+        log.error("refusing to start: %s", refused)
+        return 2
     from api.main import UnsafeAuth, check_auth
     from store.migrate import upgrade_head
 
@@ -108,12 +114,6 @@ def serve(settings: Settings) -> int:
         check_auth(settings)
     except UnsafeAuth as exc:
         log.error("refusing to start: %s", exc)
-        return 2
-    # before anything touches the jobs: a second `smd serve` of the same state expired the first one's leases
-    # (its worker has the same name) and then failed on the port, and three of them failed its running job
-    refused = _hold_state(settings.state_dir) or _port_taken(settings.host, settings.port)
-    if refused:
-        log.error("refusing to start: %s", refused)
         return 2
     upgrade_head(settings.db_url)  # once, for the API here and before the worker child starts
     supervisor = _WorkerSupervisor(settings)

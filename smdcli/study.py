@@ -41,7 +41,6 @@ SERVICE_KEYS = ("visibility", "priority")   # study options of the service, not 
 END_STATUSES = {"succeeded": 0, "failed": 1, "partial": 1, "cancelled": 2}
 OVERLAY_MAX_CHILDREN = 200                   # most lines drawn on one overlay
 CURVE_POINTS = 40                            # theory curve samples on a scatter
-MAX_CURVES = 12                               # distinct theory curves on a scatter: more, and none (as the service)
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -409,21 +408,23 @@ def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[
             grid = [lo * (hi / lo) ** (k / (CURVE_POINTS - 1)) for k in range(CURVE_POINTS)]
         else:
             grid = [lo + (hi - lo) * k / (CURVE_POINTS - 1) for k in range(CURVE_POINTS)]
-        # one candidate curve per point (its spec; seeds aside), kept where they differ
+        # one candidate curve per combination of the axes a curve along ηλ holds fixed, kept where they differ
+        # (as the service's scatter: api.routes.studies.scatter_curves)
+        fixed = smdengine.curve_axes(list(dict.fromkeys(k for child, _ in ok for k in child.values)), "intrinsic_lr")
         points: dict[str, tuple[str, dict[str, Any]]] = {}
         for child, doc in ok:
-            points.setdefault(repr(sorted(child.values.items())),
-                              (study_plots.point_label(child.values) or f"child {child.index}", doc["spec"]))
+            points.setdefault(repr([child.values.get(a) for a in fixed]),
+                              (study_plots.point_label(child.values, fixed), doc["spec"]))
         for metric, theory in metrics.items():
             candidates = []
-            for label, spec in list(points.values())[:MAX_CURVES]:
+            for label, spec in list(points.values())[:study_plots.MAX_CURVES]:
                 try:
                     ys = smdengine.theory_curve(spec, "intrinsic_lr", metric, grid)
                 except (ValueError, RuntimeError):
                     ys = None
                 if ys is not None:
                     candidates.append((label, grid, ys))
-            curves = study_plots.distinct_curves(candidates) if len(points) <= MAX_CURVES else []
+            curves = study_plots.distinct_curves(candidates) if len(points) <= study_plots.MAX_CURVES else []
             save(f"scatter_{metric}_intrinsic_lr.png",
                  study_plots.scatter(grouped, "intrinsic_lr", metric, theory, curves, "png"))
     return written

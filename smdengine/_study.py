@@ -364,6 +364,16 @@ def _unknown_path(base: AnySpec, path: str) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- derived axes
 
 DERIVED_AXES = ("intrinsic_lr", "lr_over_wd", "effective_intrinsic_lr")
+RATE_PATHS = ("params.lr", "params.weight_decay", "params.momentum")   # what the derived axes are made of (and
+# the schedule's factors, params.lr_schedule.*)
+
+
+def curve_axes(axes: Sequence[str], x: str) -> list[str]:
+    """The axes a theory curve along ``x`` holds fixed, one curve per combination of their values: every other
+    axis; along a derived value (ηλ, …) every axis but the rates it is made of, which move along the curve."""
+    if x not in DERIVED_AXES:
+        return [a for a in axes if a != x]
+    return [a for a in axes if not a.startswith(RATE_PATHS)]
 
 
 def _final_rates(params: Any) -> tuple[float, float] | None:

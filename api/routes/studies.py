@@ -52,6 +52,7 @@ from smdengine import (
     OVERLAY_X,
     ChildRecord,
     StudyError,
+    curve_axes,
     error_location,
     error_message,
     evaluate_checks,
@@ -733,7 +734,6 @@ def get_scatter(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
                                                                                           metric, x), fmt.value), fmt)
 
 
-MAX_CURVES = 12   # colour groups: more, and no theory curves are drawn
 
 
 def theory_curves(children: list[Experiment], rows: list[dict[str, Any]], metric: str, x: str,
@@ -746,9 +746,10 @@ def theory_curves(children: list[Experiment], rows: list[dict[str, Any]], metric
 
 def scatter_curves(study: StudyView, children: list[Experiment], rows: list[dict[str, Any]], metric: str,
                    x: str) -> list[tuple[str | None, list[float], list[float | None]]]:
-    """The scatter PNG's theory curves along x, as (label, xs, ys): one per combination of the other axes'
-    values (a compare study: per member) where they differ (:func:`smdrender.study_plots.distinct_curves`)."""
-    others = [a for a in study.axes if a != x]
+    """The scatter PNG's theory curves along x, as (label, xs, ys): one per combination of the values of the
+    axes it holds fixed (:func:`smdengine.curve_axes`; a compare study: per member) where they differ
+    (:func:`smdrender.study_plots.distinct_curves`)."""
+    others = curve_axes(study.axes, x)
     labels = _labels(study, children) if study.kind == COMPARE else {}
 
     def label(child: Experiment) -> str:
@@ -773,7 +774,7 @@ def _curves(children: list[Experiment], rows: list[dict[str, Any]], metric: str,
     for child in done:
         value = group(child)
         representatives.setdefault(repr(value), (value, child))
-    if len(representatives) > MAX_CURVES:
+    if len(representatives) > _renderers().MAX_CURVES:
         return []
     curves = []
     for value, child in representatives.values():

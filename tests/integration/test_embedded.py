@@ -52,9 +52,19 @@ def test_make_run_end_to_end(embedded):
 
 def test_sigkilled_worker_does_not_lose_the_job(embedded):
     """The supervisor restarts the worker and expires its lease at once; attempt 2 resumes from the
-    checkpoint and ends with the results of an uninterrupted run. A second service started meanwhile on the
-    same state folder or port is refused and costs the job no attempt."""
+    checkpoint and ends with the results of an uninterrupted run. A second service started on the same state
+    folder or port is refused."""
     base, proc, tmp = embedded
+    # a second service on the same state folder (it expired this one's leases, its worker having the same name,
+    # before it failed on the port), or on the same port, is refused before it touches a job (before its sweep)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SMD_")}
+    port = base.rsplit(":", 1)[1]
+    for state, listen, reason in ((tmp / "state", str(free_port()), "uses the state folder"),
+                                  (tmp / "other", port, f"cannot listen on 127.0.0.1:{port}")):
+        second = subprocess.run(["make", "--no-print-directory", "run"], cwd=REPO, capture_output=True, text=True,
+                                timeout=120, env={**env, "SMD_STATE_DIR": str(state), "SMD_PORT": listen})
+        assert second.returncode != 0 and "refusing to start" in second.stderr and reason in second.stderr, \
+            second.stderr[-2000:]
     spec = small_spec(trials=256, steps=20_000, record_every=100)
     exp_id = httpx.post(f"{base}/v1/experiments", json=spec).json()["id"]
     wait_status(base, exp_id, {"running"}, timeout=60)
@@ -67,16 +77,6 @@ def test_sigkilled_worker_does_not_lose_the_job(embedded):
                 break
         assert time.monotonic() < deadline, (tmp / "serve.log").read_text()[-3000:]
         time.sleep(0.1)
-    # a second service on the same state folder (it expired this one's leases, its worker having the same name,
-    # before it failed on the port), or on the same port, is refused before it touches a job
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SMD_")}
-    port = base.rsplit(":", 1)[1]
-    for state, listen, reason in ((tmp / "state", str(free_port()), "uses the state folder"),
-                                  (tmp / "other", port, f"cannot listen on 127.0.0.1:{port}")):
-        second = subprocess.run(["make", "--no-print-directory", "run"], cwd=REPO, capture_output=True, text=True,
-                                timeout=120, env={**env, "SMD_STATE_DIR": str(state), "SMD_PORT": listen})
-        assert second.returncode != 0 and "refusing to start" in second.stderr and reason in second.stderr, \
-            second.stderr[-2000:]
     workers = group_members(os.getpgid(proc.pid), "smdcli.main worker")
     assert workers, "no worker process found"
     for pid in workers:

@@ -1,6 +1,7 @@
 """Leases, attempts, checkpoints and migrations on SQLite and PostgreSQL (store.jobs)."""
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -71,6 +72,35 @@ def test_alembic_round_trip(empty_database_url):
     with session_scope(empty_database_url) as s:
         stored = jobs.create(s, kind="nrq", name="w", spec={"kind": "nrq"}, total_steps=10, warnings=warned).id
     assert row(empty_database_url, stored).warnings == warned
+
+
+def test_names_stored_with_control_characters_are_cleaned_by_0013(empty_database_url):
+    """The engine refuses a name with a control character, and re-reads stored specs: a job stored before with
+    one (a script's trailing newline) would fail once the worker read it. 0013 writes such characters as spaces,
+    in the row, its spec and a study's base."""
+    import smdengine
+
+    cfg = alembic_config(empty_database_url)
+    command.upgrade(cfg, "0012")
+    spec = {"kind": "nrq", "name": "run\n", "params": {"trials": 4, "steps": 20, "record_every": 10}}
+    with session_scope(empty_database_url) as s:   # the models of head: 0013 changes data only
+        bad = jobs.create(s, kind="nrq", name="a\u001b[31mb\t", spec=spec, total_steps=20).id
+        fine = jobs.create(s, kind="nrq", name="fine", spec={**spec, "name": "fine"}, total_steps=20).id
+    with get_engine(empty_database_url).begin() as conn:
+        conn.execute(text("INSERT INTO studies (id, name, spec, axes, children, points, created_at, kind) VALUES "
+                          "('s0', 'grid\n', :spec, '[]', 0, 0, CURRENT_TIMESTAMP, 'expand')"),
+                     {"spec": json.dumps({"name": "grid\n", "base": spec})})
+    command.upgrade(cfg, "head")
+    get_engine(empty_database_url).dispose()
+    with get_engine(empty_database_url).begin() as conn:
+        rows = {r[0]: (r[1], json.loads(r[2]) if isinstance(r[2], str) else r[2])
+                for r in conn.execute(text("SELECT id, name, spec FROM experiments"))}
+        study = conn.execute(text("SELECT name, spec FROM studies")).one()
+    assert rows[bad][0] == "a [31mb" and rows[bad][1]["name"] == "run"
+    assert rows[fine] == ("fine", {**spec, "name": "fine"})   # untouched
+    study_spec = json.loads(study[1]) if isinstance(study[1], str) else study[1]
+    assert study[0] == "grid" and study_spec["name"] == "grid" and study_spec["base"]["name"] == "run"
+    smdengine.parse_spec(rows[bad][1])   # the engine reads it again
 
 
 def test_claim_takes_oldest_of_its_queues_exclusively(database_url):
