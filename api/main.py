@@ -58,7 +58,7 @@ class _StreamsClosedAtStop(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg == "Cancel %s running task(s), timeout graceful shutdown exceeded":
             record.levelno, record.levelname = logging.INFO, "INFO"
-            record.msg = "closing %s open request(s) (event streams) at the stop"
+            record.msg = "closing %s request(s) still open at the stop (event streams end only with their job)"
         return True
 
 

@@ -132,8 +132,10 @@ _held_state: list[Any] = []   # the open lock file of this process's state folde
 def _hold_state(state_dir: Path) -> str | None:
     """Lock ``state_dir`` for this process (an advisory lock the system drops when the process ends, however it
     ends); why not, when another process holds it."""
-    import fcntl
-
+    try:
+        import fcntl
+    except ImportError:   # not a POSIX system: no lock
+        return None
     state_dir.mkdir(parents=True, exist_ok=True)
     lock = (state_dir / "serve.lock").open("a+")
     try:

@@ -29,7 +29,9 @@ def run_next(queue: str) -> str:
     _catch_sigterm()
     status = execute_next(settings, [queue], worker=worker_name(settings))
     if _terminated.is_set():   # SIGTERM arrived during the job, now given back
-        if not _warm_shutdown.is_set():
+        # a signal to the process group reaches this process and the main one at once: the main one's HAND_BACK
+        # may come a moment after a quick hand-back
+        if not _warm_shutdown.wait(HAND_BACK_WAIT_SECONDS):
             os._exit(0)   # exit as asked
         # the main process's warm shutdown asked too (a signal to the whole process group): report the
         # task's end, or the main process would wait Celery's worker_lost_wait (10 s) for it; the pool's
@@ -55,6 +57,14 @@ def gpu_for_process(index: int, gpus: str, concurrency: int) -> str:
 # A real-time signal is left alone by billiard, and no terminal or supervisor sends one.
 HAND_BACK: int = signal.SIGRTMIN + 1 if hasattr(signal, "SIGRTMIN") else signal.SIGUSR2
 HAND_BACK_SECONDS = 10.0
+HAND_BACK_WAIT_SECONDS = 1.0   # how long a process SIGTERMed during a job waits for HAND_BACK once its job is back
+
+
+@signals.worker_init.connect
+def _ignore_hand_back(**_) -> None:
+    """In the main process, before the pool forks: HAND_BACK ignored, which each pool process inherits until
+    worker_process_init installs its handler (a real-time signal's default action ends the process)."""
+    signal.signal(HAND_BACK, signal.SIG_IGN)
 
 
 @signals.worker_init.connect

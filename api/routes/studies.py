@@ -233,7 +233,7 @@ def submit(submission: StudySubmission, db: str, settings: Settings, user: User,
             f"quota: work is limited to {exc.limit} for {user.name} (trials·steps·dim; × 1/dt and × samples where "
             f"they apply), and this study's {len(children)} children need {exc.work} together: make it smaller, "
             f"or ask an admin to raise the limit (smd users quota)", quota="work",
-            retry_after=settings.quota_retry_seconds) from None
+            retry_after=None) from None   # no wait makes the study smaller
     except studies.StudyQuotaExceeded as exc:
         if exc.adding > exc.limit:   # no wait makes room for it: no Retry-After, and clients do not wait
             raise over_quota(

@@ -144,6 +144,7 @@ NORM_PLOT = PlotDef("Squared weight norm", "|X|²", ("norm_sq",), ("norm_sq_theo
 OUTPUTS = Outputs(
     metrics=("risk", "loss", "au_mean", "au_rms", "norm_sq", "eff_lr"),
     theory=("au_equilibrium", "norm_sq_theory", "risk_stationary", "kappa"),
+    summary=("nonfinite_from_step",),   # only where the numbers broke (smdengine._science.nonfinite_from)
     plots={
         "risk": RISK_PLOT,
         "au": PlotDef("Angular update per step", "radians", ("au_rms", "au_mean"), ("au_equilibrium",), log_y=True),

@@ -50,6 +50,7 @@ OUTPUTS = Outputs(
     metrics=("risk", "norm_sq", "au_rms", "eff_lr", "gamma"),
     theory=("norm_sq_theory", "gamma_theory", "au_theory", "au_equilibrium", "risk_stationary", "kappa"),
     distributions=("f_histogram",),
+    summary=("nonfinite_from_step",),   # only where the numbers broke (smdengine._science.nonfinite_from)
     plots={
         "risk": RISK_PLOT,
         "au": PlotDef("Continuous angular update (seed 000 Def. 1)", "radians per step", ("au_rms",),

@@ -47,6 +47,7 @@ def test_a_run_whose_numbers_break_says_from_which_step():
     assert first > 0 and broken.summary["nonfinite_from_step"] == first
     assert smdengine.run(spec(trials=10, steps=200, init_std=1e-320)).summary["nonfinite_from_step"] == 0
     assert "nonfinite_from_step" not in smdengine.run(spec(trials=10, steps=200)).summary
+    assert "nonfinite_from_step" in smdengine.summary_names("nrq")   # declared: a search can find broken runs
 
 
 def test_nonfinite_from_reads_points_that_went_through_json_and_huge_finite_values():
