@@ -61,28 +61,42 @@ MIN_TIMED_SECONDS = 1.0
 SCANNED_PER_TIMED = 10   # rows read per run wanted: the newest runs may be short ones, or of other models
 
 
+Run = tuple[dict, str | None, datetime, datetime]   # spec, worker, started_at, finished_at
+
+
 @transaction
-def recent_runs(session: Session, queue: str, kind: str, model: str | None = None,
-                last: int = DURATION_HISTORY, keep: Callable[[dict], bool] | None = None) -> tuple[list[dict], float]:
-    """The specs of the queue's ``last`` most recently finished succeeded jobs of ``kind`` (and of ``model``,
-    for a kind with models: work units are a model's own; and that ``keep`` accepts) that ran at least
-    MIN_TIMED_SECONDS, among the newest ``SCANNED_PER_TIMED × last`` of the kind; and the time their workers
-    were busy with them: per worker the union of their [start, end] intervals (a fused batch, or a worker's
-    parallel processes, overlap: that time counts once). Work per second of it is what a worker gets done."""
+def timed_runs(session: Session, queue: str, kind: str, model: str | None = None,
+               scan: int = DURATION_HISTORY * SCANNED_PER_TIMED) -> list[Run]:
+    """The queue's succeeded jobs of ``kind`` (and of ``model``, for a kind with models: work units are a
+    model's own) among its newest ``scan`` of the kind that ran at least MIN_TIMED_SECONDS, newest first."""
     rows = session.execute(select(Experiment.spec, Experiment.worker, Experiment.started_at, Experiment.finished_at)
                            .where(Experiment.queue == queue, Experiment.kind == kind,
                                   Experiment.status == Status.succeeded,
                                   Experiment.started_at.is_not(None), Experiment.finished_at.is_not(None))
                            .order_by(Experiment.finished_at.desc(), Experiment.id.desc())
-                           .limit(last * SCANNED_PER_TIMED)).all()
-    timed = [(spec, worker, as_utc(started), as_utc(done)) for spec, worker, started, done in rows
-             if (as_utc(done) - as_utc(started)).total_seconds() >= MIN_TIMED_SECONDS
-             and (model is None or ((spec or {}).get("params") or {}).get("model") == model)
-             and (keep is None or keep(dict(spec or {})))][:last]
+                           .limit(scan)).all()
+    return [(dict(spec or {}), worker, as_utc(started), as_utc(done)) for spec, worker, started, done in rows
+            if (as_utc(done) - as_utc(started)).total_seconds() >= MIN_TIMED_SECONDS
+            and (model is None or ((spec or {}).get("params") or {}).get("model") == model)]
+
+
+def recent_runs(db: str, queue: str, kind: str, model: str | None = None, last: int = DURATION_HISTORY,
+                keep: Callable[[dict], bool] | None = None) -> tuple[list[dict], float]:
+    """The specs of the ``last`` newest of :func:`timed_runs` (among the newest ``SCANNED_PER_TIMED × last``)
+    that ``keep`` accepts, and the time their workers were busy with them (:func:`busy_time`)."""
+    runs = [run for run in timed_runs(db, queue, kind, model, last * SCANNED_PER_TIMED)
+            if keep is None or keep(run[0])][:last]
+    return [spec for spec, *_ in runs], busy_time(runs)
+
+
+def busy_time(runs: list[Run]) -> float:
+    """The time the runs' workers were busy with them: per worker the union of their [start, end] intervals (a
+    fused batch, or a worker's parallel processes, overlap: that time counts once). Work per second of it is
+    what a worker gets done."""
     spans: dict[str | None, list[tuple[datetime, datetime]]] = {}
-    for _, worker, started, done in timed:
+    for _, worker, started, done in runs:
         spans.setdefault(worker, []).append((started, done))
-    return [dict(spec or {}) for spec, *_ in timed], busy_seconds(spans)
+    return busy_seconds(spans)
 
 
 def busy_seconds(spans: dict[str | None, list[tuple[datetime, datetime]]]) -> float:

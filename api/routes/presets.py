@@ -65,24 +65,25 @@ COMPARABLE_WORK = 0.1
 
 class _Rates:
     """Work per second of busy time of a queue's workers over their recent succeeded runs of a kind, and model
-    for a kind with models, of a comparable size (store.queue_stats.recent_runs; None without such history),
-    read once per request."""
+    for a kind with models, of a comparable size (store.queue_stats.timed_runs; None without such history): the
+    runs read once per request, each spec's work computed once."""
 
     def __init__(self, db: str):
         self.db: str = db
-        self.known: dict[tuple[str, str, int], float | None] = {}
+        self.runs: dict[tuple[str, str], list[tuple[int, queue_stats.Run]]] = {}
 
     def __call__(self, queue: str, key: str, work_per_run: int) -> float | None:
-        """``key``: smdengine.plot_key of the runs, ``<kind>`` or ``<kind>/<model>``; runs of at least
-        COMPARABLE_WORK·``work_per_run`` count."""
-        least = int(COMPARABLE_WORK * work_per_run)
-        if (queue, key, least) not in self.known:
+        """``key``: smdengine.plot_key of the runs, ``<kind>`` or ``<kind>/<model>``; the newest
+        DURATION_HISTORY runs of at least COMPARABLE_WORK·``work_per_run`` count."""
+        if (queue, key) not in self.runs:
             kind, _, model = key.partition("/")
-            specs, seconds = queue_stats.recent_runs(self.db, queue, kind, model or None,
-                                                     keep=lambda spec: (_work(spec) or 0) >= least)
-            work = sum(_work(spec) or 0 for spec in specs)
-            self.known[queue, key, least] = work / seconds if seconds > 0 and work > 0 else None
-        return self.known[queue, key, least]
+            self.runs[queue, key] = [(work, run) for run in queue_stats.timed_runs(self.db, queue, kind, model or None)
+                                     if (work := _work(run[0])) is not None]
+        chosen = [(work, run) for work, run in self.runs[queue, key]
+                  if work >= COMPARABLE_WORK * work_per_run][:queue_stats.DURATION_HISTORY]
+        seconds = queue_stats.busy_time([run for _, run in chosen])
+        work = sum(w for w, _ in chosen)
+        return work / seconds if seconds > 0 and work > 0 else None
 
 
 def _work(spec: dict[str, Any]) -> int | None:
