@@ -79,7 +79,7 @@ def _echoable(detail: list) -> list:
     :data:`ECHO_CHARS` characters of JSON: a 100 MB name must not come back as a 100 MB answer."""
     out = []
     for err in detail:
-        err = _printable(err)
+        err = _utf8_safe(err)
         if "input" in err:
             text = json.dumps(err["input"], ensure_ascii=False)
             if len(text) > ECHO_CHARS:
@@ -88,13 +88,13 @@ def _echoable(detail: list) -> list:
     return out
 
 
-def _printable(value: Any) -> Any:
+def _utf8_safe(value: Any) -> Any:
     if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode("utf-8") if _SURROGATE.search(value) else value
     if isinstance(value, dict):
-        return {_printable(k): _printable(v) for k, v in value.items()}
+        return {_utf8_safe(k): _utf8_safe(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_printable(v) for v in value]
+        return [_utf8_safe(v) for v in value]
     return value
 
 

@@ -417,14 +417,14 @@ def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[
                               (study_plots.point_label(child.values, fixed), doc["spec"]))
         for metric, theory in metrics.items():
             candidates = []
-            for label, spec in list(points.values())[:study_plots.MAX_CURVES]:
+            for label, spec in list(points.values())[:smdengine.MAX_CURVES]:
                 try:
                     ys = smdengine.theory_curve(spec, "intrinsic_lr", metric, grid)
                 except (ValueError, RuntimeError):
                     ys = None
                 if ys is not None:
                     candidates.append((label, grid, ys))
-            curves = study_plots.distinct_curves(candidates) if len(points) <= study_plots.MAX_CURVES else []
+            curves = study_plots.distinct_curves(candidates) if len(points) <= smdengine.MAX_CURVES else []
             save(f"scatter_{metric}_intrinsic_lr.png",
                  study_plots.scatter(grouped, "intrinsic_lr", metric, theory, curves, "png"))
     return written

@@ -61,6 +61,7 @@ from smdengine._runtime import (
 from smdengine._spec_base import Label, error_location, error_message, printable, tagged_union
 from smdengine._study import (
     DERIVED_AXES,
+    MAX_CURVES,
     Child,
     Span,
     StudyError,
@@ -72,7 +73,7 @@ from smdengine._study import (
 )
 from smdengine.presets import PRESETS, CheckDef, PanelDef, Preset, estimate, evaluate_checks, preset_study
 
-__all__ = ["DERIVED_AXES", "OVERLAY_X", "curve_axes", "Child", "ChildRecord", "Span", "StudyError", "StudySpec", "derived_values",
+__all__ = ["DERIVED_AXES", "MAX_CURVES", "OVERLAY_X", "curve_axes", "Child", "ChildRecord", "Span", "StudyError", "StudySpec", "derived_values",
            "expand_study", "group_by_point", "study_table", "table_columns", "theory_curve", "theory_of", "time_axis",
            "valid_paths", "KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
            "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",

@@ -368,6 +368,9 @@ RATE_PATHS = ("params.lr", "params.weight_decay", "params.momentum")   # what th
 # the schedule's factors, params.lr_schedule.*)
 
 
+MAX_CURVES = 12   # theory curves of a scatter, one per combination of the values curve_axes names: more, and none
+
+
 def curve_axes(axes: Sequence[str], x: str) -> list[str]:
     """The axes a theory curve along ``x`` holds fixed, one curve per combination of their values: every other
     axis; along a derived value (ηλ, …) every axis but the rates it is made of, which move along the curve."""

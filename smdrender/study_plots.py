@@ -351,9 +351,6 @@ def scatter(rows: list[dict], x: str, metric: str, theory: str | None,
     return encode(fig, fmt)
 
 
-MAX_CURVES = 12   # theory curves of a scatter (one per combination of fixed values): more, and none are drawn
-
-
 def distinct_curves(candidates: Sequence[tuple[str | None, list[float], list[float | None]]]
                     ) -> list[tuple[str | None, list[float], list[float | None]]]:
     """The scatter's theory curves from one candidate per combination of the other axes' values (label, xs,

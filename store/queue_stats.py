@@ -3,7 +3,6 @@ queued job stands in the fair-share order (:func:`store.jobs.queue_order`), with
 start. Read-only; every public function is a unit of work (:func:`store.db.transaction`)."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -78,15 +77,6 @@ def timed_runs(session: Session, queue: str, kind: str, model: str | None = None
     return [(dict(spec or {}), worker, as_utc(started), as_utc(done)) for spec, worker, started, done in rows
             if (as_utc(done) - as_utc(started)).total_seconds() >= MIN_TIMED_SECONDS
             and (model is None or ((spec or {}).get("params") or {}).get("model") == model)]
-
-
-def recent_runs(db: str, queue: str, kind: str, model: str | None = None, last: int = DURATION_HISTORY,
-                keep: Callable[[dict], bool] | None = None) -> tuple[list[dict], float]:
-    """The specs of the ``last`` newest of :func:`timed_runs` (among the newest ``SCANNED_PER_TIMED × last``)
-    that ``keep`` accepts, and the time their workers were busy with them (:func:`busy_time`)."""
-    runs = [run for run in timed_runs(db, queue, kind, model, last * SCANNED_PER_TIMED)
-            if keep is None or keep(run[0])][:last]
-    return [spec for spec, *_ in runs], busy_time(runs)
 
 
 def busy_time(runs: list[Run]) -> float:

@@ -49,6 +49,7 @@ from api.schemas import (
 )
 from smdengine import (
     DERIVED_AXES,
+    MAX_CURVES,
     OVERLAY_X,
     ChildRecord,
     StudyError,
@@ -734,8 +735,6 @@ def get_scatter(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
                                                                                           metric, x), fmt.value), fmt)
 
 
-
-
 def theory_curves(children: list[Experiment], rows: list[dict[str, Any]], metric: str, x: str,
                   by: str | None = None) -> list[tuple[Any, list[float], list[float | None]]]:
     """The theory of ``metric`` along x over the span of the rows' x values, as (by-value, xs, ys): one
@@ -774,7 +773,7 @@ def _curves(children: list[Experiment], rows: list[dict[str, Any]], metric: str,
     for child in done:
         value = group(child)
         representatives.setdefault(repr(value), (value, child))
-    if len(representatives) > _renderers().MAX_CURVES:
+    if len(representatives) > MAX_CURVES:
         return []
     curves = []
     for value, child in representatives.values():

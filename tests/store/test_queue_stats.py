@@ -45,7 +45,7 @@ def test_a_rate_is_taken_over_a_kinds_runs_that_took_a_second_or_more(database_u
 
     from store import jobs
     from store.models import Experiment, Status
-    from store.queue_stats import MIN_TIMED_SECONDS, recent_runs
+    from store.queue_stats import MIN_TIMED_SECONDS, busy_time, timed_runs
     from tests.dbutil import session_scope
 
     def finished(kind: str, seconds: float, worker: str, model: str | None = None) -> None:
@@ -61,13 +61,11 @@ def test_a_rate_is_taken_over_a_kinds_runs_that_took_a_second_or_more(database_u
     finished("sde", 4.0, "w2", model="norm_map")
     for _ in range(3):   # the newest runs are short: the rate still finds the timed ones behind them
         finished("nrq", MIN_TIMED_SECONDS / 2, "w2")   # mostly start-up: left out
-    specs, busy = recent_runs(database_url, "cpu", "nrq", last=1)
-    assert [s["ran"] for s in specs] == [3.0] and busy == 3.0
-    specs, busy = recent_runs(database_url, "cpu", "train")
-    assert [s["ran"] for s in specs] == [5.0] and busy == 5.0
-    specs, busy = recent_runs(database_url, "cpu", "sde", "norm_map")   # a model's work units are its own
-    assert [s["ran"] for s in specs] == [4.0] and busy == 4.0
-    assert recent_runs(database_url, "gpu", "nrq") == ([], 0.0)
-    # keep: a preset counts runs of a size comparable to its own only
-    assert recent_runs(database_url, "cpu", "nrq", keep=lambda spec: spec["ran"] > 3.0) == ([], 0.0)
-    assert recent_runs(database_url, "cpu", "nrq", keep=lambda spec: spec["ran"] >= 3.0)[1] == 3.0
+    def ran(*args) -> tuple[list[float], float]:
+        runs = timed_runs(database_url, "cpu", *args)
+        return [spec["ran"] for spec, *_ in runs], busy_time(runs)
+
+    assert ran("nrq") == ([3.0], 3.0)
+    assert ran("train") == ([5.0], 5.0)
+    assert ran("sde", "norm_map") == ([4.0], 4.0)   # a model's work units are its own
+    assert timed_runs(database_url, "gpu", "nrq") == []
