@@ -371,7 +371,7 @@ def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[
     """overlay_<metric>.png for every metric with a theory; heatmap_<metric>.png over the first two
     numeric axes; scatter_<metric>_intrinsic_lr.png when ηλ varies."""
     import smdengine
-    from smdrender import study_plots
+    from smdrender import labels, study_plots
 
     ok = [(c, d) for c, d in zip(children, docs, strict=True) if d["status"] == "succeeded"]
     if not ok:
@@ -393,7 +393,7 @@ def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[
             y = doc["series"].get(metric) or []
             t = doc.get("theory", {}).get(theory)
             curve = t if isinstance(t, list) else ([t] * len(steps) if _number(t) else None)
-            label = study_plots.point_label(child.values) or f"child {child.index}"
+            label = labels.point_label(child.values) or f"child {child.index}"
             lines.append({"label": label + (f", seed {child.seed}" if several_seeds else ""),
                           "x": steps, "y": y, "theory": curve})
         save(f"overlay_{metric}.png", study_plots.overlay(lines, metric, "step", "png"))
@@ -411,20 +411,23 @@ def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[
         # one candidate curve per combination of the axes a curve along ηλ holds fixed, kept where they differ
         # (as the service's scatter: api.routes.studies.scatter_curves)
         fixed = smdengine.curve_axes(list(dict.fromkeys(k for child, _ in ok for k in child.values)), "intrinsic_lr")
-        points: dict[str, tuple[str, dict[str, Any]]] = {}
+        points: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
         for child, doc in ok:
             points.setdefault(repr([child.values.get(a) for a in fixed]),
-                              (study_plots.point_label(child.values, fixed), doc["spec"]))
+                              ({a: child.values.get(a) for a in fixed}, doc["spec"]))
+        every = [values for values, _ in points.values()]
         for metric, theory in metrics.items():
             candidates = []
-            for label, spec in list(points.values())[:smdengine.MAX_CURVES]:
+            for values, spec in list(points.values())[:smdengine.MAX_CURVES]:
                 try:
                     ys = smdengine.theory_curve(spec, "intrinsic_lr", metric, grid)
                 except (ValueError, RuntimeError):
                     ys = None
                 if ys is not None:
-                    candidates.append((label, grid, ys))
-            curves = study_plots.distinct_curves(candidates) if len(points) <= smdengine.MAX_CURVES else []
+                    candidates.append((values, grid, ys))
+            curves = [(labels.curve_label(served, fixed, every), xs, ys)
+                      for served, xs, ys in smdengine.distinct_curves(candidates)] \
+                if len(points) <= smdengine.MAX_CURVES else []
             save(f"scatter_{metric}_intrinsic_lr.png",
                  study_plots.scatter(grouped, "intrinsic_lr", metric, theory, curves, "png"))
     return written

@@ -68,12 +68,13 @@ from smdengine._study import (
     StudySpec,
     curve_axes,
     derived_values,
+    distinct_curves,
     expand_study,
     valid_paths,
 )
 from smdengine.presets import PRESETS, CheckDef, PanelDef, Preset, estimate, evaluate_checks, preset_study
 
-__all__ = ["DERIVED_AXES", "MAX_CURVES", "OVERLAY_X", "curve_axes", "Child", "ChildRecord", "Span", "StudyError", "StudySpec", "derived_values",
+__all__ = ["DERIVED_AXES", "MAX_CURVES", "OVERLAY_X", "curve_axes", "distinct_curves", "Child", "ChildRecord", "Span", "StudyError", "StudySpec", "derived_values",
            "expand_study", "group_by_point", "study_table", "table_columns", "theory_curve", "theory_of", "time_axis",
            "valid_paths", "KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
            "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",

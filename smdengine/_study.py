@@ -364,19 +364,45 @@ def _unknown_path(base: AnySpec, path: str) -> dict[str, Any] | None:
 # ----------------------------------------------------------------------------- derived axes
 
 DERIVED_AXES = ("intrinsic_lr", "lr_over_wd", "effective_intrinsic_lr")
-RATE_PATHS = ("params.lr", "params.weight_decay", "params.momentum")   # what the derived axes are made of (and
-# the schedule's factors, params.lr_schedule.*)
-
-
 MAX_CURVES = 12   # theory curves of a scatter, one per combination of the values curve_axes names: more, and none
 
 
 def curve_axes(axes: Sequence[str], x: str) -> list[str]:
     """The axes a theory curve along ``x`` holds fixed, one curve per combination of their values: every other
-    axis; along a derived value (ηλ, …) every axis but the rates it is made of, which move along the curve."""
+    axis; along a derived value (ηλ, η/λ, ηλ/(1−α)) every axis but the learning rate, which the curve scales
+    (:func:`smdengine.theory_curve`). Combinations whose curves agree share one (:func:`distinct_curves`): a
+    theory of ηλ alone draws one curve through a grid of η and λ."""
     if x not in DERIVED_AXES:
         return [a for a in axes if a != x]
-    return [a for a in axes if not a.startswith(RATE_PATHS)]
+    return [a for a in axes if a != "params.lr"]
+
+
+Key = typing.TypeVar("Key")
+
+
+def distinct_curves(candidates: Sequence[tuple[Key, list[float], list[float | None]]]
+                    ) -> list[tuple[list[Key], list[float], list[float | None]]]:
+    """A scatter's theory curves from one candidate per combination of the values of the axes a curve holds
+    fixed, as (keys, xs, ys): each distinct curve once, with the keys (labels, children) of every candidate it
+    stands for, in order. One curve left means it serves every point (a theory of ηλ alone along
+    intrinsic_lr); two candidates can share a curve where their theory reads a combination of their values
+    (ηλ/(1−α)). Equal means equal up to rounding, gaps (None, NaN) at the same places."""
+    distinct: list[tuple[list[Key], list[float], list[float | None]]] = []
+    for key, xs, ys in candidates:
+        same = next((keys for keys, _, seen in distinct if _same_curve(ys, seen)), None)
+        if same is None:
+            distinct.append(([key], xs, ys))
+        else:
+            same.append(key)
+    return distinct
+
+
+def _same_curve(a: Sequence[float | None], b: Sequence[float | None]) -> bool:
+    def gap(value: float | None) -> bool:
+        return value is None or math.isnan(value)
+
+    return len(a) == len(b) and all(gap(u) and gap(v) or not gap(u) and not gap(v) and math.isclose(
+        typing.cast(float, u), typing.cast(float, v), rel_tol=1e-9, abs_tol=1e-300) for u, v in zip(a, b, strict=True))
 
 
 def _final_rates(params: Any) -> tuple[float, float] | None:

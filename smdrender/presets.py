@@ -118,7 +118,7 @@ def _labels(children: Sequence[FigureChild], seeds: bool = True) -> list[str]:
     paths = list(dict.fromkeys(path for c in children for path in c.values))
     varying = [p for p in paths if len({repr(c.values.get(p)) for c in children}) > 1]
     seeds = seeds and len({c.seed for c in children}) > 1
-    from smdrender.study_plots import point_label
+    from smdrender.labels import point_label
 
     return [point_label(c.values, varying, c.seed if seeds else None) or f"point {c.point}" for c in children]
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 import textwrap
-from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from matplotlib import colormaps
@@ -351,28 +351,6 @@ def scatter(rows: list[dict], x: str, metric: str, theory: str | None,
     return encode(fig, fmt)
 
 
-def distinct_curves(candidates: Sequence[tuple[str | None, list[float], list[float | None]]]
-                    ) -> list[tuple[str | None, list[float], list[float | None]]]:
-    """The scatter's theory curves from one candidate per combination of the other axes' values (label, xs,
-    ys): each distinct curve once, with its label; one curve, unlabelled, where they all agree (a theory of
-    ηλ alone along intrinsic_lr). One curve from the first child drew the other points' theory wrong."""
-    distinct: list[tuple[str | None, list[float], list[float | None]]] = []
-    for label, xs, ys in candidates:
-        if not any(_same_curve(ys, seen) for _, _, seen in distinct):
-            distinct.append((label, xs, ys))
-    return [(None, xs, ys) for _, xs, ys in distinct] if len(distinct) == 1 else distinct
-
-
-def _same_curve(a: Sequence[float | None], b: Sequence[float | None]) -> bool:
-    """Equal up to rounding, gaps (None, NaN) at the same places: one theory computed from two specs that differ
-    only in what it does not read."""
-    def gap(value: float | None) -> bool:
-        return value is None or math.isnan(value)
-
-    return len(a) == len(b) and all(gap(u) and gap(v) or not gap(u) and not gap(v) and math.isclose(
-        cast(float, u), cast(float, v), rel_tol=1e-9, abs_tol=1e-300) for u, v in zip(a, b, strict=True))
-
-
 # ----------------------------------------------------------------------------- helpers
 
 
@@ -380,33 +358,6 @@ def _figure(width: float, height: float, layout: str | None = None) -> Figure:
     fig = Figure(figsize=(width, height), dpi=100, layout=layout)
     FigureCanvasAgg(fig)
     return fig
-
-
-def short_names(paths: Sequence[str]) -> dict[str, str]:
-    """Each dotted path by its shortest unique tail (``params.lr`` → ``lr``; three schedule entries'
-    ``rescale`` → ``0.rescale``, ``1.rescale``, ``2.rescale``), for legends."""
-    out: dict[str, str] = {}
-    for path in paths:
-        parts = path.split(".")
-        for k in range(1, len(parts) + 1):
-            tail = ".".join(parts[-k:])
-            if sum(p == tail or p.endswith("." + tail) for p in paths) == 1:
-                break
-        out[path] = tail
-    return out
-
-
-def point_label(values: Mapping[str, Any], paths: Sequence[str] | None = None, seed: int | None = None) -> str:
-    """A legend label from axis values (those of ``paths``, default all): ``lr=0.1, weight_decay=0.01``,
-    with ``seed=…`` when given. A point that names its run (the axis ``name``) is labelled by that name
-    alone: its other values are what the name stands for (e.g. a schedule's every factor)."""
-    paths = [p for p in (values if paths is None else paths) if p in values]
-    if "name" in paths:
-        return ", ".join([str(values["name"]), *([f"seed={seed}"] if seed is not None else [])])
-    names = short_names(paths)
-    parts = [f"{names[p]}={values[p]:.4g}" if _number(values[p]) and isinstance(values[p], float)
-             else f"{names[p]}={values[p]}" for p in paths]
-    return ", ".join([*parts, *([f"seed={seed}"] if seed is not None else [])])
 
 
 def _number(value: Any) -> bool:

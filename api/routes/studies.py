@@ -54,6 +54,7 @@ from smdengine import (
     ChildRecord,
     StudyError,
     curve_axes,
+    distinct_curves,
     error_location,
     error_message,
     evaluate_checks,
@@ -69,7 +70,7 @@ from smdengine import (
     theory_of,
     time_axis,
 )
-from smdrender import presets
+from smdrender import labels, presets
 from smdrender import tables as exports
 from smdrender.downsample import downsample_indices
 from store import series, studies
@@ -618,7 +619,7 @@ def _labels(study: StudyView, children: list[Experiment]) -> dict[str, str]:
     """Each child's legend label: its axis values and seed; a compare study's member, its name (with
     the start of its id where two members share a name)."""
     if study.kind != COMPARE:
-        return {c.id: _renderers().point_label(c.study_values or {}, study.axes, c.study_seed) for c in children}
+        return {c.id: labels.point_label(c.study_values or {}, study.axes, c.study_seed) for c in children}
     names = {c.id: c.name or c.id for c in children}
     repeated = {name for name, n in Counter(names.values()).items() if n > 1}
     return {i: f"{name} ({i[:8]})" if name in repeated else name for i, name in names.items()}
@@ -731,59 +732,74 @@ def get_scatter(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
     overlaid."""
     children, rows = _point_rows(db, study)
     theory = _checked(study, children, rows, metric, x=x)
-    return _image(_renderers().scatter(json_safe(rows), x, metric, theory, scatter_curves(study, children, rows,
-                                                                                          metric, x), fmt.value), fmt)
+    curves = [(c.label, c.xs, c.ys) for c in scatter_curves(study, children, rows, metric, x)]
+    return _image(_renderers().scatter(json_safe(rows), x, metric, theory, curves, fmt.value), fmt)
 
 
-def theory_curves(children: list[Experiment], rows: list[dict[str, Any]], metric: str, x: str,
-                  by: str | None = None) -> list[tuple[Any, list[float], list[float | None]]]:
-    """The theory of ``metric`` along x over the span of the rows' x values, as (by-value, xs, ys): one
-    curve from a succeeded child's spec, or one per value of the axis ``by`` (at most MAX_CURVES). Empty
-    when the metric has no theory or none along x. The scatter's JSON."""
-    return _curves(children, rows, metric, x, lambda child: (child.study_values or {}).get(by) if by else None)
+@dataclass(frozen=True)
+class ScatterCurve:
+    """A theory curve of a scatter along x: ``ys`` at ``xs``, from the spec of a succeeded child; the ``points``
+    whose theory lies on it (every point whose values of the axes it holds fixed are among those it serves),
+    the ``values`` those points share, and its legend ``label`` (None: one curve serves every point)."""
+
+    xs: list[float]
+    ys: list[float | None]
+    points: list[int]
+    values: dict[str, Any]
+    label: str | None
 
 
 def scatter_curves(study: StudyView, children: list[Experiment], rows: list[dict[str, Any]], metric: str,
-                   x: str) -> list[tuple[str | None, list[float], list[float | None]]]:
-    """The scatter PNG's theory curves along x, as (label, xs, ys): one per combination of the values of the
-    axes it holds fixed (:func:`smdengine.curve_axes`; a compare study: per member) where they differ
-    (:func:`smdrender.study_plots.distinct_curves`)."""
-    others = curve_axes(study.axes, x)
-    labels = _labels(study, children) if study.kind == COMPARE else {}
-
-    def label(child: Experiment) -> str:
-        if study.kind == COMPARE:
-            return labels[child.id]
-        return _renderers().point_label(child.study_values or {}, others)
-
-    return _renderers().distinct_curves(_curves(children, rows, metric, x, label))
-
-
-def _curves(children: list[Experiment], rows: list[dict[str, Any]], metric: str, x: str,
-            group: Callable[[Experiment], Any]) -> list[tuple[Any, list[float], list[float | None]]]:
-    """The theory of ``metric`` along x over the span of the rows' x values from the first succeeded child of
-    each ``group`` value, as (group value, xs, ys); empty beyond MAX_CURVES groups, when the metric has no
-    theory, or none along x."""
+                   x: str) -> list[ScatterCurve]:
+    """The theory of ``metric`` along x over the span of the rows' x values: one candidate per combination of
+    the values of the axes a curve holds fixed (:func:`smdengine.curve_axes`; a compare study: per member),
+    from its first succeeded child, each distinct curve once (:func:`smdengine.distinct_curves`). Empty beyond
+    MAX_CURVES combinations, when the metric has no theory, or none along x. The scatter's PNG and its JSON."""
     xs = [float(row[x]) for row in rows if _number(row.get(x))]
     done = [c for c in children if c.status == "succeeded"]
     if not xs or not done or theory_of(done[0].kind, done[0].spec, metric) is None:
         return []
-    grid = _span(min(xs), max(xs))
-    representatives: dict[str, tuple[Any, Experiment]] = {}
+    compare = study.kind == COMPARE
+    fixed = ["experiment"] if compare else curve_axes(study.axes, x)
+    members = {c.id: _placed(study, c) for c in children}
+    names = _labels(study, children) if compare else {}
+
+    def combination(child: Experiment) -> dict[str, Any]:
+        values = members[child.id][2]
+        return {a: values.get(a) for a in fixed}
+
+    every: dict[str, dict[str, Any]] = {}
+    points: dict[str, set[int]] = {}
+    member_names: dict[str, str] = {}
+    for child in children:
+        key = repr(combination(child))
+        every.setdefault(key, combination(child))
+        points.setdefault(key, set()).add(members[child.id][1])
+        member_names.setdefault(key, names.get(child.id, ""))
+    representatives: dict[str, Experiment] = {}
     for child in done:
-        value = group(child)
-        representatives.setdefault(repr(value), (value, child))
+        representatives.setdefault(repr(combination(child)), child)
     if len(representatives) > MAX_CURVES:
         return []
-    curves = []
-    for value, child in representatives.values():
+    grid = _span(min(xs), max(xs))
+    candidates = []
+    for key, child in representatives.items():
         try:
             ys = theory_curve(child.spec, x, metric, grid)
         except (ValueError, KeyError, IndexError, TypeError) as exc:  # no theory along this axis
             log.info("no theory curve of %s along %s (%s)", metric, x, exc)
             return []
         if ys is not None:
-            curves.append((value, grid, ys))
+            candidates.append((key, grid, ys))
+    curves = []
+    for keys, curve_xs, ys in distinct_curves(candidates):
+        served = [every[k] for k in keys]
+        if compare:   # a member is named by its name, not its id
+            label = None if len(keys) == len(every) else " / ".join(member_names[k] for k in keys)
+        else:
+            label = labels.curve_label(served, fixed, list(every.values()))
+        curves.append(ScatterCurve(xs=curve_xs, ys=ys, points=sorted(set().union(*(points[k] for k in keys))),
+                                   values={} if compare else labels.shared_values(served, fixed), label=label))
     return curves
 
 

@@ -34,7 +34,7 @@ from api.routes.studies import (
     _point_rows,
     _series_metrics,
     overlay_line,
-    theory_curves,
+    scatter_curves,
 )
 from api.schemas import ValidationErrorOut
 from smdengine import OVERLAY_X, json_safe, theory_of
@@ -96,7 +96,15 @@ class ScatterPoint(BaseModel):
 
 
 class TheoryCurve(BaseModel):
-    by: Any = Field(None, description="The value of the colour-by axis this curve is for (null: no such axis).")
+    points: list[int] = Field(default_factory=list, description="The points whose theory lies on this curve: "
+                              "those whose values of the axes it holds fixed (every axis but x; along a derived "
+                              "value, every axis but the learning rate, which the curve scales) it serves.")
+    values: dict[str, Any] = Field(default_factory=dict, description="The values of those axes that all its points "
+                                   "share (empty: one curve serves every point, or in a compare study).")
+    label: str | None = Field(None, description="A legend label: the values it serves (a compare study: the "
+                                                "members); null when one curve serves every point.")
+    by: Any = Field(None, description="The value of the colour-by axis that all its points share (null: no "
+                                      "colour-by axis, or its points differ in it).")
     x: list[float]
     y: list[float | None]
 
@@ -108,7 +116,9 @@ class ScatterChart(BaseModel):
     theory: str | None
     points: list[ScatterPoint]
     curves: list[TheoryCurve] = Field(default_factory=list, description="The theory along x (from a child's "
-                                                                        "spec, x set to each value).")
+                                                                        "spec, x set to each value): one curve per "
+                                                                        "combination of the values of the axes it "
+                                                                        "holds fixed, where they differ.")
 
 
 class HeatmapChart(BaseModel):
@@ -174,8 +184,8 @@ def overlay_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_le
             responses=CHART_RESPONSES)
 def scatter_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_length=200)],
                  x: Annotated[str, Query(max_length=200, description="An axis or derived value.")],
-                 by: Annotated[str | None, Query(max_length=200, description="An axis to colour by: one theory "
-                                                                             "curve per value.")] = None):
+                 by: Annotated[str | None, Query(max_length=200, description="An axis to colour by: the points and "
+                                                                             "the theory curves by its value.")] = None):
     """The tail metric per point (mean ± standard error over seeds) against ``x``, the theory per point
     and as curves along x."""
     children, rows = _point_rows(db, study)
@@ -188,8 +198,9 @@ def scatter_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_le
                            mean=_finite(r.get(metric)), se=_finite(r.get(f"{metric}_se")), n=r.get("n", 0),
                            theory=_finite(r.get(theory)) if theory else None)
               for r in json_safe(rows) if _number(r.get(x))]
-    curves = [TheoryCurve(by=json_safe(value), x=xs, y=[_finite(v) for v in ys])
-              for value, xs, ys in theory_curves(children, rows, metric, x, by)]
+    curves = [TheoryCurve(points=c.points, values=json_safe(c.values), label=c.label,
+                          by=json_safe(c.values.get(by)) if by else None, x=c.xs, y=[_finite(v) for v in c.ys])
+              for c in scatter_curves(study, children, rows, metric, x)]
     return ScatterChart(metric=metric, x=x, by=by, theory=theory, points=points, curves=curves)
 
 

@@ -115,3 +115,54 @@ def test_a_plan_counts_runs_and_work_and_stores_nothing(sqlite_env):  # noqa: F8
     bad = client.post("/v1/study-plans", json=study_spec(grid={"params.lrr": [0.1]}))
     assert bad.status_code == 422
     assert bad.json()["detail"][0]["loc"] == ["body", "axis", "params.lrr"]
+
+
+def test_scatter_curves_hold_every_other_axis_fixed(sqlite_env):  # noqa: F811
+    """Three axes: a theory curve along the learning rate serves one (weight decay, momentum), whether or not
+    the page colours by one of them, and passes through the theory of exactly the points it serves; two
+    combinations share a curve where their ηλ/(1−α) agree. Along ηλ the rates move with x, and only the
+    momentum and the weight decay name a curve, and the curves of a theory of ηλ/(1−α) agree across λ."""
+    client, settings = sqlite_env
+    study = submit(client, study_spec(seeds=[1], grid={"params.lr": [0.05, 0.1], "params.weight_decay": [0.01, 0.02],
+                                                       "params.momentum": [0.0, 0.5]}))
+    run_all(settings)
+    base = f"/v1/studies/{study['id']}/charts/scatter"
+    fixed = ("params.weight_decay", "params.momentum")
+
+    def served(chart, curve):
+        return sorted((p for p in chart["points"] if p["point"] in curve["points"]), key=lambda p: p["x"])
+
+    for by in (None, "params.weight_decay"):
+        scatter = client.get(base, params={"metric": "risk", "x": "params.lr", **({"by": by} if by else {})}).json()
+        curves = scatter["curves"]
+        assert sorted(p for c in curves for p in c["points"]) == list(range(8))   # each point on one curve
+        combos = sorted(sorted({tuple(p["values"][a] for a in fixed) for p in served(scatter, c)}) for c in curves)
+        # λ = 0.02, α = 0 and λ = 0.01, α = 0.5: the same ηλ/(1−α) at every η, one curve
+        assert combos == [[(0.01, 0.0)], [(0.01, 0.5), (0.02, 0.0)], [(0.02, 0.5)]]
+        labels = sorted(c["label"] for c in curves)
+        assert labels == ["weight_decay=0.01, momentum=0", "weight_decay=0.01, momentum=0.5 / weight_decay=0.02, "
+                          "momentum=0", "weight_decay=0.02, momentum=0.5"]
+        for curve in curves:
+            own = served(scatter, curve)
+            assert curve["values"] == ({} if len(own) == 4 else dict(zip(fixed, next(
+                tuple(p["values"][a] for a in fixed) for p in own), strict=True)))
+            assert curve["by"] == (curve["values"].get("params.weight_decay") if by else None)
+            for p in (own[0], own[-1]):   # the curve's ends are the two learning rates
+                k = 0 if p["x"] == own[0]["x"] else -1
+                assert curve["y"][k] == pytest.approx(p["theory"], rel=1e-9)
+        shared = next(c for c in curves if len(c["points"]) == 4)
+        assert shared["values"] == {} and shared["by"] is None
+
+    along = client.get(base, params={"metric": "risk", "x": "intrinsic_lr", "by": "params.weight_decay"}).json()
+    assert sorted(c["values"]["params.momentum"] for c in along["curves"]) == [0.0, 0.5]
+    for curve in along["curves"]:   # one per momentum, through the theory of every point of it
+        assert curve["values"].keys() == {"params.momentum"} and curve["by"] is None   # λ differs along it
+        assert curve["label"] == f"momentum={curve['values']['params.momentum']:.4g}"
+        own = served(along, curve)
+        assert len(own) == 4 and {p["values"]["params.momentum"] for p in own} == {curve["values"]["params.momentum"]}
+        for p in own:
+            k = min(range(len(curve["x"])), key=lambda i: abs(curve["x"][i] - p["x"]))
+            if curve["x"][k] == pytest.approx(p["x"], rel=1e-9):   # the ends and any sample on a point
+                assert curve["y"][k] == pytest.approx(p["theory"], rel=1e-9)
+        assert curve["y"][0] == pytest.approx(own[0]["theory"], rel=1e-9)
+        assert curve["y"][-1] == pytest.approx(own[-1]["theory"], rel=1e-9)

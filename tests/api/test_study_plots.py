@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from smdrender import study_plots
+from smdrender import labels, study_plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
 LRS = [0.025, 0.05, 0.1, 0.2]
@@ -95,18 +95,6 @@ def test_scatter(fmt):
     _check(study_plots.scatter(_rows(), "intrinsic_lr", "risk", "risk_stationary", two, fmt), fmt)
 
 
-def test_distinct_curves_keep_each_different_curve_once():
-    """One curve per combination of the other axes where they differ, one unlabelled where they agree."""
-    xs = [1.0, 2.0, 3.0]
-    a, b = [1.0, None, 3.0], [2.0, None, 6.0]
-    assert study_plots.distinct_curves([("wd=1", xs, a), ("wd=2", xs, [v * (1 + 1e-13) if v else v for v in a])]) \
-        == [(None, xs, a)]
-    assert study_plots.distinct_curves([("wd=1", xs, a), ("wd=2", xs, b), ("wd=3", xs, b)]) \
-        == [("wd=1", xs, a), ("wd=2", xs, b)]
-    assert study_plots.distinct_curves([("wd=1", xs, a), ("wd=2", xs, [1.0, 2.0, 3.0])]) \
-        == [("wd=1", xs, a), ("wd=2", xs, [1.0, 2.0, 3.0])]   # a gap is no value
-
-
 def test_scatter_without_theory_or_se_and_empty():
     rows = [{"params.lr": lr, "risk": lr * 2, "risk_se": None} for lr in LRS]
     _check(study_plots.scatter(rows, "params.lr", "risk", None, [], "png"), "png")
@@ -115,7 +103,7 @@ def test_scatter_without_theory_or_se_and_empty():
 
 def test_legend_labels_use_short_paths_or_the_runs_name():
     values = {"params.schedule.0.rescale": True, "params.schedule.1.rescale": False, "params.lr": 0.1}
-    assert study_plots.point_label(values, seed=3) == "0.rescale=True, 1.rescale=False, lr=0.1, seed=3"
+    assert labels.point_label(values, seed=3) == "0.rescale=True, 1.rescale=False, lr=0.1, seed=3"
     named = {"name": "A (LR halved)", "params.schedule.0.lr_factor": 0.5, "params.schedule.1.lr_factor": 0.5}
-    assert study_plots.point_label(named) == "A (LR halved)"
-    assert study_plots.point_label(named, seed=1) == "A (LR halved), seed=1"
+    assert labels.point_label(named) == "A (LR halved)"
+    assert labels.point_label(named, seed=1) == "A (LR halved), seed=1"

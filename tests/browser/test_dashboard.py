@@ -221,7 +221,12 @@ def test_a_study_page_shows_theory_grouped_seeds_and_colour_live_and_after(servi
     points = [t for t in scatter if t["meta"] == "measured"]
     assert len(points) == 2 and len({t["colour"] for t in points}) == 2   # coloured by momentum
     assert all(t["se"] and len(t["se"]) == 2 and all(s > 0 for s in t["se"]) for t in points)   # ± SE over 2 seeds
-    assert any(t["meta"] == "theory" and "theory curve" in (t["name"] or "") for t in scatter)
+    curves = [t for t in scatter if t["meta"] == "theory" and t["type"] == "scatter" and "(theory: " in (t["name"] or "")]
+    assert sorted(t["name"] for t in curves) == ["risk_stationary (theory: momentum=0)",
+                                                 "risk_stationary (theory: momentum=0.5)"]   # one per momentum
+    for curve in curves:   # in the colour of its points
+        momentum = curve["name"].rsplit("=", 1)[1].rstrip(")")
+        assert curve["colour"] == next(t["colour"] for t in points if t["group"] == f"momentum={momentum}")
     assert any(t["meta"] == "theory" and t["group"] == "momentum=0" for t in scatter)   # open markers per point
     screenshot(page, "study-scatter")
 

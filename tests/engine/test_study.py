@@ -77,6 +77,25 @@ def test_errors_name_the_axis_the_point_the_field_and_the_reason():
     assert base["loc"][:3] == ["base", "nrq", "params"] or base["loc"][0] == "base"
 
 
+def test_distinct_curves_keep_each_different_curve_once():
+    """Each distinct curve once, with every candidate it stands for."""
+    xs = [1.0, 2.0, 3.0]
+    a, b = [1.0, None, 3.0], [2.0, None, 6.0]
+    assert smdengine.distinct_curves([("wd=1", xs, a), ("wd=2", xs, [v * (1 + 1e-13) if v else v for v in a])]) \
+        == [(["wd=1", "wd=2"], xs, a)]
+    assert smdengine.distinct_curves([("wd=1", xs, a), ("wd=2", xs, b), ("wd=3", xs, b)]) \
+        == [(["wd=1"], xs, a), (["wd=2", "wd=3"], xs, b)]
+    assert smdengine.distinct_curves([("wd=1", xs, a), ("wd=2", xs, [1.0, 2.0, 3.0])]) \
+        == [(["wd=1"], xs, a), (["wd=2"], xs, [1.0, 2.0, 3.0])]   # a gap is no value
+
+
+def test_curve_axes_hold_fixed_what_does_not_move_along_x():
+    axes = ["params.lr", "params.weight_decay", "params.dim"]
+    assert smdengine.curve_axes(axes, "params.lr") == ["params.weight_decay", "params.dim"]
+    # along ηλ the curve scales η: λ names a curve (curves that agree are merged: distinct_curves)
+    assert smdengine.curve_axes(axes, "intrinsic_lr") == ["params.weight_decay", "params.dim"]
+
+
 def test_derived_values_use_the_final_phase():
     spec = smdengine.parse_spec({**BASE, "params": {**BASE["params"], "lr": 0.2, "weight_decay": 0.01, "momentum": 0.5,
                                                     "lr_schedule": [{"step": 100, "lr_factor": 0.1,

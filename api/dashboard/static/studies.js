@@ -279,7 +279,7 @@ const CAPTIONS = {
   overlay: "Each point in its colour: the mean over its seeds with a band of ± one standard error (or each seed), "
     + "its theory dashed in the same colour.",
   scatter: "Each point: the mean over its seeds ± one standard error (filled), its theory (open circle); dashed: the "
-    + "theory along x, one curve per colour.",
+    + "theory along x, one curve for each setting of the other axes where their theory differs (named in the legend).",
   parallel: "One line per point (the mean over its seeds), an axis per study axis and the metric last, coloured by it.",
   heatmap: "Cells: the mean over seeds (± standard error). Theory beside on the same colour scale (blank: no theory "
     + "there), or measured / theory. Dotted: cells of equal ηλ.",

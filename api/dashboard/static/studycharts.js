@@ -149,11 +149,17 @@ export async function drawScatter(div, data, { by = "point", varying = [] } = {}
       marker: { symbol: "circle-open", size: 12, color: colour, line: { width: 1.6 } },
       hovertemplate: `${data.theory} %{y}<extra></extra>` });
   }
+  // one curve per combination of the axes it holds fixed (the server merges those that agree): coloured by the
+  // colour-by value its points share, dashed differently where several share a colour, named by what it serves
+  const dashes = ["dash", "dot", "dashdot", "longdash", "longdashdot"];
+  const sharing = new Map();
   data.curves.filter((curve) => curve.y.some((v) => typeof v === "number")).forEach((curve, k) => {
     const colour = by !== "point" && curve.by !== null ? scale.colour(curve.by) ?? "#333" : "#333";
+    const nth = sharing.get(colour) ?? 0;
+    sharing.set(colour, nth + 1);
     traces.push({ x: curve.x, y: curve.y, type: "scatter", mode: "lines", meta: "theory",
-      name: `${data.theory} (theory curve${curve.by !== null && by !== "point" ? `, ${shortName(by)}=${fmtNumber(curve.by)}` : ""})`,
-      line: { color: colour, dash: "dash", width: 1.3 }, showlegend: k === 0 || by !== "point" });
+      name: `${data.theory} (theory${curve.label !== null ? `: ${curve.label}` : " curve"})`,
+      line: { color: colour, dash: dashes[nth % dashes.length], width: 1.3 }, showlegend: k === 0 || curve.label !== null });
   });
   const xs = data.points.map((p) => p.x).filter((v) => v > 0);
   const logX = xs.length === data.points.length && xs.length > 1 && Math.max(...xs) / Math.min(...xs) > 10;
