@@ -321,7 +321,10 @@ def _bar(progress: bool, label: str) -> Any:
 def _show(bar: Any, state: dict[str, Any]) -> None:
     if bar is None:
         return
-    bar.n = float(state.get("progress") or 0.0)
+    progress = float(state.get("progress") or 0.0)
+    if not getattr(bar, "shown", False) or progress < bar.initial:   # followed from half way, or resumed from
+        bar.shown, bar.initial = True, progress                       # a checkpoint: the pace counts from here
+    bar.n = progress
     bar.set_postfix_str(str(state.get("status", "")), refresh=False)
     bar.refresh()
 

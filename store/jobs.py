@@ -197,7 +197,8 @@ def _try_claim(session: Session, candidate: str, worker: str, lease_seconds: flo
     claimed = _rowcount(session,
         update(Experiment)
         .where(Experiment.id == candidate, Experiment.status == Status.queued, Experiment.cancel_requested.is_(False))
-        .values(status=Status.running, started_at=now, attempts=Experiment.attempts + 1, worker=worker,
+        .values(status=Status.running, started_at=now, start_step=Experiment.step,   # no pace until it starts
+                attempts=Experiment.attempts + 1, worker=worker,
                 lease_owner=owner, lease_expires_at=db_now(lease_seconds), error=None, updated_at=now, **_BUMP)
     )
     if claimed != 1:
@@ -321,9 +322,10 @@ def begin_attempt(session: Session, claim: Claim, *, theory: dict[str, Any],
                                               Attempt.number == claim.attempt).values(provenance=provenance))
     if resume_points is not None:
         write_points(session, claim.experiment_id, 0, resume_points)
-        _note_resume(session, claim, resume_step)
+        _note_start(session, claim, resume_step)
     else:
         truncate_points(session, claim.experiment_id, 0)
+        _note_start(session, claim, None)
     record_theory(session, claim, theory)
 
 
@@ -341,7 +343,7 @@ def forget_checkpoint(session: Session, claim: Claim) -> None:
     attempt starts from scratch."""
     _hold(session, claim)
     _drop_checkpoint(session, claim.experiment_id)
-    _note_resume(session, claim, None)
+    _note_start(session, claim, None)
 
 
 @dataclass(frozen=True)
@@ -571,9 +573,16 @@ def _drop_checkpoint(session: Session, experiment_id: str) -> None:
     session.execute(delete(Checkpoint).where(Checkpoint.experiment_id == experiment_id))
 
 
-def _note_resume(session: Session, claim: Claim, step: int | None) -> None:
+def _note_start(session: Session, claim: Claim, resumed_from: int | None) -> None:
+    """The attempt starts at a checkpoint's step (``resumed_from``) or from scratch (None): noted on the attempt,
+    and the job's step, progress and start_step say so (what it showed was the last attempt's last flush, and
+    an ETA from it ran ahead: (step − start_step) / (now − started_at) is this attempt's pace)."""
     session.execute(update(Attempt).where(Attempt.experiment_id == claim.experiment_id,
-                                          Attempt.number == claim.attempt).values(resumed_from_step=step))
+                                          Attempt.number == claim.attempt).values(resumed_from_step=resumed_from))
+    step = resumed_from or 0
+    total = session.scalar(select(Experiment.total_steps).where(Experiment.id == claim.experiment_id))
+    session.execute(update(Experiment).where(_held(claim)).values(
+        start_step=step, step=step, **({"progress": step / total} if total else {}), **_BUMP))
 
 
 @transaction
@@ -846,15 +855,17 @@ SETTLED_PROGRESS = 0.1
 
 @transaction
 def retry_after(session: Session, owner_id: str, default: int) -> int:
-    """Seconds until the owner's first running job should end (from its pace so far), within
+    """Seconds until the owner's first running job should end (from its current attempt's pace), within
     [1, 3600]; ``default`` when none has progressed yet, and a job below SETTLED_PROGRESS counts at most
     ``default``. Elapsed times on the database's clock (the starts are its times)."""
     best: float | None = None
-    for started, progress, now in session.execute(select(Experiment.started_at, Experiment.progress, db_now()).where(
-            Experiment.owner_id == owner_id, Experiment.status == Status.running)).all():
-        if started is None or not progress:
+    for started, step, start_step, total, now in session.execute(
+            select(Experiment.started_at, Experiment.step, Experiment.start_step, Experiment.total_steps, db_now())
+            .where(Experiment.owner_id == owner_id, Experiment.status == Status.running)).all():
+        if started is None or not total or step <= start_step:
             continue
-        remaining = (as_utc(now) - as_utc(started)).total_seconds() * (1 - progress) / progress
+        remaining = (as_utc(now) - as_utc(started)).total_seconds() * (total - step) / (step - start_step)
+        progress = (step - start_step) / total   # of this attempt: a resumed one's pace starts anew
         if progress < SETTLED_PROGRESS:
             remaining = min(remaining, default)
         best = remaining if best is None else min(best, remaining)

@@ -31,7 +31,7 @@ router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
 RETRY_MS = 2000  # how long an EventSource waits before it reconnects (sent as `retry:`)
 KEEPALIVE = b": keep-alive\n\n"
 _FIELDS = ("id", "status", "progress", "step", "total_steps", "revision", "error", "cancel_requested",
-           "attempts", "started_at", "finished_at", "updated_at")
+           "attempts", "started_at", "start_step", "finished_at", "updated_at")
 _LAST_EVENT_ID = re.compile(r"\s*(-?\d{1,18})\s*")
 
 
@@ -48,7 +48,7 @@ EVENT_FORMAT = (
     "    event: status | progress\n"
     "    data: {\"id\": ..., \"status\": ..., \"progress\": ..., \"step\": ..., \"total_steps\": ..., "
     "\"revision\": ..., \"error\": ..., \"cancel_requested\": ..., \"attempts\": ..., \"started_at\": ..., "
-    "\"finished_at\": ..., \"updated_at\": ...}\n\n"
+    "\"start_step\": ..., \"finished_at\": ..., \"updated_at\": ...}\n\n"
     f"The stream starts with `retry: {RETRY_MS}`, then the current state (unless Last-Event-ID shows the client "
     "already has it), then an event whenever the revision changes: `status` for the first event and "
     "whenever the status changed, `progress` otherwise. Idle streams get `: keep-alive` comment lines. "

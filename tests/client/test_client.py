@@ -203,3 +203,20 @@ def test_the_example_notebook_runs(service, tmp_path):
     assert "au_equilibrium" in done.stdout and "succeeded" in done.stdout
     os.makedirs(ROOT / "test-artifacts", exist_ok=True)
     (ROOT / "test-artifacts" / "client_study.png").write_bytes(out.read_bytes())   # to look at
+
+
+def test_a_followed_bar_paces_from_the_progress_it_first_saw():
+    """wait(progress=True) on a job already half done (or resumed from a checkpoint while followed): tqdm's
+    remaining time is (1 − n) · elapsed / (n − initial), so initial is the first progress seen, not 0 (which
+    took half a job's progress for a second's work)."""
+    from smdlab.client import _bar, _show
+
+    bar = _bar(True, "job")
+    try:
+        _show(bar, {"progress": 0.5, "status": "running"})
+        _show(bar, {"progress": 0.6, "status": "running"})
+        assert bar.format_dict["initial"] == 0.5 and bar.n == 0.6
+        _show(bar, {"progress": 0.4, "status": "running"})   # resumed from an earlier checkpoint
+        assert bar.format_dict["initial"] == 0.4
+    finally:
+        bar.close()

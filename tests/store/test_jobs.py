@@ -83,10 +83,14 @@ def test_names_stored_with_control_characters_are_cleaned_by_0013(empty_database
     cfg = alembic_config(empty_database_url)
     command.upgrade(cfg, "0012")
     spec = {"kind": "nrq", "name": "run\n", "params": {"trials": 4, "steps": 20, "record_every": 10}}
-    with session_scope(empty_database_url) as s:   # the models of head: 0013 changes data only
-        bad = jobs.create(s, kind="nrq", name="a\u001b[31mb\t", spec=spec, total_steps=20).id
-        fine = jobs.create(s, kind="nrq", name="fine", spec={**spec, "name": "fine"}, total_steps=20).id
-    with get_engine(empty_database_url).begin() as conn:
+    bad, fine = "e-bad", "e-fine"
+    with get_engine(empty_database_url).begin() as conn:   # rows as 0012 has them (not head's models)
+        for experiment_id, name, stored in ((bad, "a\u001b[31mb\t", spec), (fine, "fine", {**spec, "name": "fine"})):
+            conn.execute(text(
+                "INSERT INTO experiments (id, kind, name, status, spec, progress, step, total_steps, cancel_requested, "
+                "attempts, queue, created_at, updated_at, visibility, priority, revision, keep_checkpoint) VALUES "
+                "(:id, 'nrq', :name, 'queued', :spec, 0, 0, 20, :no, 0, 'cpu', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, "
+                "'private', 1, 0, :no)"), {"id": experiment_id, "name": name, "spec": json.dumps(stored), "no": False})
         conn.execute(text("INSERT INTO studies (id, name, spec, axes, children, points, created_at, kind) VALUES "
                           "('s0', 'grid\n', :spec, '[]', 0, 0, CURRENT_TIMESTAMP, 'expand')"),
                      {"spec": json.dumps({"name": "grid\n", "base": spec})})
@@ -255,6 +259,36 @@ def test_truncate_points_cuts_inside_a_chunk(database_url):
         assert read_series(s, exp) == {"step": [0, 1, 2, 3], "risk": [0.0, 0.1, 0.2, 0.3]}
 
 
+def test_an_attempt_shows_the_step_it_starts_from(database_url):
+    """A claim shows no pace yet (start_step = step); its start sets step, progress and start_step to the
+    checkpoint's step it resumes from, or to 0 from scratch: the last attempt's last flush is no longer shown,
+    and (step − start_step) / (now − started_at) is this attempt's pace."""
+    exp = make(database_url)   # 10 steps
+    first = claim(database_url)
+    jobs.begin_attempt(database_url, first, theory={})
+    jobs.record_progress(database_url, first, 7, 10)
+    expire(database_url, exp)
+    with session_scope(database_url) as s:
+        assert jobs.expire_leases(s, 5) == [exp]
+    second = claim(database_url)
+    now = jobs.get(database_url, exp)
+    assert (now.step, now.start_step, now.progress) == (7, 7, 0.7)   # claimed: no pace until it starts
+    revision = now.revision
+    jobs.begin_attempt(database_url, second, theory={}, resume_points={"step": [0, 2, 4]}, resume_step=4)
+    now = jobs.get(database_url, exp)
+    assert (now.step, now.start_step, now.progress) == (4, 4, 0.4) and now.revision > revision
+    jobs.record_progress(database_url, second, 6, 10)
+    expire(database_url, exp)
+    with session_scope(database_url) as s:
+        assert jobs.expire_leases(s, 5) == [exp]
+    third = claim(database_url)
+    jobs.begin_attempt(database_url, third, theory={})   # its checkpoint could not be used: from scratch
+    now = jobs.get(database_url, exp)
+    assert (now.step, now.start_step, now.progress) == (0, 0, 0.0)
+    with session_scope(database_url) as s:
+        assert [a.resumed_from_step for a in jobs.attempts(s, exp)] == [None, 4, None]
+
+
 def test_outputs_are_read_again_when_the_revision_changes(database_url):
     """jobs.outputs keeps the theory read at a revision: the theory stored at the start of an attempt
     and at the end bumps it, so a caller with the current row never gets an older theory."""
@@ -276,22 +310,26 @@ def test_outputs_are_read_again_when_the_revision_changes(database_url):
 ELAPSED, DEFAULT = 10.0, 5   # seconds a test job has run; the server's default Retry-After
 
 
-@pytest.mark.parametrize("progress, expected", [
-    # below SETTLED_PROGRESS the pace (ELAPSED·(1 − p)/p = 490 s at p = 0.02) is mostly start-up: the default
-    (jobs.SETTLED_PROGRESS / 5, DEFAULT),
-    # settled: the pace itself, ELAPSED·(1 − p)/p = 10 s at p = 0.5
-    (0.5, ELAPSED * (1 - 0.5) / 0.5)])
-def test_retry_after_trusts_a_pace_only_once_it_has_settled(database_url, progress, expected):
-    """Retry-After of an over-quota owner: the time their running job should still take at its pace
-    (elapsed × (1 − p)/p), but not more than the default while p < SETTLED_PROGRESS, when a pace is mostly
-    the job's start (a 1 s job seen at 2 % after 0.5 s would give 24 s)."""
+@pytest.mark.parametrize("step, start_step, expected", [
+    # below SETTLED_PROGRESS the pace (ELAPSED · 980/20 = 490 s at 2 %) is mostly start-up: the default
+    (int(jobs.SETTLED_PROGRESS * 1000) // 5, 0, DEFAULT),
+    # settled: the pace itself, ELAPSED · (1000 − 500)/500 = 10 s
+    (500, 0, ELAPSED * (1000 - 500) / 500),
+    # resumed (or continued) at step 500: 100 steps in ELAPSED, 400 to go (its whole progress, 0.6, gave 6.7 s)
+    (600, 500, ELAPSED * (1000 - 600) / (600 - 500))])
+def test_retry_after_trusts_a_pace_only_once_it_has_settled(database_url, step, start_step, expected):
+    """Retry-After of an over-quota owner: the time their running job should still take at its current
+    attempt's pace (elapsed × steps left / steps done since start_step), but not more than the default while
+    that attempt is below SETTLED_PROGRESS, when a pace is mostly its start (a 1 s job seen at 2 % after 0.5 s
+    would give 24 s)."""
     from store import users
 
     experiment_id = make(database_url)
     with session_scope(database_url) as s:
         owner = users.create_user(s, "alice").id
         s.execute(update(Experiment).where(Experiment.id == experiment_id).values(
-            owner_id=owner, status="running", progress=progress, started_at=utcnow() - timedelta(seconds=ELAPSED)))
+            owner_id=owner, status="running", step=step, start_step=start_step, total_steps=1000,
+            progress=step / 1000, started_at=utcnow() - timedelta(seconds=ELAPSED)))
     # rounded down to whole seconds; the statements after started_at add at most a second to the elapsed time
     assert expected - 1 <= jobs.retry_after(database_url, owner, DEFAULT) <= expected
     assert jobs.retry_after(database_url, "nobody", DEFAULT) == DEFAULT

@@ -119,7 +119,7 @@ export function render(main, [id]) {
 
   function drawHead() {
     const e = experiment;
-    const eta = etaSeconds(e.started_at, e.progress);
+    const eta = etaSeconds(e);
     const actions = [
       h("a.button", { href: `#/new?from=${e.id}` }, "Duplicate and edit"),
       h("a.button#sweep-from-here", { href: `#/studies/new?from=${e.id}` }, "Sweep from here"),

@@ -65,10 +65,12 @@ export function progressBar(progress, label) {
 }
 
 // Seconds left, from the pace since started_at (null until there is a pace).
-export function etaSeconds(startedAt, progress) {
-  if (!startedAt || !progress || progress <= 0 || progress >= 1) return null;
+// Seconds left at the pace of the current attempt (a resumed or continued job's started at start_step, not 0).
+export function etaSeconds({ started_at: startedAt, step, start_step: startStep = 0, total_steps: total }) {
+  const done = step - startStep;
+  if (!startedAt || !total || !(done > 0) || step >= total) return null;
   const elapsed = (Date.now() - new Date(startedAt).getTime()) / 1000;
-  return elapsed * (1 - progress) / progress;
+  return elapsed * (total - step) / done;
 }
 
 export function errorBox(error) {
