@@ -10,6 +10,7 @@ theory dashed in the same colour and global theory dashed black).
 from __future__ import annotations
 
 import io
+import math
 from typing import Any
 
 from matplotlib import colormaps
@@ -87,6 +88,7 @@ def _lines(ax, plot: PlotDef, doc: dict[str, Any]) -> None:
         else:
             ax.plot(steps, _nan(doc["series"][key]), color=next(colors), lw=1.4, label=key)
     _theory(ax, plot, doc, steps)
+    _broken(ax, steps, [doc["series"][k] for k in plot.series if k in doc["series"]], doc)
     if plot.log_y and _positive([doc["series"].get(k, []) for k in plot.series]):
         ax.set_yscale("log", nonpositive="mask")
     ax.set_xlabel("step")
@@ -136,7 +138,9 @@ def _layers(fig, ax, plot: PlotDef, doc: dict[str, Any]) -> None:
             ax.plot([], [], "--", color="0.4", lw=1.0, label=f"{key} (theory, layer's colour)")
     if not layers:
         _note(ax, "no layer recorded yet")
-    elif not few:
+    else:
+        _broken(ax, steps, drawn, doc)
+    if layers and not few:
         bar = fig.colorbar(ScalarMappable(Normalize(0, len(layers) - 1), cmap), ax=ax, pad=0.02)
         bar.set_label(f"layer, input → output ({len(layers)} layers)", fontsize=8)
         bar.ax.tick_params(labelsize=7)
@@ -225,6 +229,24 @@ def _positive(lines: list[list]) -> bool:
     return bool(vals) and min(vals) > 0
 
 
+def _broken(ax, steps: list, lines: list[list], doc: dict[str, Any]) -> None:
+    """Say why a line stops or none shows: the run's numbers broke (a diverging rate, an underflow): the
+    summary's nonfinite_from_step, or an ended run's recorded steps without one finite value. The x axis then spans every
+    recorded step (NaN draws nothing, and the axes ended where the line did)."""
+    since = (doc.get("summary") or {}).get("nonfinite_from_step")
+    finite = any(isinstance(v, (int, float)) and math.isfinite(v) for line in lines for v in line)
+    ended = doc.get("status") in ("succeeded", "failed", "cancelled")   # a running job's evaluations come later
+    broken = (ended or since is not None) and any(lines) and not finite
+    if (broken or since is not None) and len(steps) > 1:
+        ax.set_xlim(steps[0], steps[-1])
+    if broken:
+        _note(ax, "no finite value recorded" + (f" (non-finite from step {since})" if since is not None else ""))
+    elif since is not None:
+        ax.annotate(f"non-finite from step {since}", xy=(0.5, 0.97), xycoords="axes fraction", ha="center",
+                    va="top", fontsize=8, color="C3", bbox={"boxstyle": "round", "fc": "white", "ec": "none"})
+
+
 def _note(ax, message: str) -> None:
     """A message in the middle of an empty axes (annotate: the same as Axes.text at axes coordinates)."""
-    ax.annotate(message, xy=(0.5, 0.5), xycoords="axes fraction", ha="center", va="center")
+    ax.annotate(message, xy=(0.5, 0.5), xycoords="axes fraction", ha="center", va="center",
+                bbox={"boxstyle": "round", "fc": "white", "ec": "0.7"})   # legible over a theory line

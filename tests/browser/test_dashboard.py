@@ -413,6 +413,11 @@ def test_tags_filter_the_list_and_are_edited_with_the_note_in_the_page(service, 
 def test_every_page_renders_without_console_errors(service, page, grid_study):
     experiment_id = submit(service, {"kind": "nrq", "name": "shown", "params": SMALL})
     wait_ended(service, f"/v1/experiments/{experiment_id}")
+    # a rate so large that the numbers break: it succeeds, its records non-finite from some step on
+    broken = submit(service, {"kind": "nrq", "name": "diverging", "params": {
+        "lr": 1000, "weight_decay": 0.9, "steps": 200, "trials": 16, "record_every": 10}})
+    since = wait_ended(service, f"/v1/experiments/{broken}")["summary"]["nonfinite_from_step"]
+    assert since > 0
     preset = httpx.post(f"{service}/v1/presets/nrq-equilibrium-tradeoff/run", timeout=30, json={
         "size": "quick", "seeds": [0, 1], "overrides": {"params.steps": 1500, "params.trials": 32,
                                                           "params.record_every": 50}})
@@ -422,6 +427,7 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
     pages = {
         "experiments": ("#/experiments", "#experiments-table tbody tr[data-id]"),
         "experiment": (f"#/experiments/{experiment_id}", "#chart-risk .main-svg"),
+        "broken-experiment": (f"#/experiments/{broken}", "#chart-risk .annotation-text"),
         "new-experiment": ("#/new", '[name="params.lr"]'),
         "duplicate-and-edit": (f"#/new?from={experiment_id}", '[name="params.lr"]'),
         "studies": ("#/studies", "#studies-table tbody tr[data-id]"),
@@ -435,6 +441,13 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         if name == "duplicate-and-edit":   # the form starts from the experiment's spec
             assert page.locator('[name="name"]').input_value() == "shown"
             assert page.locator('[name="params.steps"]').input_value() == str(SMALL["steps"])
+        if name == "broken-experiment":   # the line stops where the numbers broke, and the chart says so
+            assert page.locator("#chart-risk .annotation-text").text_content() == f"non-finite from step {since}"
+            assert page.locator("#chart-risk .annotation-text").count() == 1
+            # its spec's warning (ηλ ≥ 2: no equilibrium) shown as text (an array given to replaceChildren had
+            # shown "[object HTMLDivElement]")
+            assert page.locator(".exp-head .warning-box").first.inner_text().startswith("no_equilibrium: ")
+            assert "[object" not in page.locator(".exp-head").inner_text()
         if name == "queue":   # nothing queued or running: zeros, not blanks
             assert page.locator("#queues tr").nth(1).locator("td").all_inner_texts()[:4] == ["cpu", "0", "0", "0"]
         if name == "presets":

@@ -138,12 +138,27 @@ export class Chart {
       Object.assign(layout, { xaxis: { visible: false }, yaxis: { visible: false }, annotations: [{
         text: ended ? "no data" : doc.status === "queued" ? "queued: no data yet" : "no data yet", showarrow: false,
         xref: "paper", yref: "paper", x: 0.5, y: 0.5, font: { color: "#888", size: 14 } }] });
+    } else if (this.plot.style === "line" || this.plot.style === "layers") {
+      this.brokenNote(layout, traces, doc);
     }
     window.Plotly.react(this.div, traces, layout, CONFIG);
     if (!this.listening) {
       this.listening = true;
       this.div.on("plotly_relayout", (event) => this.relayout(event));
     }
+  }
+
+  // A run whose numbers broke (a diverging rate) ends with non-finite records: say so where a line stops or none
+  // shows (once it ended: a running train job's evaluation series is empty until its first evaluation).
+  brokenNote(layout, traces, doc) {
+    const since = doc.summary?.nonfinite_from_step;
+    const ended = ["succeeded", "failed", "cancelled"].includes(doc.status);
+    const finite = traces.some((t) => t.meta !== "theory" && (t.y ?? []).some((v) => typeof v === "number" && Number.isFinite(v)));
+    if (typeof since !== "number" && (finite || !ended)) return;
+    const text = finite ? `non-finite from step ${since}`
+      : `no finite value recorded${typeof since === "number" ? ` (non-finite from step ${since})` : ""}`;
+    layout.annotations = [{ text, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: finite ? 0.98 : 0.5,
+      font: { color: finite ? "#c0392b" : "#555", size: finite ? 12 : 14 }, bgcolor: "white", name: "broken" }];
   }
 
   setLog(log) {

@@ -133,7 +133,7 @@ export function render(main, [id]) {
       h("div.status-line", progressBar(e.progress, `${e.step} / ${e.total_steps} steps`),
         h("span#eta.muted", e.status === "running" && eta !== null ? `ETA ${fmtDuration(eta)}` : "")),
       e.error ? h("div.error-box", e.error) : "",
-      (e.warnings || []).map((w) => h("div.warning-box", `${w.code}: ${w.message}`)),
+      ...(e.warnings || []).map((w) => h("div.warning-box", `${w.code}: ${w.message}`)),
       h("div.toolbar", actions));
   }
 

@@ -64,7 +64,6 @@ export function progressBar(progress, label) {
     h("div.progress-fill", { style: `width:${pct}%` }), h("span.progress-label", label ?? `${pct}%`));
 }
 
-// Seconds left, from the pace since started_at (null until there is a pace).
 // Seconds left at the pace of the current attempt (a resumed or continued job's started at start_step, not 0).
 export function etaSeconds({ started_at: startedAt, step, start_step: startStep = 0, total_steps: total }) {
   const done = step - startStep;
