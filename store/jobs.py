@@ -521,7 +521,8 @@ def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | No
                 requeued.append(experiment_id)
         if done:
             _end_attempt(session, experiment_id, attempts, "interrupted" if interrupted else "lost")
-            if experiment_id not in requeued:
+            if experiment_id not in requeued:   # ended: nothing resumes from its checkpoint (as finish_claimed)
+                _drop_checkpoint(session, experiment_id)
                 settle_study(session, experiment_id)
     return requeued
 

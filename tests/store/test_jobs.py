@@ -107,6 +107,28 @@ def test_names_stored_with_control_characters_are_cleaned_by_0013(empty_database
     smdengine.parse_spec(rows[bad][1])   # the engine reads it again
 
 
+def test_checkpoints_of_ended_jobs_are_dropped_by_0015(empty_database_url):
+    """A lost worker's job that the sweeper ended (cancelled, or failed at its attempts cap) kept its checkpoint
+    for good; a running job's and a kept final one (succeeded, to continue from) stay."""
+    cfg = alembic_config(empty_database_url)
+    command.upgrade(cfg, "0014")
+    with get_engine(empty_database_url).begin() as conn:
+        for experiment_id, status in (("e-cancelled", "cancelled"), ("e-failed", "failed"), ("e-running", "running"),
+                                      ("e-kept", "succeeded")):
+            conn.execute(text(
+                "INSERT INTO experiments (id, kind, status, spec, progress, step, total_steps, cancel_requested, "
+                "attempts, queue, created_at, updated_at, visibility, priority, revision, keep_checkpoint) VALUES "
+                "(:id, 'nrq', :status, '{}', 0, 0, 20, :no, 1, 'cpu', CURRENT_TIMESTAMP, CURRENT_TIMESTAMP, "
+                "'private', 1, 0, :no)"), {"id": experiment_id, "status": status, "no": False})
+            conn.execute(text("INSERT INTO checkpoints (experiment_id, attempt, step, n_points, data, created_at) "
+                              "VALUES (:id, 1, 5, 1, :data, CURRENT_TIMESTAMP)"), {"id": experiment_id, "data": b"x"})
+    command.upgrade(cfg, "head")
+    get_engine(empty_database_url).dispose()
+    with get_engine(empty_database_url).begin() as conn:
+        left = sorted(r[0] for r in conn.execute(text("SELECT experiment_id FROM checkpoints")))
+    assert left == ["e-kept", "e-running"]
+
+
 def test_claim_takes_oldest_of_its_queues_exclusively(database_url):
     first, gpu, second = make(database_url), make(database_url, "gpu"), make(database_url)
     a = claim(database_url)
@@ -192,14 +214,26 @@ def test_live_lease_is_kept_and_lost_worker_expired_by_name(database_url):
 
 
 def test_cancel_of_running_job_with_lost_worker_ends_cancelled(database_url):
+    """Its checkpoint goes with it (nothing resumes an ended job; it stayed in the database for good), as
+    when a lost worker's job fails for its attempts cap."""
     exp = make(database_url)
-    claim(database_url)
+    c = claim(database_url)
     with session_scope(database_url) as s:
+        jobs.save_checkpoint(s, c, 5, 1, b"state")
         jobs.request_cancel(s, exp)
     expire(database_url, exp)
     with session_scope(database_url) as s:
         assert jobs.expire_leases(s, 3) == []
     assert row(database_url, exp).status == "cancelled"
+    capped = make(database_url)
+    c = claim(database_url)
+    with session_scope(database_url) as s:
+        jobs.save_checkpoint(s, c, 5, 1, b"state")
+    expire(database_url, capped)
+    with session_scope(database_url) as s:
+        assert jobs.expire_leases(s, 1) == []
+        assert jobs.load_checkpoint(s, exp) is None and jobs.load_checkpoint(s, capped) is None
+    assert row(database_url, capped).status == "failed"
 
 
 @pytest.mark.parametrize("give_back", [jobs.release, jobs.interrupt])
