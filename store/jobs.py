@@ -854,20 +854,28 @@ def continue_run(session: Session, experiment_id: str, *, owner_id: str, spec: d
 SETTLED_PROGRESS = 0.1
 
 
+def remaining_seconds(started: datetime | None, step: int, start_step: int, total: int,
+                      now: datetime) -> tuple[float, bool] | None:
+    """Seconds a running job still needs at its current attempt's pace ((step − start_step) steps since
+    ``started``), and whether that pace has settled (the attempt past SETTLED_PROGRESS of the job); None
+    before the attempt has made a step. Times on the database's clock."""
+    if started is None or not total or step <= start_step:
+        return None
+    elapsed = (as_utc(now) - as_utc(started)).total_seconds()
+    return elapsed * (total - step) / (step - start_step), (step - start_step) / total >= SETTLED_PROGRESS
+
+
 @transaction
 def retry_after(session: Session, owner_id: str, default: int) -> int:
-    """Seconds until the owner's first running job should end (from its current attempt's pace), within
-    [1, 3600]; ``default`` when none has progressed yet, and a job below SETTLED_PROGRESS counts at most
-    ``default``. Elapsed times on the database's clock (the starts are its times)."""
+    """Seconds until the owner's first running job should end (:func:`remaining_seconds`), within [1, 3600];
+    ``default`` when none has progressed yet, and a job whose pace has not settled counts at most ``default``."""
     best: float | None = None
     for started, step, start_step, total, now in session.execute(
             select(Experiment.started_at, Experiment.step, Experiment.start_step, Experiment.total_steps, db_now())
             .where(Experiment.owner_id == owner_id, Experiment.status == Status.running)).all():
-        if started is None or not total or step <= start_step:
+        pace = remaining_seconds(started, step, start_step, total, now)
+        if pace is None:
             continue
-        remaining = (as_utc(now) - as_utc(started)).total_seconds() * (total - step) / (step - start_step)
-        progress = (step - start_step) / total   # of this attempt: a resumed one's pace starts anew
-        if progress < SETTLED_PROGRESS:
-            remaining = min(remaining, default)
+        remaining = pace[0] if pace[1] else min(pace[0], default)
         best = remaining if best is None else min(best, remaining)
     return default if best is None else int(min(max(best, 1), 3600))

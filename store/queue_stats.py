@@ -115,17 +115,17 @@ def queue_state(session: Session, queue: str) -> QueueState:
     return QueueState(queue, int(queued or 0), int(running or 0), int(workers or 0), mean_duration(session, queue))
 
 
-def estimate_starts(count: int, running_since: list[datetime], slots: int, mean_seconds: float | None,
+def estimate_starts(count: int, running_ends: list[datetime], slots: int, mean_seconds: float | None,
                     now: datetime) -> list[datetime | None]:
     """The estimated starts of the first ``count`` queued jobs, in order: each of ``slots`` parallel
-    slots frees when its running job (started at ``running_since``) reaches the mean duration (now, if
-    it is past it; an idle slot, now), and each queued job takes the earliest free slot for the mean
-    duration. Anchored on the running jobs' starts, not on the clock: the estimate of a job stays put as
-    time passes while its predecessors run their expected time. None without history."""
+    slots frees when its running job should end (``running_ends``: :func:`running_end`; now, if it is past
+    it; an idle slot, now), and each queued job takes the earliest free slot for the mean duration. Anchored
+    on the running jobs' ends, not on the clock: the estimate of a job stays put as time passes while its
+    predecessors run their expected time. None without history."""
     if mean_seconds is None:
         return [None] * count
     mean = timedelta(seconds=mean_seconds)
-    free = sorted(max(now, as_utc(started) + mean) for started in running_since)[:max(slots, 1)]
+    free = sorted(max(now, end) for end in running_ends)[:max(slots, 1)]
     free += [now] * (max(slots, 1) - len(free))
     out: list[datetime | None] = []
     for _ in range(count):
@@ -134,6 +134,17 @@ def estimate_starts(count: int, running_since: list[datetime], slots: int, mean_
         out.append(start)
         free[0] = start + mean
     return out
+
+
+def running_end(started: datetime, step: int, start_step: int, total: int, mean_seconds: float | None,
+                now: datetime) -> datetime:
+    """When a running job should end: at its current attempt's pace once that has settled
+    (:func:`store.jobs.remaining_seconds`; a job ten times the mean's length frees its slot at its end, not
+    at the mean's), else when it reaches the mean duration."""
+    pace = jobs.remaining_seconds(started, step, start_step, total, now)
+    if pace is not None and pace[1]:
+        return now + timedelta(seconds=pace[0])
+    return as_utc(started) + timedelta(seconds=mean_seconds or 0.0)
 
 
 @transaction
@@ -149,13 +160,16 @@ def snapshot(session: Session, owner_id: str | None = None, *, everyone: bool = 
     positions = {experiment_id: index + 1 for queue in QUEUES for index, experiment_id in enumerate(orders[queue])}
     starts: dict[str, list[datetime | None]] = {}
     for queue, queue_now in states.items():
-        running_since = [as_utc(t) for t in session.scalars(
-            select(Experiment.started_at).where(Experiment.queue == queue, Experiment.status == Status.running,
-                                                Experiment.started_at.is_not(None))) if t is not None]
+        mean = queue_now.mean_duration_seconds
+        ends = [running_end(started, step, start_step, total, mean, now) for started, step, start_step, total in
+                session.execute(select(Experiment.started_at, Experiment.step, Experiment.start_step,
+                                       Experiment.total_steps)
+                                .where(Experiment.queue == queue, Experiment.status == Status.running,
+                                       Experiment.started_at.is_not(None))).all() if started is not None]
         # parallel slots: busy processes (running jobs) or live workers, whichever is larger, since one
         # worker with concurrency N holds N leases under one name
-        starts[queue] = estimate_starts(len(orders[queue]), running_since, max(queue_now.workers, queue_now.running),
-                                        queue_now.mean_duration_seconds, now)
+        starts[queue] = estimate_starts(len(orders[queue]), ends, max(queue_now.workers, queue_now.running), mean,
+                                        now)
     query = select(Experiment).where(Experiment.status.in_(ACTIVE))
     if not everyone:
         query = query.where(jobs.by_owner(owner_id))

@@ -45,9 +45,11 @@ class QueuedJob(BaseModel):
                                "users with fewer running jobs may go ahead. Null for a running job (and for a "
                                "queued one whose cancellation is pending: it will not start).")
     estimated_start: datetime | None = Field(
-        ..., description="Running: when it started. Queued: an estimate only, now + ceil(position / max(1, workers)) "
-                         "× mean_duration_seconds of its queue, assuming every job takes the recent mean; null when "
-                         "its queue has no succeeded job yet (no duration history).")
+        ..., description="Running: when its current attempt started. Queued: an estimate only: each worker slot "
+                         "frees when its running job should end (at that job's pace once its attempt has done 10 % of "
+                         "its steps, else at the queue's mean_duration_seconds), and each job ahead takes the earliest "
+                         "free slot for mean_duration_seconds; null when its queue has no succeeded job yet (no "
+                         "duration history).")
 
 
 class QueueOut(BaseModel):

@@ -1,23 +1,28 @@
 """Estimated starts of queued jobs (store.queue_stats.estimate_starts): slots free as their running jobs
-reach the mean duration, queued jobs take the earliest free slot, and an estimate stays put while time
-passes (it moved with the clock before: 10 s in 8 s)."""
+should end (at their pace once it has settled, else at the mean duration), queued jobs take the earliest
+free slot, and an estimate stays put while time passes (it moved with the clock before: 10 s in 8 s)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from store.queue_stats import estimate_starts
+from store.queue_stats import estimate_starts, running_end
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+def ends(starts: list[datetime], mean: float = 30.0, now: datetime = T0) -> list[datetime]:
+    """Running jobs that have not made a step yet: they end at the mean duration."""
+    return [running_end(t, 0, 0, 100, mean, now) for t in starts]
+
+
 def test_queued_jobs_take_the_earliest_free_slot():
-    running = [T0, T0 + timedelta(seconds=10)]   # two slots busy, mean 30 s: free at 30 and 40 s
+    running = ends([T0, T0 + timedelta(seconds=10)])   # two slots busy, mean 30 s: free at 30 and 40 s
     starts = estimate_starts(4, running, slots=2, mean_seconds=30.0, now=T0 + timedelta(seconds=5))
     assert [(s - T0).total_seconds() for s in starts] == [30, 40, 60, 70]
 
 
 def test_an_estimate_does_not_move_with_the_clock_while_its_predecessors_run_their_time():
-    running = [T0]
+    running = ends([T0])
     first = estimate_starts(3, running, slots=1, mean_seconds=30.0, now=T0 + timedelta(seconds=2))
     later = estimate_starts(3, running, slots=1, mean_seconds=30.0, now=T0 + timedelta(seconds=10))
     assert first == later == [T0 + timedelta(seconds=s) for s in (30, 60, 90)]
@@ -25,8 +30,19 @@ def test_an_estimate_does_not_move_with_the_clock_while_its_predecessors_run_the
 
 def test_an_overdue_job_frees_its_slot_now_and_idle_slots_are_free_now():
     now = T0 + timedelta(seconds=100)   # the running job is 70 s past the mean: its slot frees now
-    assert estimate_starts(2, [T0], slots=2, mean_seconds=30.0, now=now) == [now, now]
+    assert estimate_starts(2, ends([T0]), slots=2, mean_seconds=30.0, now=now) == [now, now]
     assert estimate_starts(1, [], slots=1, mean_seconds=None, now=now) == [None]
+
+
+def test_a_running_job_ends_at_its_own_pace_once_it_has_settled():
+    """A job ten times the mean's length held its slot past the mean: the queue behind it was told "now"."""
+    now = T0 + timedelta(seconds=100)
+    # 200 of 1000 steps in 100 s: 400 s to go, however short the mean
+    assert running_end(T0, 200, 0, 1000, 30.0, now) == now + timedelta(seconds=400)
+    # resumed at step 500 100 s ago, 100 steps since: 400 s to go (its whole progress, 0.6, said 67 s)
+    assert running_end(T0, 600, 500, 1000, 30.0, now) == now + timedelta(seconds=400)
+    # 5 % into its attempt: its pace is mostly its start, the mean rules
+    assert running_end(T0, 50, 0, 1000, 30.0, now) == T0 + timedelta(seconds=30)
 
 
 def test_busy_time_counts_a_fused_batch_or_parallel_processes_once_per_worker():

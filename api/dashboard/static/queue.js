@@ -18,7 +18,8 @@ export function render(main) {
         Object.entries(q.queues).map(([name, info]) => h("tr", h("td", name), h("td", info.queued), h("td", info.running),
           h("td", info.workers), h("td", fmtDuration(info.mean_duration_seconds)))))),
         h("p.muted", "running counts jobs, each child of a fused batch included; workers counts the processes running "
-          + "them. A start estimate: each slot frees when its job reaches the mean run time."),
+          + "them. A start estimate: each slot frees when its job should end (at its pace, once it has done a tenth of its "
+          + "steps; else at the mean run time), then each job ahead takes the mean run time."),
         h("h2", "Your queued and running jobs"),
         q.jobs.length ? h("table.list#my-jobs", h("tr", h("th", "job"), h("th", "status"), h("th", "queue"),
           h("th", "position"), h("th", "priority"), h("th", "start (estimate)")),
