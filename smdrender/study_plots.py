@@ -345,7 +345,11 @@ def scatter(rows: list[dict], x: str, metric: str, theory: str | None,
     ax.set_xlabel(AXIS_LABELS.get(x, x))
     ax.set_ylabel(f"{metric} (tail mean)")
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
+    handles = ax.get_legend_handles_labels()[0]
+    if len(handles) > 3:   # several labelled curves: below the axes, where it hides no point
+        fig.set_size_inches(7, 4.6 + 0.2 * len(handles))
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
+    elif handles:
         ax.legend(fontsize=8)
     ax.set_title(f"{metric} against {x} ({len(points)} {'point' if len(points) == 1 else 'points'})", fontsize=10)
     return encode(fig, fmt)
