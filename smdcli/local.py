@@ -9,20 +9,14 @@ from pydantic import ValidationError
 from tqdm import tqdm
 
 import smdengine
+from smdcli.paths import read_object
 from store.models import Status
 from store.settings import get_settings
 
 
 def run_local(spec_path: Path, output: Path | None, quiet: bool = False) -> int:
-    try:
-        if str(spec_path) == "-":
-            raw = sys.stdin.read()
-        else:
-            with open(spec_path, encoding="utf-8") as fh:
-                raw = fh.read()
-        data = json.loads(raw)
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"smd run: cannot read spec {spec_path}: {exc}", file=sys.stderr)
+    data = read_object(spec_path, "smd run", "spec")
+    if data is None:
         return 2
     try:
         spec = smdengine.parse_spec(data)
@@ -32,7 +26,9 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False) -> int:
         return 2
     for warning in smdengine.spec_warnings(spec):   # even with quiet: they say what the results leave out
         print(f"smd run: warning: {warning['code']}: {warning['message']}", file=sys.stderr)
-    bar = tqdm(total=spec.params.steps, unit="step", file=sys.stderr, disable=quiet, dynamic_ncols=True)
+    # no bar into a file or pipe (its frames are carriage returns): as smd follow and smd study run
+    bar = tqdm(total=spec.params.steps, unit="step", file=sys.stderr, disable=quiet or not sys.stderr.isatty(),
+               dynamic_ncols=True)
 
     def on_progress(progress: smdengine.Progress) -> None:
         bar.update(progress.step - bar.n)

@@ -1,10 +1,14 @@
-"""Argument types for ``-o``: a path the command can write, checked when the arguments are read, so that a
-long run never ends in a traceback that loses its results (argparse then exits 2 with the reason)."""
+"""What the commands read from their arguments. Argument types for ``-o`` (a path the command can write,
+checked when the arguments are read, so that a long run never ends in a traceback that loses its results)
+and for ids (argparse then exits 2 with the reason); a JSON object from a file or stdin."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
 
 def output_file(text: str) -> Path:
@@ -33,3 +37,29 @@ def output_dir(text: str) -> Path:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"{text!r}: {str(existing)!r} is not writable by this user")
     return path
+
+
+def resource_id(text: str) -> str:
+    """An experiment's, study's or preset's id: letters, digits, '-' and '_' (:func:`smdlab.client.valid_id`;
+    '../experiments/X' as a study id cancelled that experiment)."""
+    from smdlab.client import valid_id
+    from smdlab.errors import SMDError
+
+    try:
+        return valid_id(text, "the")
+    except SMDError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("the id: ")) from None
+
+
+def read_object(path: Path | str, prog: str, what: str) -> dict[str, Any] | None:
+    """The JSON object in file ``path`` (``-``: stdin); None, with ``prog: cannot read the WHAT 'path': why`` on
+    stderr, when it cannot be read, is not UTF-8 or JSON, or is not an object."""
+    try:
+        data = json.loads(sys.stdin.read() if str(path) == "-" else Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        print(f"{prog}: cannot read the {what} {str(path)!r}: {exc}", file=sys.stderr)
+        return None
+    if not isinstance(data, dict):
+        print(f"{prog}: the {what} {str(path)!r}: expected a JSON object, got {type(data).__name__}", file=sys.stderr)
+        return None
+    return data

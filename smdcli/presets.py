@@ -67,6 +67,15 @@ def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
         from smdcli.service import refuse_non_finite
 
         refuse_non_finite("smd presets", overrides, "--set")
+        # a flag of the other mode was silently dropped: -o without --local submitted the whole preset
+        wrong = ([f for f, given in (("-o", args.output), ("-j", args.jobs != 1)) if given] if not args.local else
+                 [f for f, given in (("--follow", args.follow), ("--visibility", args.visibility),
+                                     ("--priority", args.priority)) if given])
+        if wrong:
+            mode = "a run on the service (without --local)" if args.local else "a --local run"
+            print(f"smd presets: run: {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} for {mode} only",
+                  file=sys.stderr)
+            return 2
         if args.local:
             if args.output is None:
                 print("smd presets: run --local needs -o DIR", file=sys.stderr)

@@ -6,7 +6,8 @@
     smd results ID [-o FILE] [--csv] the result document (JSON), or the series as CSV
     smd cancel ID
     smd ls [--status S] [--kind K] [--tag T ...] [--name TEXT] [--limit N]
-    smd rerun ID --set params.lr=0.2 [--set seed=4 ...] [--follow]
+    smd rerun ID --set params.lr=0.2 [--set seed=4 ...] [--keep-checkpoint] [--follow]
+    smd continue ID --steps N [--follow]   N more steps of a succeeded run that kept its checkpoint
 
 Exit status: 0 done (``follow``: the experiment succeeded), 1 an HTTP or connection error (``follow``:
 it failed), 2 a rejected spec or override (422; ``follow``: it was cancelled), 3 over a quota (429).
@@ -20,10 +21,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from smdcli.paths import output_file
+from smdcli.paths import output_file, read_object, resource_id
 
 FOLLOW_EXIT = {"succeeded": 0, "failed": 1, "cancelled": 2}
-COMMANDS = ("submit", "status", "follow", "results", "cancel", "ls", "rerun")
+COMMANDS = ("submit", "status", "follow", "results", "cancel", "ls", "rerun", "continue")
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -35,28 +36,35 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--keep-checkpoint", action="store_true", help="keep the final state (to continue it)")
     _follow_flags(submit)
     status = sub.add_parser("status", help="an experiment's status and progress")
-    status.add_argument("id")
+    status.add_argument("id", type=resource_id)
     follow = sub.add_parser("follow", help="a progress bar until the experiment ends (exit 0/1/2)")
-    follow.add_argument("id")
+    follow.add_argument("id", type=resource_id)
     follow.add_argument("--quiet", action="store_true", help="no progress bar")
     results = sub.add_parser("results", help="an experiment's result document (or its series as CSV)")
-    results.add_argument("id")
+    results.add_argument("id", type=resource_id)
     results.add_argument("-o", "--output", type=output_file, help="file to write (default: stdout)")
     results.add_argument("--csv", action="store_true", help="the series as CSV, one row per recorded step")
     cancel = sub.add_parser("cancel", help="cancel an experiment")
-    cancel.add_argument("id")
+    cancel.add_argument("id", type=resource_id)
     ls = sub.add_parser("ls", help="list experiments, newest first")
     ls.add_argument("--status")
     ls.add_argument("--kind")
     ls.add_argument("--tag", action="append", help="repeatable: all of them")
     ls.add_argument("--name", help="name contains (any case)")
-    ls.add_argument("--limit", type=int, default=20, help="at most this many rows (default 20)")
+    ls.add_argument("--limit", type=_positive, default=20, help="at most this many rows (default 20)")
     rerun = sub.add_parser("rerun", help="a new experiment from one's spec with --set overrides")
-    rerun.add_argument("id")
+    rerun.add_argument("id", type=resource_id)
     rerun.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                        help="dotted path = value (JSON, or text), e.g. params.lr=0.2; repeatable")
     rerun.add_argument("--name")
+    rerun.add_argument("--visibility", choices=["private", "lab"])
+    rerun.add_argument("--priority", choices=["low", "normal", "high"], help="default normal; high: admins")
+    rerun.add_argument("--keep-checkpoint", action="store_true", help="keep the final state (to continue it)")
     _follow_flags(rerun)
+    extend = sub.add_parser("continue", help="run a succeeded experiment further (submitted with --keep-checkpoint)")
+    extend.add_argument("id", type=resource_id)
+    extend.add_argument("--steps", type=int, required=True, help="how many more steps")
+    _follow_flags(extend)
 
 
 def _follow_flags(parser: argparse.ArgumentParser) -> None:
@@ -75,14 +83,8 @@ def _run(client: Any, args: argparse.Namespace) -> int:
 
     command = args.command
     if command == "submit":
-        try:
-            spec = json.loads(sys.stdin.read() if str(args.spec) == "-" else args.spec.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:   # refused before any request
-            print(f"smd submit: cannot read the spec {str(args.spec)!r}: {exc}", file=sys.stderr)
-            return 2
-        if not isinstance(spec, dict):
-            print(f"smd submit: the spec {str(args.spec)!r}: expected a JSON object, got {type(spec).__name__}",
-                  file=sys.stderr)
+        spec = read_object(args.spec, "smd submit", "spec")   # refused before any request
+        if spec is None:
             return 2
         refuse_non_finite("smd submit", spec, "the spec")
         options = {k: v for k, v in (("name", args.name), ("visibility", args.visibility),
@@ -91,12 +93,21 @@ def _run(client: Any, args: argparse.Namespace) -> int:
             options["keep_checkpoint"] = True
         experiment = client.submit(spec, **options)
         print(experiment.id)
+        _warn("smd submit", experiment.data)
         return follow(experiment, args.quiet) if args.follow else 0
     if command == "rerun":
         overrides = dict(_assignment(item) for item in args.set)
         refuse_non_finite("smd rerun", overrides, "--set")
-        experiment = client.experiment(args.id).rerun(overrides, name=args.name)
+        experiment = client.experiment(args.id).rerun(
+            overrides, name=args.name, visibility=args.visibility, priority=args.priority,
+            keep_checkpoint=args.keep_checkpoint or None)
         print(experiment.id)
+        _warn("smd rerun", experiment.data)
+        return follow(experiment, args.quiet) if args.follow else 0
+    if command == "continue":
+        experiment = client.experiment(args.id).continue_(args.steps)
+        data = experiment.data
+        print(f"{experiment.id} {data['status']}: {data['total_steps']} steps in all", file=sys.stderr)
         return follow(experiment, args.quiet) if args.follow else 0
     experiment_id = getattr(args, "id", None)
     if command == "status":
@@ -119,7 +130,11 @@ def _run(client: Any, args: argparse.Namespace) -> int:
             sys.stdout.buffer.write(body)
         return 0
     if command == "cancel":
-        data = client.experiment(experiment_id).cancel().data
+        experiment = client.experiment(experiment_id)
+        if experiment.data["status"] == "cancelled":   # asked twice: done, not an error (scripts retry)
+            print(f"{experiment_id} cancelled (already)")
+            return 0
+        data = experiment.cancel().data
         asked = " (cancel requested: the worker stops it shortly)" if data.get("cancel_requested") and \
             data["status"] == "running" else ""
         print(f"{experiment_id} {data['status']}{asked}")
@@ -127,12 +142,10 @@ def _run(client: Any, args: argparse.Namespace) -> int:
     if command == "ls":
         rows = []
         for experiment in client.experiments(status=args.status, kind=args.kind, tag=args.tag, name=args.name,
-                                             limit=min(args.limit, 100)):
+                                             limit=args.limit):
             d = experiment.data
             rows.append((d["id"], (d.get("name") or "")[:30], d["kind"], d["status"], f"{100 * d['progress']:.0f}%",
                          str(d.get("created_at", ""))[:19]))
-            if len(rows) >= args.limit:
-                break
         header = ("ID", "NAME", "KIND", "STATUS", "PROGRESS", "CREATED")
         widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
         for row in [header, *rows]:
@@ -147,6 +160,22 @@ def follow(experiment: Any, quiet: bool = False) -> int:
     data = experiment.data
     print(f"{experiment.id} {data['status']}" + (f": {data['error']}" if data.get("error") else ""), file=sys.stderr)
     return FOLLOW_EXIT[data["status"]]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number ≥ 1, got {text!r}")
+    return value
+
+
+def _warn(prog: str, data: dict[str, Any]) -> None:
+    """The spec's out-of-regime warnings (what its results leave out), as smd run says them."""
+    for warning in data.get("warnings") or []:
+        print(f"{prog}: warning: {warning.get('code')}: {warning.get('message')}", file=sys.stderr)
 
 
 def _assignment(item: str) -> tuple[str, Any]:

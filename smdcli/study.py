@@ -25,17 +25,20 @@ import argparse
 import json
 import math
 import multiprocessing
+import os
+import signal
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from multiprocessing.managers import SyncManager
 from pathlib import Path
 from typing import Any
 
 from tqdm import tqdm
 
-from smdcli.paths import output_dir, output_file
+from smdcli.paths import output_dir, output_file, read_object, resource_id
 
 SERVICE_KEYS = ("visibility", "priority")   # study options of the service, not of the engine
 END_STATUSES = {"succeeded": 0, "failed": 1, "partial": 1, "cancelled": 2}
@@ -58,17 +61,17 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--priority", choices=["low", "normal", "high"], help="overrides the file's (high: admins)")
     submit.add_argument("--quiet", action="store_true", help="with --follow: no progress bar")
     status = cmds.add_parser("status", help="a study's status, counts, progress and ETA")
-    status.add_argument("id")
+    status.add_argument("id", type=resource_id)
     status.add_argument("--json", action="store_true", help="print the service's JSON")
     status.add_argument("--follow", action="store_true", help="show its progress until it ends")
     status.add_argument("--quiet", action="store_true", help="with --follow: no progress bar")
     table = cmds.add_parser("table", help="a study's table (JSON, or CSV with --csv)")
-    table.add_argument("id")
+    table.add_argument("id", type=resource_id)
     table.add_argument("--group", choices=["point"], help="one row per point: mean and standard error over seeds")
     table.add_argument("--csv", action="store_true", help="CSV instead of JSON")
     table.add_argument("-o", "--output", type=output_file, help="file to write (default: stdout)")
     cancel = cmds.add_parser("cancel", help="cancel every unfinished child of a study")
-    cancel.add_argument("id")
+    cancel.add_argument("id", type=resource_id)
 
 
 def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
@@ -93,20 +96,10 @@ def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
 # ============================================================================ smd study run
 
 
-def read_json(path: Path) -> Any:
-    raw = sys.stdin.read() if str(path) == "-" else Path(path).read_text(encoding="utf-8")
-    return json.loads(raw)
-
-
 def read_study(path: Path) -> dict[str, Any] | None:
     """A study file (or - for stdin) as a JSON object; None, with the reason on stderr, when it is not one."""
-    try:
-        data = read_json(path)
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"smd study: cannot read study {path}: {exc}", file=sys.stderr)
-        return None
-    if not isinstance(data, dict):
-        print(f"smd study: {path}: expected a JSON object", file=sys.stderr)
+    data = read_object(path, "smd study", "study")
+    if data is None:
         return None
     from smdcli.service import non_finite
 
@@ -255,7 +248,12 @@ def _run_children(specs: Unit, jobs: int, bar: tqdm, data_dir: str | None,
             show()
         return done
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager:
+    # Ctrl-C reaches every process of the terminal's group: the manager (the progress queue) lives on until the
+    # pool is down, and each worker ends at once and quietly (_init_worker); the queue's end had made each
+    # worker print a traceback after "interrupted"
+    manager = SyncManager(ctx=context)
+    manager.start(initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
+    with manager:
         queue = manager.Queue()
         with ProcessPoolExecutor(max_workers=min(jobs, len(specs)), mp_context=context,
                                  initializer=_init_worker) as pool:
@@ -284,6 +282,11 @@ def _init_worker() -> None:
     import torch
 
     torch.set_num_threads(1)
+    signal.signal(signal.SIGINT, _interrupted_worker)
+
+
+def _interrupted_worker(signum: int, frame: Any) -> None:
+    os._exit(130)   # Ctrl-C: its unit's results are dropped with the run; the parent says "interrupted"
 
 
 def _unit_in_worker(unit: Unit, data_dir: str | None, queue: Any) -> dict[int, tuple[dict | None, str | None]]:
@@ -557,6 +560,9 @@ def table(client: Any, study_id: str, group: str | None = None, as_csv: bool = F
 
 
 def cancel(client: Any, study_id: str) -> int:
+    if client.get_study(study_id).data.get("status") == "cancelled":   # asked twice: done, not an error
+        print(f"smd study: {study_id} cancelled (already)", file=sys.stderr)
+        return 0
     study = client.http.json("POST", f"/v1/studies/{study_id}/cancel")
     status = study.get("status") if isinstance(study, dict) else None
     print(f"smd study: cancel requested for {study_id}" + (f" ({status})" if status else ""), file=sys.stderr)

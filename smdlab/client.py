@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from smdlab._http import Transport
 from smdlab.errors import SMDError
+
+ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
+PAGE = 100   # experiments asked of GET /v1/experiments at once (it gives up to 500)
 
 ENDED = ("succeeded", "failed", "cancelled")
 STUDY_ENDED = ("succeeded", "failed", "cancelled", "partial")
@@ -63,19 +67,28 @@ class Client:
         return Experiment(self, self.http.json("POST", "/v1/experiments", json={**spec, **options}))
 
     def experiment(self, experiment_id: str) -> Experiment:
-        return Experiment(self, self.http.json("GET", f"/v1/experiments/{_id(experiment_id, 'experiment')}"))
+        return Experiment(self, self.http.json("GET", f"/v1/experiments/{valid_id(experiment_id, 'experiment')}"))
 
     def experiments(self, *, status: str | None = None, kind: str | None = None, name: str | None = None,
-                    tag: str | list[str] | None = None, limit: int = 100, **filters: Any) -> Iterator[Experiment]:
-        """Every experiment you may see, newest first, fetched a page at a time. ``filters`` are passed as
-        query parameters as they are (e.g. ``**{"param.params.lr": 0.1}``)."""
-        params: dict[str, Any] = {"status": status, "kind": kind, "name": name, "tag": tag, "limit": limit,
-                                  **filters}
+                    tag: str | list[str] | None = None, limit: int | None = None, page_size: int = PAGE,
+                    **filters: Any) -> Iterator[Experiment]:
+        """The experiments you may see, newest first (at most ``limit``; None: every one), fetched ``page_size``
+        at a time. ``filters`` are passed as query parameters as they are (e.g. ``**{"param.params.lr": 0.1}``)."""
+        for what, value in (("limit", limit), ("page_size", page_size)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                raise SMDError(f"{what}: expected a whole number ≥ 1, got {value!r}")
+        params: dict[str, Any] = {"status": status, "kind": kind, "name": name, "tag": tag,
+                                  "limit": min(limit or page_size, page_size), **filters}
+        left = limit
         while True:
             page = self.http.json("GET", "/v1/experiments", params=params)
             for item in page["items"]:
+                if left is not None:
+                    if left == 0:
+                        return
+                    left -= 1
                 yield Experiment(self, item)
-            if not page.get("next_cursor"):
+            if not page.get("next_cursor") or left == 0:
                 return
             params = {**params, "cursor": page["next_cursor"]}
 
@@ -99,7 +112,7 @@ class Client:
         return Study(self, self.http.json("POST", "/v1/studies", json=body))
 
     def get_study(self, study_id: str) -> Study:
-        return Study(self, self.http.json("GET", f"/v1/studies/{_id(study_id, 'study')}"))
+        return Study(self, self.http.json("GET", f"/v1/studies/{valid_id(study_id, 'study')}"))
 
     def presets(self) -> list[dict[str, Any]]:
         """The seeds' figures as presets: id, seed, figure, description, checks, cost estimates."""
@@ -107,11 +120,11 @@ class Client:
 
     def preset(self, preset_id: str) -> dict[str, Any]:
         """One preset in full: its catalog entry, each size with the study spec it expands to."""
-        return self.http.json("GET", f"/v1/presets/{preset_id}")
+        return self.http.json("GET", f"/v1/presets/{valid_id(preset_id, 'preset')}")
 
     def run_preset(self, preset_id: str, size: str = "quick", **options: Any) -> Study:
         """Run a preset (``options``: ``seeds``, ``overrides``, ``visibility``); its study, with checks."""
-        return Study(self, self.http.json("POST", f"/v1/presets/{preset_id}/run", json={"size": size, **options}))
+        return Study(self, self.http.json("POST", f"/v1/presets/{valid_id(preset_id, 'preset')}/run", json={"size": size, **options}))
 
 
 class Experiment:
@@ -220,12 +233,17 @@ class Experiment:
         self.data = self.client.http.json("POST", f"/v1/experiments/{self.id}/cancel")
         return self
 
-    def rerun(self, overrides: dict[str, Any] | None = None, *, name: str | None = None, **kwargs: Any) -> Experiment:
+    def rerun(self, overrides: dict[str, Any] | None = None, *, name: str | None = None,
+              visibility: str | None = None, priority: str | None = None, keep_checkpoint: bool | None = None,
+              tags: list[str] | None = None, note: str | None = None, **kwargs: Any) -> Experiment:
         """A new experiment from this one's spec with ``overrides`` by dotted path (``{"params.lr": 0.2}``);
         keyword arguments use ``__`` for the dots (``params__lr=0.2``); ``name``: the new one's (default: the
-        spec's)."""
+        spec's); ``visibility``, ``priority``, ``keep_checkpoint`` (to :meth:`continue_` it), ``tags``, ``note``:
+        as :meth:`Client.submit`'s."""
         changes = {**(overrides or {}), **{k.replace("__", "."): v for k, v in kwargs.items()}}
-        body: dict[str, Any] = {"overrides": changes, **({"name": name} if name is not None else {})}
+        options = {"name": name, "visibility": visibility, "priority": priority, "keep_checkpoint": keep_checkpoint,
+                   "tags": tags, "note": note}
+        body: dict[str, Any] = {"overrides": changes, **{k: v for k, v in options.items() if v is not None}}
         return Experiment(self.client, self.client.http.json("POST", f"/v1/experiments/{self.id}/rerun", json=body))
 
     def continue_(self, steps: int) -> Experiment:
@@ -329,8 +347,12 @@ def _show(bar: Any, state: dict[str, Any]) -> None:
     bar.refresh()
 
 
-def _id(value: str, what: str) -> str:
-    """An id as a path segment; an empty one, or one with a slash, would name another route."""
-    if not isinstance(value, str) or not value or "/" in value or value != value.strip():
-        raise SMDError(f"{what} id: expected a non-empty id without '/' or spaces, got {value!r}")
+
+
+def valid_id(value: Any, what: str) -> str:
+    """An id as a path segment: letters, digits, '-' and '_' (every id and preset id is). Anything else would
+    name another route or resource: '../experiments/X' under /v1/studies/ cancelled an experiment, '?x' and
+    '' the list."""
+    if not isinstance(value, str) or not ID.fullmatch(value):
+        raise SMDError(f"{what} id: expected letters, digits, '-' or '_', got {value!r}")
     return value

@@ -51,8 +51,9 @@ def test_submit_wait_read_plot_rerun_and_list(service):
     assert rerun.id != experiment.id and rerun.data["spec"]["params"]["lr"] == 0.2
     assert rerun.data["spec"]["seed"] == experiment.data["spec"]["seed"]
     assert rerun.wait(timeout=60, progress=False).status() == "succeeded"
-    listed = [e.id for e in client.experiments(kind="nrq", limit=1)]   # one per page: the cursor is followed
+    listed = [e.id for e in client.experiments(kind="nrq", page_size=1)]   # one per page: the cursor is followed
     assert listed[:2] == [rerun.id, experiment.id]
+    assert [e.id for e in client.experiments(kind="nrq", limit=1)] == [rerun.id]   # a cap (it was the page size)
     # HEAD on the event stream of a job that has not ended (uvicorn, not the test client): the GET's headers,
     # and the stream ends at once rather than when the job does
     import httpx
@@ -164,6 +165,16 @@ def test_cli_commands_and_follow_exit_codes(service, tmp_path):
     assert rerun.returncode == 0, rerun.stderr
     rerun_data = client_of(alice).experiment(rerun.stdout.strip()).data
     assert rerun_data["spec"]["params"]["lr"] == 0.3 and rerun_data["name"] == "cli rerun"   # --name is its name
+    # a rerun that keeps its checkpoint (the continue 409 says "or rerun it so"), then continued from the CLI
+    kept = smd(alice, "rerun", experiment_id, "--keep-checkpoint", "--follow", "--quiet")
+    assert kept.returncode == 0 and client_of(alice).experiment(kept.stdout.strip()).data["keep_checkpoint"] is True
+    extended = smd(alice, "continue", kept.stdout.strip(), "--steps", "100", "--follow", "--quiet")
+    assert extended.returncode == 0 and "300 steps in all" in extended.stderr, extended.stderr
+    assert "step 300/300" in smd(alice, "status", kept.stdout.strip()).stdout
+    warned = tmp_path / "warned.json"   # ηλ ≥ 2: its warning said as smd run says it
+    warned.write_text(json.dumps(small_spec(trials=4, steps=20, record_every=10, lr=100, weight_decay=0.9)))
+    warning = smd(alice, "submit", str(warned))
+    assert warning.returncode == 0 and "smd submit: warning: no_equilibrium: " in warning.stderr, warning.stderr
     bad = smd(alice, "rerun", experiment_id, "--set", "params.lr=-2")
     assert bad.returncode == 2 and "params.lr" in bad.stderr
     unusable = smd(alice, "rerun", experiment_id, "--set", "noequals")
@@ -188,6 +199,8 @@ def test_cli_commands_and_follow_exit_codes(service, tmp_path):
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert smd(alice, "cancel", long_id).returncode == 0
     assert follower.wait(timeout=60) == 2 and "cancelled" in follower.stderr.read()
+    again = smd(alice, "cancel", long_id)   # a script that cancels twice: done, not an error (it was a 409, exit 1)
+    assert again.returncode == 0 and "cancelled (already)" in again.stdout, again.stderr
     assert smd(alice, "status", "0" * 32).returncode == 1
     stranger = smd({**alice, "SMD_KEY": "smd_000000000000_not-a-key-of-this-server"}, "ls")
     assert stranger.returncode == 1 and "401" in stranger.stderr and "set SMD_KEY" in stranger.stderr

@@ -20,8 +20,14 @@ NOWHERE = {"SMD_URL": "http://127.0.0.1:9", "SMD_KEY": "smd_0123456789ab_key"}
     (["results", "0" * 32, "-o", "/nonexistent/x.json"], 2, "no folder '/nonexistent'"),
     (["study", "table", "0" * 32, "-o", "/"], 2, "is a folder: expected a file path"),
     (["study", "run", "study.json", "-o", "/etc/hostname"], 2, "is a file: expected a folder"),
-    (["status", ""], 1, "experiment id: expected a non-empty id"),
-    (["study", "status", "a/b"], 1, "study id: expected a non-empty id without '/'"),
+    (["status", ""], 2, "argument id: expected letters, digits, '-' or '_', got ''"),
+    (["study", "status", "a/b"], 2, "expected letters, digits, '-' or '_', got 'a/b'"),
+    # under /v1/studies/ this path cancelled an experiment
+    (["study", "cancel", "../experiments/" + "0" * 32], 2, "got '../experiments/"),
+    (["status", "?x"], 2, "got '?x'"),
+    (["presets", "run", "nrq-equilibrium-tradeoff", "-o", "out"], 2, "-o is for a --local run only"),
+    (["presets", "run", "nrq-equilibrium-tradeoff", "--local", "-o", "out", "--follow"], 2,
+     "--follow is for a run on the service (without --local) only"),
 ])
 def test_an_unusable_argument_is_refused_before_anything_runs(smd_here, tmp_path, monkeypatch, args,  # noqa: F811
                                                               status, words):
@@ -30,6 +36,15 @@ def test_an_unusable_argument_is_refused_before_anything_runs(smd_here, tmp_path
     done = smd_here(NOWHERE, *args)
     assert done.returncode == status and words in done.stderr, done.stderr
     assert "cannot reach" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("command", [["run"], ["submit"], ["study", "run"], ["study", "submit"]])
+def test_a_file_that_is_not_utf8_is_refused_without_a_traceback(smd_here, tmp_path, command):  # noqa: F811
+    (tmp_path / "bin.json").write_bytes(b"\xff\xfe")
+    args = [*command, str(tmp_path / "bin.json"), *(["-o", str(tmp_path / "out")] if command == ["study", "run"] else [])]
+    done = smd_here(NOWHERE, *args)
+    assert done.returncode == 2 and "cannot read the" in done.stderr and "can't decode" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "cannot reach" not in done.stderr
 
 
 @pytest.mark.parametrize("text, words", [
