@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -144,10 +145,10 @@ class Experiment:
     def status(self) -> str:
         return str(self.refresh().data["status"])
 
-    def wait(self, timeout: float | None = None, progress: bool = True, poll: float = 1.0) -> Experiment:
+    def wait(self, timeout: float | None = None, progress: bool | None = None, poll: float = 1.0) -> Experiment:
         """Block until it ends (or ``timeout`` seconds: TimeoutError), following its event stream with a
-        progress bar (tqdm: a terminal bar, or a widget in a notebook); when the stream cannot be read,
-        polling with ETags. Returns self, refreshed."""
+        progress bar (tqdm: a terminal bar, or a widget in a notebook; by default only there, not into a
+        file or pipe); when the stream cannot be read, polling with ETags. Returns self, refreshed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = _bar(progress, self.data.get("name") or self.id)
         try:
@@ -269,8 +270,9 @@ class Study:
     def status(self) -> str:
         return str(self.refresh().data["status"])
 
-    def wait(self, timeout: float | None = None, progress: bool = True, poll: float = 1.0) -> Study:
-        """Block until every child has ended (polling with ETags), with a progress bar over the children."""
+    def wait(self, timeout: float | None = None, progress: bool | None = None, poll: float = 1.0) -> Study:
+        """Block until every child has ended (polling with ETags), with a progress bar over the children (by
+        default in a terminal or a notebook only)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = _bar(progress, self.data.get("name") or self.id)
         etag = None
@@ -327,7 +329,11 @@ class Plot:
             out.write(self.data)
 
 
-def _bar(progress: bool, label: str) -> Any:
+def _bar(progress: bool | None, label: str) -> Any:
+    """A bar where asked; by default (None) where one shows: a terminal or a notebook, not a file or pipe (whose
+    reader got its frames as carriage returns)."""
+    if progress is None:
+        progress = sys.stderr.isatty() or "ipykernel" in sys.modules
     if not progress:
         return None
     from tqdm.auto import tqdm
