@@ -21,8 +21,12 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False) -> int:
     try:
         spec = smdengine.parse_spec(data)
     except ValidationError as exc:
-        for err in exc.errors():
-            print(f"smd run: spec error at {'.'.join(map(str, err['loc']))}: {err['msg']}", file=sys.stderr)
+        for err in exc.errors():   # the engine's messages name their field first ("kind: expected one of …")
+            loc = smdengine.error_location(err)
+            loc = loc[1:] if loc and loc[0] == data.get("kind") else loc   # the union's tag: the spec's kind
+            where, message = ".".join(map(str, loc)), smdengine.error_message(err)
+            said = message if not where or message.startswith(f"{where}: ") else f"{where}: {message}"
+            print(f"smd run: spec error: {said}", file=sys.stderr)
         return 2
     for warning in smdengine.spec_warnings(spec):   # even with quiet: they say what the results leave out
         print(f"smd run: warning: {warning['code']}: {warning['message']}", file=sys.stderr)

@@ -438,14 +438,22 @@ def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[
 
 def heatmap_axes(study: Any, grouped: list[dict[str, Any]]) -> tuple[str, str] | None:
     """The first two numeric axes that vary independently: the grid's (a zip counts as its first
-    axis), or a points study's; None when there are fewer than two."""
+    axis), or a points study's whose values fill a grid (points that move two axes together, e.g. momentum
+    with init_std, drew a mostly empty diagonal); None when there are no such two."""
     if study.points is not None:
         candidates = study.axes()
     else:
         candidates = [*study.grid, *list(study.zip)[:1]]
     numeric = [a for a in candidates
                if grouped and all(_number(r.get(a)) for r in grouped) and len({r.get(a) for r in grouped}) > 1]
-    return (numeric[0], numeric[1]) if len(numeric) >= 2 else None
+    if study.points is None:
+        return (numeric[0], numeric[1]) if len(numeric) >= 2 else None
+    for i, x in enumerate(numeric):
+        for y in numeric[i + 1:]:
+            cells = {(r.get(x), r.get(y)) for r in grouped}
+            if len(cells) == len({c[0] for c in cells}) * len({c[1] for c in cells}):
+                return x, y
+    return None
 
 
 # ============================================================================ the service over HTTP

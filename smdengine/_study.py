@@ -227,7 +227,8 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
         study = StudySpec.model_validate(study)
     if max_children is not None and study.size() > max_children:
         raise StudyError([{"loc": ["grid" if study.points is None else "points"], "type": "too_many_points",
-                           "msg": f"expected at most {max_children} children (points × seeds), "
+                           "msg": f"expected at most {max_children} {'child' if max_children == 1 else 'children'} "
+                                  "(points × seeds), "
                                   f"got {study.size()}"}])
     try:
         base = parse_spec(study.base)

@@ -86,3 +86,13 @@ def test_an_unreachable_tracking_server_is_said_at_once(smd_here):  # noqa: F811
     """MLflow's client retries for minutes before it gives up: the export asks once, first."""
     done = smd_here(NOWHERE, "export", "mlflow", "0" * 32, "--tracking-uri", "http://127.0.0.1:9")
     assert done.returncode == 1 and "cannot reach the tracking server http://127.0.0.1:9" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("spec, said", [
+    ({"kind": "nope"}, "smd run: spec error: kind: expected one of 'nrq', 'sde', 'train'\n"),   # not "at : kind: kind"
+    ({"kind": "nrq", "params": {"lr": -1}}, "smd run: spec error: params.lr: Input should be greater than 0\n"),
+])
+def test_smd_run_names_each_refused_field_once(smd_here, tmp_path, spec, said):  # noqa: F811
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    done = smd_here(NOWHERE, "run", str(tmp_path / "spec.json"))
+    assert done.returncode == 2 and done.stderr == said, done.stderr

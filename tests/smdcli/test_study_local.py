@@ -147,3 +147,18 @@ def test_corollary_3_scale_invariance(tmp_path):
     norms = [d["series"]["norm_sq"][-1] for d in docs]   # while |X|² scales by k²
     assert norms[1] == pytest.approx(9 * norms[0], rel=1e-9) and norms[2] == pytest.approx(100 * norms[0], rel=1e-9)
     assert (out / "overlay_risk.png").exists() and not (out / "heatmap_risk.png").exists()
+
+
+def test_a_points_study_gets_a_heatmap_only_where_its_points_fill_a_grid():
+    """nrq-momentum-risk's points move momentum with init_std: a heatmap over them was a mostly empty diagonal."""
+    from types import SimpleNamespace
+
+    from smdcli.study import heatmap_axes
+
+    axes = ["params.momentum", "params.init_std", "params.lr"]
+    study = SimpleNamespace(points=[{}], axes=lambda: axes, grid={}, zip={})
+    diagonal = [{"params.momentum": m, "params.init_std": s, "params.lr": 0.1} for m, s in ((0.0, 1.0), (0.5, 2.0),
+                                                                                             (0.9, 3.0))]
+    assert heatmap_axes(study, diagonal) is None
+    full = [{"params.momentum": m, "params.init_std": 1.0, "params.lr": lr} for m in (0.0, 0.9) for lr in (0.1, 0.2)]
+    assert heatmap_axes(study, full) == ("params.momentum", "params.lr")
