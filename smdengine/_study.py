@@ -243,7 +243,9 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
     # may not have both: StudySpec refuses it)
     seeds: list[int | None] = list(study.seeds) if study.seeds else [None]
     for point, values in enumerate(combinations(study)):
-        data = base.model_dump(mode="json")
+        # the base as given, not as parsed: a parsed base holds what its validators filled in (an nrq's default
+        # eig_low/eig_high), which an axis that replaces them (params.eigenvalues) then contradicted
+        data = deepcopy(study.base)
         try:
             for path, value in values.items():
                 set_path(data, path, value)

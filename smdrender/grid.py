@@ -39,3 +39,18 @@ def cell_means(rows: list[dict], x: str, y: str, column: str, xs: list, ys: list
             sums[yi[ky]][xi[kx]] += value
             counts[yi[ky]][xi[kx]] += 1
     return [[s / n if n else None for s, n in zip(srow, nrow, strict=True)] for srow, nrow in zip(sums, counts, strict=True)]
+
+
+def mixed_axes(rows: list[dict], x: str, y: str, axes: Sequence[str]) -> dict[str, list]:
+    """The ``axes`` (not x, y) whose values differ within some (x, y) cell, with their values: a cell is then
+    the mean over them (a third axis's settings averaged into one number), which the chart has to say."""
+    mixed: dict[str, list] = {}
+    for axis in axes:
+        if axis in (x, y):
+            continue
+        cells: dict[tuple, set] = {}
+        for row in rows:
+            cells.setdefault((hashable(row.get(x)), hashable(row.get(y))), set()).add(hashable(row.get(axis)))
+        if any(len(values) > 1 for values in cells.values()):
+            mixed[axis] = levels(rows, axis)
+    return mixed

@@ -175,6 +175,8 @@ def _check_priority(submission: StudySubmission, user: User) -> None:
 def _expand(submission: StudySubmission, settings: Settings) -> list[Any]:
     """The study's children, each validated; 422 naming the axis, or the point, field and reason."""
     engine = submission.model_dump(mode="json", exclude=SERVICE_FIELDS)
+    # the base as given (smdengine.expand_study): what its validators filled in is not the user's
+    engine["base"] = submission.base.model_dump(mode="json", exclude_unset=True)   # type: ignore[attr-defined]
     try:
         return expand_study(engine, max_children=settings.max_study_points)
     except StudyError as exc:
@@ -721,7 +723,7 @@ def get_heatmap(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
     theory = _checked(study, children, rows, metric, x=x, y=y)
     if x == y:   # one axis twice: each cell would average over the other axes, a misleading diagonal
         raise query_error("y", f"expected another axis than x, got {y!r} for both")
-    return _image(_renderers().heatmap(json_safe(rows), x, y, metric, theory, fmt.value), fmt)
+    return _image(_renderers().heatmap(json_safe(rows), x, y, metric, theory, fmt.value, axes=study.axes), fmt)
 
 
 @router.get("/{study_id}/plots/scatter.{fmt}", response_class=Response, operation_id="getStudyScatter",

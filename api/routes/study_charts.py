@@ -132,6 +132,9 @@ class HeatmapChart(BaseModel):
     se: list[list[float | None]]
     theory_z: list[list[float | None]] | None = None
     iso: bool = Field(..., description="x and y are the learning rate and the weight decay: iso-ηλ lines apply.")
+    averaged_over: dict[str, list[Any]] = Field(default_factory=dict, description="The study's other axes whose "
+                                                "values differ within a cell, with their values: each such cell is the "
+                                                "mean over those settings (empty: every cell is one setting).")
 
 
 @router.get("/{study_id}/charts", response_model=ChartOptions, operation_id="getStudyChartOptions",
@@ -220,7 +223,7 @@ def heatmap_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_le
     cells = lambda column: grid.cell_means(rows, x, y, column, xs, ys)  # noqa: E731 — the PNG's cells
     return HeatmapChart(metric=metric, x=x, y=y, theory=theory, xs=xs, ys=ys, z=cells(metric),
                         se=cells(f"{metric}_se"), theory_z=cells(theory) if theory else None,
-                        iso={x, y} == set(ISO_AXES))
+                        iso={x, y} == set(ISO_AXES), averaged_over=grid.mixed_axes(rows, x, y, study.axes))
 
 
 def _finite(value: Any) -> float | None:

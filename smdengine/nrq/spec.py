@@ -74,7 +74,9 @@ class NRQPhysics(StrictModel):
                 raise ValueError("eigenvalues: expected ascending order a_2 ≤ … ≤ a_p")
         else:
             if self.eig_low is None and self.eig_high is None:
-                self.eig_low, self.eig_high = 1.0, 2.0
+                # the default, and not marked as given (null is unset): a study axis may still set eigenvalues
+                self.__dict__.update(eig_low=1.0, eig_high=2.0)
+                self.__pydantic_fields_set__.difference_update({"eig_low", "eig_high"})
             if self.eig_low is None or self.eig_high is None:
                 raise ValueError("eig_low/eig_high: expected both or neither")
             if not self.eig_low < self.eig_high:

@@ -396,9 +396,9 @@ def test_plot_data_handed_to_the_renderers(sqlite_env, monkeypatch):
     def spy(name, arity):
         real = getattr(study_plots, name)
 
-        def recorded(*args):
+        def recorded(*args, **kwargs):
             calls[name] = args[:arity]
-            return real(*args)
+            return real(*args, **kwargs)
         monkeypatch.setattr(study_plots, name, recorded)
 
     spy("overlay", 4)
@@ -433,3 +433,14 @@ def test_plot_data_handed_to_the_renderers(sqlite_env, monkeypatch):
         ends = sorted((r["params.lr"], r["risk_stationary"]) for r in rows if f"weight_decay={r['params.weight_decay']}" == label)
         assert (xs[0], xs[-1]) == pytest.approx((ends[0][0], ends[-1][0]))
         assert (ys[0], ys[-1]) == pytest.approx((ends[0][1], ends[-1][1]), rel=1e-9)
+
+
+def test_a_spectrum_swept_over_a_base_that_gave_none_is_planned(sqlite_env):
+    """The base's two-level default (filled in by its validator, or given as null) is not the user's: an axis
+    setting params.eigenvalues over it was refused for "both" (POST /v1/studies alike: the same expansion)."""
+    client, _ = sqlite_env
+    for given in ({}, {"eig_low": None, "eig_high": None}):
+        r = client.post("/v1/study-plans", json={"base": {"kind": "nrq", "params": {"dim": 3, **given}},
+                                                 "points": [{"params.eigenvalues": [1.0, 1.5, 2.0]},
+                                                            {"params.eigenvalues": [1.0, 2.0, 4.0]}]})
+        assert r.status_code == 200 and r.json()["runs"] == 2, r.text

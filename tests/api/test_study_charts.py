@@ -64,6 +64,7 @@ def test_overlay_scatter_and_heatmap_carry_the_table_and_theory(sqlite_env):  # 
     heat = client.get(f"{base}/heatmap", params={"metric": "risk", "x": "params.lr",
                                                  "y": "params.weight_decay"}).json()
     assert heat["xs"] == [0.05, 0.1] and heat["ys"] == [0.01, 0.02] and heat["iso"] is True
+    assert heat["averaged_over"] == {}   # each cell one setting (its seeds' mean)
     for j, wd in enumerate(heat["ys"]):
         for i, lr in enumerate(heat["xs"]):
             row = next(r for r in table if r["params.lr"] == lr and r["params.weight_decay"] == wd)
@@ -152,6 +153,16 @@ def test_scatter_curves_hold_every_other_axis_fixed(sqlite_env):  # noqa: F811
                 assert curve["y"][k] == pytest.approx(p["theory"], rel=1e-9)
         shared = next(c for c in curves if len(c["points"]) == 4)
         assert shared["values"] == {} and shared["by"] is None
+
+    # a heatmap over two of the three axes says each cell averages the third's settings
+    heat = f"/v1/studies/{study['id']}/charts/heatmap"
+    assert client.get(heat, params={"metric": "risk", "x": "params.lr", "y": "params.weight_decay"}).json()[
+        "averaged_over"] == {"params.momentum": [0.0, 0.5]}
+    assert client.get(heat, params={"metric": "risk", "x": "intrinsic_lr", "y": "params.momentum"}).json()[
+        "averaged_over"] == {"params.lr": [0.05, 0.1], "params.weight_decay": [0.01, 0.02]}   # ηλ 0.001 twice
+    png = client.get(f"/v1/studies/{study['id']}/plots/heatmap.png",
+                     params={"metric": "risk", "x": "params.lr", "y": "params.weight_decay"})
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
 
     along = client.get(base, params={"metric": "risk", "x": "intrinsic_lr", "by": "params.weight_decay"}).json()
     assert sorted(c["values"]["params.momentum"] for c in along["curves"]) == [0.0, 0.5]

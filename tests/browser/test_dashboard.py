@@ -418,6 +418,12 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         "lr": 1000, "weight_decay": 0.9, "steps": 200, "trials": 16, "record_every": 10}})
     since = wait_ended(service, f"/v1/experiments/{broken}")["summary"]["nonfinite_from_step"]
     assert since > 0
+    # a points study whose first axis holds lists: no chart can place it, and the page opened on a 422 x
+    listed = httpx.post(f"{service}/v1/studies", timeout=30, json={"name": "listed axis", "base": {
+        "kind": "nrq", "params": {**TINY, "dim": 3, "eig_low": None, "eig_high": None}}, "points": [
+        {"params.eigenvalues": [1.0, 1.5, 2.0], "params.lr": 0.05}, {"params.eigenvalues": [1.0, 2.0, 4.0], "params.lr": 0.1}]})
+    assert listed.status_code == 202, listed.text
+    wait_ended(service, f"/v1/studies/{listed.json()['id']}")
     preset = httpx.post(f"{service}/v1/presets/nrq-equilibrium-tradeoff/run", timeout=30, json={
         "size": "quick", "seeds": [0, 1], "overrides": {"params.steps": 1500, "params.trials": 32,
                                                           "params.record_every": 50}})
@@ -432,6 +438,7 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         "duplicate-and-edit": (f"#/new?from={experiment_id}", '[name="params.lr"]'),
         "studies": ("#/studies", "#studies-table tbody tr[data-id]"),
         "study": (f"#/studies/{grid_study}", "#study-plot .main-svg"),
+        "listed-axis-study": (f"#/studies/{listed.json()['id']}", "#study-plot .main-svg"),
         "presets": ("#/presets", 'article.preset[data-preset="nrq-equilibrium-tradeoff"] img.figure[src]'),
         "queue": ("#/queue", "#queues"),
     }
@@ -448,6 +455,9 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
             # shown "[object HTMLDivElement]")
             assert page.locator(".exp-head .warning-box").first.inner_text().startswith("no_equilibrium: ")
             assert "[object" not in page.locator(".exp-head").inner_text()
+        if name == "listed-axis-study":   # a scatter along the one axis it can place
+            assert page.locator('select[name="chart-x"]').input_value() == "params.lr"
+            assert page.locator('#study-plot').get_attribute("data-type") == "scatter"
         if name == "queue":   # nothing queued or running: zeros, not blanks
             assert page.locator("#queues tr").nth(1).locator("td").all_inner_texts()[:4] == ["cpu", "0", "0", "0"]
         if name == "presets":

@@ -89,6 +89,17 @@ def test_distinct_curves_keep_each_different_curve_once():
         == [(["wd=1"], xs, a), (["wd=2"], xs, [1.0, 2.0, 3.0])]   # a gap is no value
 
 
+def test_an_axis_may_replace_what_the_base_left_to_its_defaults():
+    """A spectrum swept over an nrq base that gave none: the parsed base held the two-level default (eig_low,
+    eig_high filled in by its validator), and every child was refused for giving both."""
+    children = expand_study({"base": {"kind": "nrq", "params": {"dim": 3}},
+                             "points": [{"params.eigenvalues": [1.0, 1.5, 2.0]}, {"params.eigenvalues": [1.0, 2.0, 4.0]}]})
+    assert [c.spec.params.eigenvalues for c in children] == [[1.0, 1.5, 2.0], [1.0, 2.0, 4.0]]
+    assert all(c.spec.params.eig_low is None for c in children)
+    plain = expand_study({"base": {"kind": "nrq", "params": {"dim": 3}}, "grid": {"params.lr": [0.1, 0.2]}})
+    assert [(c.spec.params.eig_low, c.spec.params.eig_high) for c in plain] == [(1.0, 2.0)] * 2   # defaults as before
+
+
 def test_curve_axes_hold_fixed_what_does_not_move_along_x():
     axes = ["params.lr", "params.weight_decay", "params.dim"]
     assert smdengine.curve_axes(axes, "params.lr") == ["params.weight_decay", "params.dim"]

@@ -145,23 +145,26 @@ export function renderStudy(main, [id]) {
     const summary = options.summary_metrics;
     const axes = options.axes;
     const varying = options.varying;
+    // x and y: numeric axes and derived values (options.axes); an axis of text or objects (a dataset, a noise
+    // name) varies and names points, but no chart can place it: the first draw was a 422 under the wrong labels
+    const studyAxes = axes.filter((a) => study.axes.includes(a));
+    const placed = varying.filter((a) => axes.includes(a));
     const types = [...(series.length ? ["overlay"] : []), ...(summary.length && !compared && axes.length ? ["scatter"] : []),
       // a heatmap over two of the study's axes (a derived value that varies with x would leave most cells empty)
-      ...(summary.length && !compared && study.axes.length >= 2 ? ["heatmap"] : []),
+      ...(summary.length && !compared && studyAxes.length >= 2 ? ["heatmap"] : []),
       ...(summary.length && !compared && study.axes.length >= 3 ? ["parallel"] : [])];
     // by default: a heatmap of two varying axes, a scatter of one, an overlay while nothing is summarized
-    const preferred = types.find((t) => t === (varying.length >= 2 ? "heatmap" : "scatter")) ?? types[0];
+    const preferred = types.find((t) => t === (placed.length >= 2 ? "heatmap" : "scatter")) ?? types[0];
     if (!chosen.has("type") || !types.includes(choice.type)) choice.type = preferred;
     const metrics = choice.type === "overlay" ? series : summary;
     if (!chosen.has("metric") || !metrics.includes(choice.metric)) choice.metric = defaultMetric(metrics, new Set(table.derived ?? []));
-    const studyAxes = axes.filter((a) => study.axes.includes(a));
-    if (!chosen.has("x") || !axes.includes(choice.x)) choice.x = varying[0] ?? studyAxes[0] ?? axes[0];
+    if (!chosen.has("x") || !axes.includes(choice.x)) choice.x = placed[0] ?? studyAxes[0] ?? axes[0];
     if (!chosen.has("y") || !axes.includes(choice.y) || choice.y === choice.x) {
-      choice.y = varying.find((a) => a !== choice.x) ?? studyAxes.find((a) => a !== choice.x) ?? axes.find((a) => a !== choice.x);
+      choice.y = placed.find((a) => a !== choice.x) ?? studyAxes.find((a) => a !== choice.x) ?? axes.find((a) => a !== choice.x);
     }
     const colourBy = ["point", ...studyAxes];
     // by default an overlay gives each point its colour, a scatter colours by the other varying axis
-    if (!chosen.has("by")) choice.by = choice.type === "scatter" ? varying.find((a) => a !== choice.x) ?? "point" : "point";
+    if (!chosen.has("by")) choice.by = choice.type === "scatter" ? placed.find((a) => a !== choice.x) ?? "point" : "point";
     if (!colourBy.includes(choice.by)) choice.by = "point";
     const pick = (name, values, labels = {}) => h("label", `${LABELS[name] ?? name} `, h("select", { name: `chart-${name}`,
       onchange: (e) => { choice[name] = e.target.value; chosen.add(name); drawChartControls(); } },
@@ -177,7 +180,7 @@ export function renderStudy(main, [id]) {
         pick("log", ["true", "false"], { true: "log", false: "linear" }));
     }
     if (choice.type !== "overlay" && choice.type !== "parallel") controls.push(pick("x", axes));
-    if (choice.type === "heatmap") controls.push(pick("y", axes.filter((a) => a !== choice.x && (studyAxes.includes(a) || chosen.has("y")))),
+    if (choice.type === "heatmap") controls.push(pick("y", axes.filter((a) => a !== choice.x && (studyAxes.includes(a) || a === choice.y))),
       pick("view", ["side", "ratio"], { side: "theory beside", ratio: "measured / theory" }));
     if ((choice.type === "overlay" || choice.type === "scatter") && !compared) controls.push(pick("by", colourBy));
     chartCard.replaceChildren(h("h3", "Chart"), h("div.toolbar", controls),

@@ -129,15 +129,19 @@ export async function drawScatter(div, data, { by = "point", varying = [] } = {}
   const scale = colourScale(data.points.map((p) => keyOf(p, by)), { categorical: by === "point" });
   const traces = [];
   const groups = new Map();
+  // a line joins the points of one setting of every other varying axis (coloured by the colour-by axis): joined
+  // by colour alone, a third axis's points zig-zagged into a trend that is not there
+  const others = by === "point" ? [] : varying.filter((a) => a !== by && a !== data.x);
   for (const p of data.points) {
-    const key = JSON.stringify(keyOf(p, by));
+    const key = JSON.stringify([keyOf(p, by), ...others.map((a) => p.values?.[a] ?? null)]);
     (groups.get(key) ?? groups.set(key, []).get(key)).push(p);
   }
   for (const members of groups.values()) {
     members.sort((a, b) => a.x - b.x);
     const key = keyOf(members[0], by);
     const colour = scale.colour(key);
-    const label = by === "point" ? pointName(members[0].values, varying) : `${shortName(by)}=${fmtNumber(key)}`;
+    const label = by === "point" ? pointName(members[0].values, varying)
+      : [`${shortName(by)}=${fmtNumber(key)}`, ...others.map((a) => `${shortName(a)}=${fmtNumber(members[0].values?.[a])}`)].join(", ");
     traces.push({ x: members.map((p) => p.x), y: members.map((p) => p.mean), type: "scatter",
       mode: by === "point" ? "markers" : "markers+lines", name: label, legendgroup: label,
       error_y: { type: "data", array: members.map((p) => p.se ?? 0), visible: true, color: colour, thickness: 1.2 },
@@ -199,10 +203,20 @@ export async function drawHeatmap(div, data, { mode = "side" } = {}) {
       ...(side ? { xaxis2: { title: { text: data.x }, type: "category", domain: [0.5, 0.94] },
         yaxis2: { type: "category", anchor: "x2", matches: "y", showticklabels: false } } : {}),
     });
+    const narrow = div.clientWidth > 0 && div.clientWidth < 600;   // a phone: the two titles overlapped
     layout.annotations.push({ text: "measured", x: side ? 0.22 : 0.5, y: 1.0, yanchor: "bottom", xref: "paper",
       yref: "paper", showarrow: false });
-    if (side) layout.annotations.push({ text: `theory: ${data.theory}`, x: 0.72, y: 1.0, yanchor: "bottom", xref: "paper",
-      yref: "paper", showarrow: false });
+    if (side) layout.annotations.push({ text: narrow ? "theory" : `theory: ${data.theory}`, x: 0.72, y: 1.0,
+      yanchor: "bottom", xref: "paper", yref: "paper", showarrow: false });
+  }
+  // a third axis whose settings share a cell: the cell is their mean, which the chart says
+  const averaged = Object.entries(data.averaged_over ?? {});
+  if (averaged.length) {
+    layout.margin.b = 95;
+    layout.annotations.push({ text: `each cell: the mean over ${averaged.map(([a, values]) => `${shortName(a)} ∈ {${
+      values.map(fmtNumber).join(", ")}}`).join("; ")} (choose x and y among them, or read the table)`,
+    x: 0, xanchor: "left", y: -0.2, yanchor: "top", xref: "paper", yref: "paper", showarrow: false,
+    font: { color: "#a15c00", size: 12 }, name: "averaged" });
   }
   if (data.iso) for (const axes of [["x", "y"], ["x2", "y2"]].slice(0, traces.length)) traces.push(...isoLines(data, xs, ys, axes));
   await plotly(div, traces, layout);
