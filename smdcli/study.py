@@ -404,7 +404,7 @@ def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[
     if pair:
         for metric, theory in metrics.items():
             save(f"heatmap_{metric}.png", study_plots.heatmap(grouped, pair[0], pair[1], metric, theory, "png",
-                                                                    axes=study.axes()))
+                                                                    study_axes=study.axes()))
     if len({r.get("intrinsic_lr") for r in grouped if _number(r.get("intrinsic_lr"))}) > 1:
         xs = [r["intrinsic_lr"] for r in grouped if _number(r.get("intrinsic_lr"))]
         lo, hi = min(xs), max(xs)

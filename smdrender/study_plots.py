@@ -179,10 +179,10 @@ def figure(title: str, panels: list[dict], verdicts: list[tuple[str, str]], fmt:
 
 
 def heatmap(rows: list[dict], x: str, y: str, metric: str, theory: str | None, fmt: str,
-            axes: Sequence[str] = ()) -> bytes:
+            study_axes: Sequence[str] = ()) -> bytes:
     """``metric`` over the (``x``, ``y``) grid of the rows (one per point), and beside it ``theory`` (a
     column of the rows) on the same colour scale; rows sharing a cell are averaged (the title names the
-    study ``axes`` that are then averaged over: :func:`smdrender.grid.mixed_axes`), missing cells are
+    ``study_axes`` that are then averaged over: :func:`smdrender.grid.mixed_axes`), missing cells are
     blank."""
     xs, ys = _levels(rows, x), _levels(rows, y)
     panels = [(metric, f"measured: {metric}")]
@@ -226,7 +226,7 @@ def heatmap(rows: list[dict], x: str, y: str, metric: str, theory: str | None, f
         bar = fig.colorbar(ScalarMappable(norm, cmap), ax=list(axes), pad=0.02, shrink=0.9)
         bar.set_label(f"{metric} (tail mean)" + (", same scale" if theory else ""), fontsize=8)
         bar.ax.tick_params(labelsize=7)
-    mixed = mixed_axes(rows, x, y, axes)
+    mixed = mixed_axes(rows, x, y, study_axes)
     averaged = "; ".join(f"{a} ∈ {{{', '.join(f'{v:g}' if _number(v) else str(v) for v in values)}}}"
                          for a, values in mixed.items())
     fig.suptitle(f"{metric} over {x} × {y}" + (f", beside {theory}" if theory else "")

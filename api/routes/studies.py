@@ -723,7 +723,7 @@ def get_heatmap(study: StudyDep, db: DbDep, fmt: PlotFormat, metric: Annotated[s
     theory = _checked(study, children, rows, metric, x=x, y=y)
     if x == y:   # one axis twice: each cell would average over the other axes, a misleading diagonal
         raise query_error("y", f"expected another axis than x, got {y!r} for both")
-    return _image(_renderers().heatmap(json_safe(rows), x, y, metric, theory, fmt.value, axes=study.axes), fmt)
+    return _image(_renderers().heatmap(json_safe(rows), x, y, metric, theory, fmt.value, study_axes=study.axes), fmt)
 
 
 @router.get("/{study_id}/plots/scatter.{fmt}", response_class=Response, operation_id="getStudyScatter",

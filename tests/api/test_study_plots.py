@@ -107,3 +107,21 @@ def test_legend_labels_use_short_paths_or_the_runs_name():
     named = {"name": "A (LR halved)", "params.schedule.0.lr_factor": 0.5, "params.schedule.1.lr_factor": 0.5}
     assert labels.point_label(named) == "A (LR halved)"
     assert labels.point_label(named, seed=1) == "A (LR halved), seed=1"
+
+
+def test_a_heatmap_title_says_which_axes_its_cells_average(monkeypatch):
+    """Three axes drawn over two: each cell the mean of the third's settings, said under the title."""
+    titles = []
+    real = study_plots.encode
+    monkeypatch.setattr(study_plots, "encode", lambda fig, fmt: (titles.append(fig._suptitle.get_text()),
+                                                                  real(fig, fmt))[1])
+    rows = [{"params.lr": lr, "params.weight_decay": wd, "params.momentum": m, "risk": lr * wd + m}
+            for lr in (0.05, 0.1) for wd in (0.01, 0.02) for m in (0.0, 0.5)]
+    axes = ["params.lr", "params.weight_decay", "params.momentum"]
+    study_plots.heatmap(rows, "params.lr", "params.weight_decay", "risk", None, "png", study_axes=axes)
+    study_plots.heatmap(rows, "params.lr", "params.momentum", "risk", None, "png", study_axes=axes)
+    one = [r for r in rows if r["params.momentum"] == 0.0]
+    study_plots.heatmap(one, "params.lr", "params.weight_decay", "risk", None, "png", study_axes=axes)
+    assert titles == ["risk over params.lr × params.weight_decay\neach cell: the mean over params.momentum ∈ {0, 0.5}",
+                      "risk over params.lr × params.momentum\neach cell: the mean over params.weight_decay ∈ {0.01, 0.02}",
+                      "risk over params.lr × params.weight_decay"]
