@@ -283,6 +283,11 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     said = page.locator(".axis-row .axis-error").first.text_content()
     assert said.count("Input should be a valid integer") == 1 and "Value error" not in said, said   # said once
     page.locator('.axis-row [name="axis-path"]').first.fill("params.lr")
+    page.locator('.axis-row [name="axis-path"]').nth(1).fill("params.lr")   # one path twice: said, not merged
+    page.wait_for_function("document.querySelectorAll('.axis-row .axis-error')[1]?.textContent === "
+                           "'params.lr: already axis 1: give its values there'")
+    assert "cannot run" in page.locator("#study-plan").inner_text()
+    page.locator('.axis-row [name="axis-path"]').nth(1).fill("params.weight_decay")
     # the page's own checks say every mistake at once, each beside its field: an axis's span and the seeds
     values = page.locator('.axis-row [name="axis-values"]').first
     values.fill("0.025, 0.1, x")
@@ -392,7 +397,7 @@ def test_tags_filter_the_list_and_are_edited_with_the_note_in_the_page(service, 
 
     page.goto(f"{service}/#/experiments/{tagged}")
     page.locator("#edit-notes").click()
-    page.fill("#tags-input", "keep  final")
+    page.fill("#tags-input", "keep, final")   # commas, as the new-experiment form takes them
     page.fill("#note-input", "lr too high; rerun at 0.05")
     page.locator("#save-notes").click()
     page.wait_for_function("document.querySelector('#notes .note')?.textContent === 'lr too high; rerun at 0.05'")

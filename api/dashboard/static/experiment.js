@@ -172,14 +172,14 @@ export function render(main, [id]) {
   function editNotes() {
     const e = experiment;
     editingNotes = true;
-    const tags = h("input#tags-input", { type: "text", value: (e.tags || []).join(" "), placeholder: "tags, space separated" });
+    const tags = h("input#tags-input", { type: "text", value: (e.tags || []).join(" "), placeholder: "tags, separated by spaces or commas" });
     const note = h("textarea#note-input", { rows: 3, placeholder: "note" });
     note.value = e.note || "";
     const errors = h("div");
     const save = async () => {
       try {
         experiment = await api(base, { method: "PATCH",
-          body: { tags: tags.value.split(/\s+/).filter(Boolean), note: note.value.trim() || null } });
+          body: { tags: tags.value.split(/[\s,]+/).filter(Boolean), note: note.value.trim() || null } });
         showNotes();
         drawHead();
       } catch (error) {

@@ -126,7 +126,8 @@ export function renderStudy(main, [id]) {
     const failed = (error) => message.replaceChildren(errorBox(error));
     actions.replaceChildren(
       study.kind !== "compare" && !done ? h("button#study-cancel", { type: "button", onclick: async () => {
-        if (!window.confirm(`Cancel the ${study.children_count} runs of this study that have not ended?`)) return;
+        const open = (study.counts?.queued ?? 0) + (study.counts?.running ?? 0);   // not those that ended
+        if (!window.confirm(`Cancel the ${open} ${open === 1 ? "run" : "runs"} of this study that have not ended?`)) return;
         try { await api(`${base}/cancel`, { method: "POST" }); await load(); } catch (e) { failed(e); }
       } }, "Cancel study") : "",
       h("button#study-delete", { type: "button", onclick: async () => {

@@ -65,10 +65,16 @@ export function render(main) {
     try { base = JSON.parse(baseText.value); } catch (e) { problems.push({ field: baseError, text: `base: not valid JSON (${e.message})` }); }
     const body = { base, seeds: [] };
     if (name.value.trim()) body.name = name.value.trim();
-    for (const row of rows.querySelectorAll(".axis-row")) {
+    const seen = new Map();   // path → its row number: a second row of one path replaced the first, unsaid
+    for (const [index, row] of [...rows.querySelectorAll(".axis-row")].entries()) {
       const path = row.querySelector('[name="axis-path"]').value.trim();
       row.dataset.path = path;
       const group = row.querySelector('[name="axis-group"]').value;
+      if (path && seen.has(path)) {
+        problems.push({ field: row.querySelector(".axis-error"), text: `${path}: already axis ${seen.get(path)}: give its values there` });
+        continue;
+      }
+      seen.set(path, index + 1);
       try {
         const values = axisValues(row.querySelector('[name="axis-mode"]').value, row.querySelector('[name="axis-values"]').value);
         (body[group] ??= {})[path] = values;
