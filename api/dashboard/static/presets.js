@@ -77,12 +77,12 @@ export function render(main) {
   return () => clearTimeout(timer);
 }
 
-// A size's cost: runs and estimated time on this service's workers of its kind (work when no run has
-// finished there yet to measure their speed).
+// A size's cost: runs and estimated time on this service's workers of its kind (work when none of its kind and
+// of a comparable size, at least a tenth of its runs' work and a second long, has finished there to time it).
 function cost(size) {
   const where = size.gpu ? "GPU" : "CPU";
   const time = size.estimated_seconds === null || size.estimated_seconds === undefined
-    ? `work ${fmtNumber(size.work)} (no ${where} run finished yet to time it)`
-    : `~${fmtDuration(size.estimated_seconds)} on one ${where} worker`;
+    ? `work ${fmtNumber(size.work)} (no ${where} run of its kind and size finished yet to time it)`
+    : `~${fmtDuration(size.estimated_seconds)} on one ${where} worker (from recent runs like it)`;
   return `${size.runs} runs, ${time}`;
 }

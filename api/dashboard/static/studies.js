@@ -102,7 +102,8 @@ export function renderStudy(main, [id]) {
     head.replaceChildren(h("h1", s.name || s.id, " ", statusBadge(s.status)),
       h("div.muted", s.kind === "compare" ? `compares ${s.children_count} experiments`
         + (s.missing?.length ? ` (${s.missing.length} since deleted)` : "")
-        : `${s.points} points × seeds = ${s.children_count} runs · axes: ${s.axes.join(", ")}`,
+        : `${plural(s.points, "point")} × ${plural(Math.round(s.children_count / Math.max(1, s.points)), "seed")} = ${
+          plural(s.children_count, "run")} · axes: ${s.axes.join(", ")}`,
         s.preset ? ` · preset ${s.preset} (${s.preset_size})` : ""),
       h("div.status-line", progressBar(s.progress), h("span.muted", Object.entries(s.counts)
         .filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(" · "))));
@@ -324,4 +325,8 @@ function rowMatcher(text) {
     "=": (a, b) => a === b || String(a) === String(b), "!=": (a, b) => !(a === b || String(a) === String(b)) };
   return (row) => terms.every(({ column, op, value }) => row[column] !== undefined && row[column] !== null
     && holds[op](row[column], value));
+}
+
+function plural(n, word) {
+  return `${n} ${word}${n === 1 ? "" : "s"}`;
 }

@@ -160,8 +160,9 @@ export function render(main) {
       const p = await api("/v1/study-plans", { method: "POST", body });
       if (ticket !== asked) return;
       const limit = p.max_work ? ` of your limit ${fmtNumber(p.max_work)}` : "";
-      plan.replaceChildren(h("strong", `${p.points} points × ${p.seeds} seeds = ${p.runs} runs`),
-        ` · work ${fmtNumber(p.work)}${limit} (trials·steps·dim)`,
+      const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+      plan.replaceChildren(h("strong", `${plural(p.points, "point")} × ${plural(p.seeds, "seed")} = ${plural(p.runs, "run")}`),
+        ` · work ${fmtNumber(p.work)}${limit} (the work quota's units)`,
         ...(p.warnings || []).map((w) => h("div.muted", `⚠ ${w.code}: ${w.message}`)));
       plan.dataset.runs = p.runs;
       submit.disabled = Boolean(p.max_work && p.work > p.max_work);
