@@ -92,6 +92,45 @@ def test_a_size_is_timed_by_runs_of_a_comparable_size_only(tmp_path):
     assert _Rates(url)("cpu", "nrq", 50 * small) == pytest.approx(big / 20.0)
 
 
+def test_a_preset_is_timed_by_its_own_earlier_studies_first(tmp_path):
+    """Its study runs fused: a kind's runs at large (single runs, slower per unit of work) put a preset that ran
+    in 25 s at 33 min. Its own studies whose every child succeeded time it; one with a failed child does not."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from api.routes.presets import _Rates
+    from store import jobs
+    from store.migrate import upgrade_head
+    from store.models import Experiment, Status, Study, utcnow
+    from tests.dbutil import session_scope
+
+    url = f"sqlite:///{tmp_path / 'own.sqlite3'}"
+    upgrade_head(url)
+    t0 = utcnow()
+    spec = {"kind": "nrq", "params": {"dim": 10, "trials": 1000, "steps": 10_000}}   # work 1e8
+
+    def study(children: list[tuple[str, float, float]]) -> None:   # (status, start, end) seconds after t0
+        with session_scope(url) as session:
+            row = Study(spec={}, axes=[], children=len(children), points=len(children), preset="p1",
+                        preset_size="quick")
+            session.add(row)
+            session.flush()
+            for status, start, end in children:
+                child = jobs.create(session, kind="nrq", name=None, spec=spec, total_steps=10_000)
+                session.execute(update(Experiment).where(Experiment.id == child.id).values(
+                    study_id=row.id, status=status, worker="w1", started_at=t0 + timedelta(seconds=start),
+                    finished_at=t0 + timedelta(seconds=end)))
+
+    assert _Rates(url).preset("p1", "cpu") is None                     # no study of it yet
+    study([(Status.succeeded, 0, 10), (Status.failed, 0, 10)])          # not every child succeeded: left out
+    assert _Rates(url).preset("p1", "cpu") is None
+    study([(Status.succeeded, 0, 5), (Status.succeeded, 0, 5), (Status.succeeded, 0, 5), (Status.succeeded, 5, 10)])
+    # four runs of 1e8 in 10 s of the worker's time (three fused, then one)
+    assert _Rates(url).preset("p1", "cpu") == pytest.approx(4e8 / 10)
+    assert _Rates(url).preset("p1", "gpu") is None and _Rates(url).preset("p2", "cpu") is None
+
+
 def test_unknown_preset_is_404_listing_the_ids(sqlite_env):
     client, settings = sqlite_env
     for r in (client.get("/v1/presets/nope"), client.post("/v1/presets/nope/run", json={})):
