@@ -429,6 +429,8 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         {"params.eigenvalues": [1.0, 1.5, 2.0], "params.lr": 0.05}, {"params.eigenvalues": [1.0, 2.0, 4.0], "params.lr": 0.1}]})
     assert listed.status_code == 202, listed.text
     wait_ended(service, f"/v1/studies/{listed.json()['id']}")
+    trained = submit(service, {"kind": "train", "name": "per layer", "params": {"steps": 20, "record_every": 10}})
+    layers = wait_ended(service, f"/v1/experiments/{trained}")["summary"]["layers"]
     preset = httpx.post(f"{service}/v1/presets/nrq-equilibrium-tradeoff/run", timeout=30, json={
         "size": "quick", "seeds": [0, 1], "overrides": {"params.steps": 1500, "params.trials": 32,
                                                           "params.record_every": 50}})
@@ -444,6 +446,7 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         "studies": ("#/studies", "#studies-table tbody tr[data-id]"),
         "study": (f"#/studies/{grid_study}", "#study-plot .main-svg"),
         "listed-axis-study": (f"#/studies/{listed.json()['id']}", "#study-plot .main-svg"),
+        "train-experiment": (f"#/experiments/{trained}", "#summary-layers"),
         "presets": ("#/presets", 'article.preset[data-preset="nrq-equilibrium-tradeoff"] img.figure[src]'),
         "queue": ("#/queue", "#queues"),
     }
@@ -463,6 +466,11 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         if name == "listed-axis-study":   # a scatter along the one axis it can place
             assert page.locator('select[name="chart-x"]').input_value() == "params.lr"
             assert page.locator('#study-plot').get_attribute("data-type") == "scatter"
+        if name == "train-experiment":   # each layer's summary values, as the README lists them
+            assert page.locator("#summary-layers tr").count() == 1 + len(layers)
+            first = next(iter(layers))
+            assert page.locator("#summary-layers tr").nth(1).locator("td").first.inner_text() == first
+            assert "au_rms" in page.locator("#summary-layers tr").first.inner_text()
         if name == "queue":   # nothing queued or running: zeros, not blanks
             assert page.locator("#queues tr").nth(1).locator("td").all_inner_texts()[:4] == ["cpu", "0", "0", "0"]
         if name == "presets":

@@ -150,8 +150,14 @@ export function render(main, [id]) {
 
   function drawSummary() {
     const rows = Object.entries(doc?.summary || {}).filter(([, v]) => typeof v === "number");
+    // a network's per-layer values (summary.layers: {layer: {metric: value}}), one row per layer
+    const layers = Object.entries(doc?.summary?.layers ?? {});
+    const metrics = [...new Set(layers.flatMap(([, m]) => Object.keys(m ?? {})))];
+    const cell = (v) => (typeof v === "number" ? fmtNumber(v) : v === null || v === undefined ? "—" : String(v));
     summaryBox.replaceChildren(rows.length ? h("table.kv", rows.map(([k, v]) => h("tr", h("th", k),
-      h("td", fmtNumber(v))))) : h("p.muted", NO_SUMMARY[experiment.status] ?? "No summary yet."));
+      h("td", fmtNumber(v))))) : h("p.muted", NO_SUMMARY[experiment.status] ?? "No summary yet."),
+    layers.length ? h("div.scroll", h("table.list.compact#summary-layers", h("tr", h("th", "layer"), metrics.map((m) => h("th", m))),
+      layers.map(([name, m]) => h("tr", h("td", name), metrics.map((k) => h("td", cell(m?.[k]))))))) : "");
   }
 
   // Tags and note, shown and edited in place (PATCH; the owner or an admin: a 403 is shown here).

@@ -78,9 +78,11 @@ export async function drawOverlay(div, data, { by = "point", seeds = "mean", var
     const group = `point-${g.point}`;
     if (seeds === "all" || g.lines.length === 1) {
       g.lines.forEach((line, i) => traces.push({ x: line.x, y: line.y, type: "scatter", mode: "lines",
-        name: g.lines.length > 1 ? `${name} (seed ${line.seed})` : name, legendgroup: group,
+        // one legend entry stands for the point's every seed (it named only the first: "(seed 0)")
+        name: g.lines.length > 1 ? `${name} (each of ${g.lines.length} seeds)` : name, legendgroup: group,
         showlegend: i === 0, line: { color: colour, width: 1.3 }, meta: "measured",
-        hovertemplate: `${name} seed ${line.seed}<br>%{x}: %{y}<extra></extra>` }));
+        hovertemplate: `${name} seed ${line.seed}${line.status && line.status !== "succeeded" ? ` (${line.status})` : ""}`
+          + "<br>%{x}: %{y}<extra></extra>" }));
     } else {
       const { x, mean, se } = meanBand(g.lines);
       traces.push({ x: [...x, ...[...x].reverse()], y: [...mean.map((m, i) => m + se[i]), ...mean.map((m, i) => m - se[i]).reverse()],
