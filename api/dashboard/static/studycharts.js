@@ -214,10 +214,10 @@ export async function drawHeatmap(div, data, { mode = "side" } = {}) {
   // a third axis whose settings share a cell: the cell is their mean, which the chart says
   const averaged = Object.entries(data.averaged_over ?? {});
   if (averaged.length) {
-    layout.margin.b = 95;
+    layout.margin.b = 120;   // under the iso-ηλ legend (at y −0.18), not over it
     layout.annotations.push({ text: `each cell: the mean over ${averaged.map(([a, values]) => `${shortName(a)} ∈ {${
       values.map(fmtNumber).join(", ")}}`).join("; ")} (choose x and y among them, or read the table)`,
-    x: 0, xanchor: "left", y: -0.2, yanchor: "top", xref: "paper", yref: "paper", showarrow: false,
+    x: 0, xanchor: "left", y: -0.3, yanchor: "top", xref: "paper", yref: "paper", showarrow: false,
     font: { color: "#a15c00", size: 12 }, name: "averaged" });
   }
   if (data.iso) for (const axes of [["x", "y"], ["x2", "y2"]].slice(0, traces.length)) traces.push(...isoLines(data, xs, ys, axes));
