@@ -569,8 +569,8 @@ def table(client: Any, study_id: str, group: str | None = None, as_csv: bool = F
 
 
 def cancel(client: Any, study_id: str) -> int:
-    if client.get_study(study_id).data.get("status") == "cancelled":   # asked twice: done, not an error
-        print(f"smd study: {study_id} cancelled (already)", file=sys.stderr)
+    if client.get_study(study_id).data.get("cancel_requested"):   # asked twice: done, not an error
+        print(f"smd study: {study_id} cancel requested (already)", file=sys.stderr)
         return 0
     study = client.http.json("POST", f"/v1/studies/{study_id}/cancel")
     status = study.get("status") if isinstance(study, dict) else None

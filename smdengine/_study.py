@@ -243,9 +243,8 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
     # may not have both: StudySpec refuses it)
     seeds: list[int | None] = list(study.seeds) if study.seeds else [None]
     for point, values in enumerate(combinations(study)):
-        # the base as given, not as parsed: a parsed base holds what its validators filled in (an nrq's default
-        # eig_low/eig_high), which an axis that replaces them (params.eigenvalues) then contradicted
-        data = deepcopy(study.base)
+        data = base.model_dump(mode="json")
+        _leave_default_spectrum(base, data, values)
         try:
             for path, value in values.items():
                 set_path(data, path, value)
@@ -270,6 +269,24 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
     if errors:
         raise StudyError(errors)
     return children
+
+
+def _leave_default_spectrum(base: Any, data: dict[str, Any], values: Mapping[str, Any]) -> None:
+    """An axis that sets an nrq problem's ``eigenvalues`` over a base that gave no spectrum replaces the
+    two-level default its validator filled in (eig_low/eig_high, not marked as given): without this every
+    child was refused for giving both. A base that gave eig_low or eig_high keeps them (and is refused)."""
+    for path in values:
+        parent, _, last = path.rpartition(".")
+        if last != "eigenvalues":
+            continue
+        model: Any = base
+        node: Any = data
+        for part in parent.split(".") if parent else []:
+            model = getattr(model, part, None)
+            node = node.get(part) if isinstance(node, dict) else None
+        given = getattr(model, "model_fields_set", None)
+        if isinstance(node, dict) and given is not None and not {"eig_low", "eig_high"} & given:
+            node["eig_low"] = node["eig_high"] = None
 
 
 def _field_loc(data: Any, loc: tuple[Any, ...]) -> list[Any]:

@@ -440,9 +440,10 @@ def request_cancel(session: Session, experiment_id: str) -> Experiment | None:
     stops at its next progress write, keeping the partial results. Conditional updates, so a
     worker's concurrent claim or finish is never overwritten. Returns the job as it is now (None
     if it does not exist)."""
-    session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status == Status.queued)
-                    .values(status=Status.cancelled, cancel_requested=True, finished_at=db_now(), updated_at=db_now(),
-                            **_BUMP))
+    if _rowcount(session, update(Experiment).where(Experiment.id == experiment_id, Experiment.status == Status.queued)
+                 .values(status=Status.cancelled, cancel_requested=True, finished_at=db_now(), updated_at=db_now(),
+                         **_BUMP)):
+        _drop_checkpoint(session, experiment_id)   # a requeued or continued job's: nothing resumes an ended job
     session.execute(update(Experiment).where(Experiment.id == experiment_id, Experiment.status.not_in(TERMINAL))
                     .values(cancel_requested=True, updated_at=db_now(), **_BUMP))
     settle_study(session, experiment_id)
@@ -857,12 +858,14 @@ SETTLED_PROGRESS = 0.1
 def remaining_seconds(started: datetime | None, step: int, start_step: int, total: int,
                       now: datetime) -> tuple[float, bool] | None:
     """Seconds a running job still needs at its current attempt's pace ((step − start_step) steps since
-    ``started``), and whether that pace has settled (the attempt past SETTLED_PROGRESS of the job); None
-    before the attempt has made a step. Times on the database's clock."""
-    if started is None or not total or step <= start_step:
+    ``started``), and whether that pace has settled (past SETTLED_PROGRESS of the steps this attempt has to
+    do: a short continuation settles too); None before the attempt has made a step. Times on the database's
+    clock."""
+    if started is None or not total or step <= start_step or total <= start_step:
         return None
     elapsed = (as_utc(now) - as_utc(started)).total_seconds()
-    return elapsed * (total - step) / (step - start_step), (step - start_step) / total >= SETTLED_PROGRESS
+    settled = (step - start_step) / (total - start_step) >= SETTLED_PROGRESS
+    return elapsed * (total - step) / (step - start_step), settled
 
 
 @transaction

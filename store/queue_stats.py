@@ -83,20 +83,23 @@ PRESET_HISTORY = 5   # a preset's newest studies whose runs time it
 
 
 @transaction
-def preset_runs(session: Session, preset: str, queue: str, last: int = PRESET_HISTORY) -> list[Run]:
-    """The runs of ``preset``'s newest ``last`` studies on ``queue`` whose every child succeeded (any size):
-    what a preset's own earlier studies took, fused as the worker fused them. A kind's runs at large
+def preset_runs(session: Session, preset: str, size: str, queue: str, last: int = PRESET_HISTORY) -> list[Run]:
+    """The runs of the newest ``last`` studies of ``preset`` at ``size`` on ``queue`` whose every child
+    succeeded: what its own earlier studies took, fused as the worker fused them. A kind's runs at large
     mix in single runs, slower per unit of work than a fused sweep (a preset run in 25 s was put at 33 min)."""
     from store.models import Study
 
-    ids = session.scalars(select(Study.id).where(Study.preset == preset)
+    ids = session.scalars(select(Study.id).where(Study.preset == preset, Study.preset_size == size)
                           .order_by(Study.created_at.desc(), Study.id.desc()).limit(4 * last)).all()
+    by_study: dict[str, list] = {}
+    for row in session.execute(select(Experiment.study_id, Experiment.spec, Experiment.worker, Experiment.started_at,
+                                      Experiment.finished_at, Experiment.status, Experiment.queue)
+                               .where(Experiment.study_id.in_(ids))).all() if ids else []:
+        by_study.setdefault(row[0], []).append(row[1:])
     out: list[Run] = []
     taken = 0
     for study_id in ids:
-        rows = session.execute(select(Experiment.spec, Experiment.worker, Experiment.started_at,
-                                      Experiment.finished_at, Experiment.status, Experiment.queue)
-                               .where(Experiment.study_id == study_id)).all()
+        rows = by_study.get(study_id, [])
         if not rows or any(status != Status.succeeded or q != queue or started is None or done is None
                            for _, _, started, done, status, q in rows):
             continue

@@ -410,6 +410,9 @@ def request_cancel(session: Session, study_id: str) -> StudyView | None:
     # children before the study row: the lock order of jobs.settle_study
     session.execute(update(Experiment).where(Experiment.study_id == study_id, Experiment.status == Status.queued)
                     .values(status=Status.cancelled, cancel_requested=True, finished_at=now, updated_at=now, **bump))
+    # a requeued child's checkpoint: nothing resumes an ended job
+    session.execute(delete(Checkpoint).where(Checkpoint.experiment_id.in_(
+        select(Experiment.id).where(Experiment.study_id == study_id, Experiment.status == Status.cancelled))))
     session.execute(update(Experiment).where(Experiment.study_id == study_id, Experiment.status.not_in(TERMINAL),
                                              Experiment.cancel_requested.is_(False))
                     .values(cancel_requested=True, updated_at=now, **bump))

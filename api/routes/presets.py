@@ -71,18 +71,18 @@ class _Rates:
     def __init__(self, db: str):
         self.db: str = db
         self.runs: dict[tuple[str, str], list[tuple[int, queue_stats.Run]]] = {}
-        self.own: dict[tuple[str, str], float | None] = {}   # (preset, queue): its own studies' rate
+        self.own: dict[tuple[str, str, str], float | None] = {}   # (preset, size, queue): its own studies' rate
 
-    def preset(self, preset_id: str, queue: str) -> float | None:
-        """Work per second of busy time over the preset's own earlier studies (store.queue_stats.preset_runs):
-        fused as its next study will be; None before its first study succeeded."""
-        if (preset_id, queue) not in self.own:
-            runs = [(work, run) for run in queue_stats.preset_runs(self.db, preset_id, queue)
+    def preset(self, preset_id: str, size: str, queue: str) -> float | None:
+        """Work per second of busy time over the preset's own earlier studies of this size
+        (store.queue_stats.preset_runs): fused as its next study will be; None before one succeeded."""
+        if (preset_id, size, queue) not in self.own:
+            runs = [(work, run) for run in queue_stats.preset_runs(self.db, preset_id, size, queue)
                     if (work := _work(run[0])) is not None]
             seconds = queue_stats.busy_time([run for _, run in runs])
             work = sum(w for w, _ in runs)
-            self.own[preset_id, queue] = work / seconds if seconds > 0 and work > 0 else None
-        return self.own[preset_id, queue]
+            self.own[preset_id, size, queue] = work / seconds if seconds > 0 and work > 0 else None
+        return self.own[preset_id, size, queue]
 
     def __call__(self, queue: str, key: str, work_per_run: int) -> float | None:
         """``key``: smdengine.plot_key of the runs, ``<kind>`` or ``<kind>/<model>``; the newest
@@ -107,12 +107,12 @@ def _work(spec: dict[str, Any]) -> int | None:
 
 def _timed(entry: dict[str, Any], rates: _Rates) -> dict[str, Any]:
     """Each size's ``estimated_seconds``: its work over the rate of the queue it runs on in the preset's own
-    earlier studies, else for runs like its base (same kind and model, of a comparable size; None without such
+    earlier studies of that size, else for runs like its base (same kind and model, of a comparable size; None without such
     history): on one worker, fused as the worker fuses them."""
     for name, size in entry["sizes"].items():
         base = size["spec"]["base"] if "spec" in size else smdengine.preset_study(entry["id"], name)["base"]
         queue = "gpu" if size["gpu"] else "cpu"
-        rate = rates.preset(entry["id"], queue) or rates(queue, smdengine.plot_key(base["kind"], base),
+        rate = rates.preset(entry["id"], name, queue) or rates(queue, smdengine.plot_key(base["kind"], base),
                                                          size["work"] // max(1, size["runs"]))
         size["estimated_seconds"] = size["work"] / rate if rate else None
     return entry

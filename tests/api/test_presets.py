@@ -110,10 +110,10 @@ def test_a_preset_is_timed_by_its_own_earlier_studies_first(tmp_path):
     t0 = utcnow()
     spec = {"kind": "nrq", "params": {"dim": 10, "trials": 1000, "steps": 10_000}}   # work 1e8
 
-    def study(children: list[tuple[str, float, float]]) -> None:   # (status, start, end) seconds after t0
+    def study(children: list[tuple[str, float, float]], size: str = "quick") -> None:   # (status, start, end) s
         with session_scope(url) as session:
             row = Study(spec={}, axes=[], children=len(children), points=len(children), preset="p1",
-                        preset_size="quick")
+                        preset_size=size)
             session.add(row)
             session.flush()
             for status, start, end in children:
@@ -122,13 +122,15 @@ def test_a_preset_is_timed_by_its_own_earlier_studies_first(tmp_path):
                     study_id=row.id, status=status, worker="w1", started_at=t0 + timedelta(seconds=start),
                     finished_at=t0 + timedelta(seconds=end)))
 
-    assert _Rates(url).preset("p1", "cpu") is None                     # no study of it yet
+    assert _Rates(url).preset("p1", "quick", "cpu") is None                     # no study of it yet
     study([(Status.succeeded, 0, 10), (Status.failed, 0, 10)])          # not every child succeeded: left out
-    assert _Rates(url).preset("p1", "cpu") is None
+    assert _Rates(url).preset("p1", "quick", "cpu") is None
     study([(Status.succeeded, 0, 5), (Status.succeeded, 0, 5), (Status.succeeded, 0, 5), (Status.succeeded, 5, 10)])
     # four runs of 1e8 in 10 s of the worker's time (three fused, then one)
-    assert _Rates(url).preset("p1", "cpu") == pytest.approx(4e8 / 10)
-    assert _Rates(url).preset("p1", "gpu") is None and _Rates(url).preset("p2", "cpu") is None
+    assert _Rates(url).preset("p1", "quick", "cpu") == pytest.approx(4e8 / 10)
+    assert _Rates(url).preset("p1", "quick", "gpu") is None and _Rates(url).preset("p2", "quick", "cpu") is None
+    # another size is not timed by it (a small size's runs are mostly their start)
+    assert _Rates(url).preset("p1", "paper", "cpu") is None
 
 
 def test_unknown_preset_is_404_listing_the_ids(sqlite_env):

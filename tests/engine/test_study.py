@@ -98,6 +98,16 @@ def test_an_axis_may_replace_what_the_base_left_to_its_defaults():
     assert all(c.spec.params.eig_low is None for c in children)
     plain = expand_study({"base": {"kind": "nrq", "params": {"dim": 3}}, "grid": {"params.lr": [0.1, 0.2]}})
     assert [(c.spec.params.eig_low, c.spec.params.eig_high) for c in plain] == [(1.0, 2.0)] * 2   # defaults as before
+    # the other half of the default stays for an axis over one level (a base as given lacked it: "both or neither")
+    high = expand_study({"base": {"kind": "nrq", "params": {"dim": 3}}, "grid": {"params.eig_high": [3.0]}})
+    assert (high[0].spec.params.eig_low, high[0].spec.params.eig_high) == (1.0, 3.0)
+    with pytest.raises(StudyError, match="got both"):   # a spectrum the base gave conflicts, as before
+        expand_study({"base": {"kind": "nrq", "params": {"dim": 3, "eig_low": 1.0, "eig_high": 2.0}},
+                      "points": [{"params.eigenvalues": [1.0, 1.5, 2.0]}]})
+    # a path into a default sub-object keeps the rest of it (its union tag: the dataset's name)
+    split = expand_study({"base": {"kind": "train", "params": {"steps": 10, "record_every": 5}},
+                          "grid": {"params.dataset.test_fraction": [0.2]}})
+    assert split[0].spec.params.dataset.test_fraction == 0.2
 
 
 def test_curve_axes_hold_fixed_what_does_not_move_along_x():

@@ -234,6 +234,17 @@ def test_cancel_of_running_job_with_lost_worker_ends_cancelled(database_url):
         assert jobs.expire_leases(s, 1) == []
         assert jobs.load_checkpoint(s, exp) is None and jobs.load_checkpoint(s, capped) is None
     assert row(database_url, capped).status == "failed"
+    # requeued with its checkpoint, then cancelled while queued: the checkpoint goes too
+    queued = make(database_url)
+    c = claim(database_url)
+    with session_scope(database_url) as s:
+        jobs.save_checkpoint(s, c, 5, 1, b"state")
+    expire(database_url, queued)
+    with session_scope(database_url) as s:
+        assert jobs.expire_leases(s, 3) == [queued]
+        jobs.request_cancel(s, queued)
+    with session_scope(database_url) as s:
+        assert row(database_url, queued).status == "cancelled" and jobs.load_checkpoint(s, queued) is None
 
 
 @pytest.mark.parametrize("give_back", [jobs.release, jobs.interrupt])

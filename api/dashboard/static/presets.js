@@ -83,6 +83,6 @@ function cost(size) {
   const where = size.gpu ? "GPU" : "CPU";
   const time = size.estimated_seconds === null || size.estimated_seconds === undefined
     ? `work ${fmtNumber(size.work)} (no ${where} run of its kind and size finished yet to time it)`
-    : `~${fmtDuration(size.estimated_seconds)} on one ${where} worker (from recent runs like it)`;
+    : `~${fmtDuration(size.estimated_seconds)} on one ${where} worker (from earlier runs)`;
   return `${size.runs} runs, ${time}`;
 }
