@@ -172,7 +172,7 @@ class ExperimentOut(BaseModel):
     priority: Priority = Field(..., validation_alias=AliasChoices("priority_name", "priority"))
     keep_checkpoint: bool = Field(False, description="Its final checkpoint is kept when it succeeds (continuable).")
     created_at: datetime
-    started_at: datetime | None = Field(None, description="When its current (last) attempt started: a resumed or "
+    started_at: datetime | None = Field(..., description="When its current (last) attempt started: a resumed or "
                                                           "continued job's restart (every attempt: …/attempts).")
     start_step: int = Field(0, description="The step that attempt started from (its checkpoint's; 0 from scratch): "
                                            "the attempt's pace is (step − start_step) / (now − started_at).")

@@ -244,7 +244,7 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
     seeds: list[int | None] = list(study.seeds) if study.seeds else [None]
     for point, values in enumerate(combinations(study)):
         data = base.model_dump(mode="json")
-        _leave_default_spectrum(base, data, values)
+        _leave_replaced_defaults(base, data, values)
         try:
             for path, value in values.items():
                 set_path(data, path, value)
@@ -271,22 +271,21 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
     return children
 
 
-def _leave_default_spectrum(base: Any, data: dict[str, Any], values: Mapping[str, Any]) -> None:
-    """An axis that sets an nrq problem's ``eigenvalues`` over a base that gave no spectrum replaces the
-    two-level default its validator filled in (eig_low/eig_high, not marked as given): without this every
-    child was refused for giving both. A base that gave eig_low or eig_high keeps them (and is refused)."""
+def _leave_replaced_defaults(base: Any, data: dict[str, Any], values: Mapping[str, Any]) -> None:
+    """An axis that sets a field whose model declares it in ``REPLACED_DEFAULTS`` (an nrq problem's
+    ``eigenvalues``: ``eig_low``/``eig_high``) replaces the defaults its validator filled in, unless the base
+    gave them: without this every child of a spectrum sweep was refused for giving both."""
     for path in values:
         parent, _, last = path.rpartition(".")
-        if last != "eigenvalues":
-            continue
         model: Any = base
         node: Any = data
         for part in parent.split(".") if parent else []:
             model = getattr(model, part, None)
             node = node.get(part) if isinstance(node, dict) else None
-        given = getattr(model, "model_fields_set", None)
-        if isinstance(node, dict) and given is not None and not {"eig_low", "eig_high"} & given:
-            node["eig_low"] = node["eig_high"] = None
+        replaced = getattr(type(model), "REPLACED_DEFAULTS", {}).get(last, ())
+        given: set[str] = getattr(model, "model_fields_set", set())
+        if replaced and isinstance(node, dict) and not set(replaced) & given:
+            node.update(dict.fromkeys(replaced))
 
 
 def _field_loc(data: Any, loc: tuple[Any, ...]) -> list[Any]:

@@ -77,11 +77,9 @@ class _Rates:
         """Work per second of busy time over the preset's own earlier studies of this size
         (store.queue_stats.preset_runs): fused as its next study will be; None before one succeeded."""
         if (preset_id, size, queue) not in self.own:
-            runs = [(work, run) for run in queue_stats.preset_runs(self.db, preset_id, size, queue)
-                    if (work := _work(run[0])) is not None]
-            seconds = queue_stats.busy_time([run for _, run in runs])
-            work = sum(w for w, _ in runs)
-            self.own[preset_id, size, queue] = work / seconds if seconds > 0 and work > 0 else None
+            self.own[preset_id, size, queue] = _rate(
+                [(work, run) for run in queue_stats.preset_runs(self.db, preset_id, size, queue)
+                 if (work := _work(run[0])) is not None])
         return self.own[preset_id, size, queue]
 
     def __call__(self, queue: str, key: str, work_per_run: int) -> float | None:
@@ -91,11 +89,15 @@ class _Rates:
             kind, _, model = key.partition("/")
             self.runs[queue, key] = [(work, run) for run in queue_stats.timed_runs(self.db, queue, kind, model or None)
                                      if (work := _work(run[0])) is not None]
-        chosen = [(work, run) for work, run in self.runs[queue, key]
-                  if work >= COMPARABLE_WORK * work_per_run][:queue_stats.DURATION_HISTORY]
-        seconds = queue_stats.busy_time([run for _, run in chosen])
-        work = sum(w for w, _ in chosen)
-        return work / seconds if seconds > 0 and work > 0 else None
+        return _rate([(work, run) for work, run in self.runs[queue, key]
+                      if work >= COMPARABLE_WORK * work_per_run][:queue_stats.DURATION_HISTORY])
+
+
+def _rate(runs: list[tuple[int, queue_stats.Run]]) -> float | None:
+    """Work per second of the runs' workers' busy time (store.queue_stats.busy_time); None without either."""
+    seconds = queue_stats.busy_time([run for _, run in runs])
+    work = sum(w for w, _ in runs)
+    return work / seconds if seconds > 0 and work > 0 else None
 
 
 def _work(spec: dict[str, Any]) -> int | None:

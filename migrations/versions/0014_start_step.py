@@ -1,6 +1,6 @@
 """experiments.start_step: the step a job's current attempt started from (a checkpoint's, else 0). A resumed or
 continued job's pace is (step − start_step) / (now − started_at); from its whole progress since the resumed
-attempt's start its ETA ran ahead (a job continued from half way showed a tenth of its remaining time).
+attempt's start its ETA ran ahead (a job continued from half way showed a fifth to a seventh of the time left).
 
 Revision ID: 0014
 Revises: 0013

@@ -1,7 +1,7 @@
 """Spec of the ``nrq`` kind: SGD / heavy-ball SGDM + weight decay on the Noisy Rayleigh Quotient."""
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -37,6 +37,10 @@ class ScheduleEntry(StrictModel):
 
 class NRQPhysics(StrictModel):
     """The NRQ problem and plain-SGD rates shared by the ``nrq`` kind and the ``sde`` kind's nrq model."""
+
+    # a study axis that sets eigenvalues replaces the two-level default the validator filled in (unless the
+    # base gave eig_low or eig_high: then it is refused for both): smdengine._study.expand_study
+    REPLACED_DEFAULTS: ClassVar[dict[str, tuple[str, ...]]] = {"eigenvalues": ("eig_low", "eig_high")}
 
     dim: int = Field(10, ge=2, le=100_000, description="p, the dimension of X.")
     eig_low: float | None = Field(None, ge=0, le=1e6, description=(

@@ -213,38 +213,34 @@ def test_live_lease_is_kept_and_lost_worker_expired_by_name(database_url):
     assert row(database_url, exp).status == "queued"
 
 
+def checkpointed_and_lost(url: str, *, cancel: bool = False) -> str:
+    """A job claimed, checkpointed (and flagged for cancel), whose worker's lease then lapsed."""
+    exp = make(url)
+    c = claim(url)
+    with session_scope(url) as s:
+        jobs.save_checkpoint(s, c, 5, 1, b"state")
+        if cancel:
+            jobs.request_cancel(s, exp)
+    expire(url, exp)
+    return exp
+
+
 def test_cancel_of_running_job_with_lost_worker_ends_cancelled(database_url):
     """Its checkpoint goes with it (nothing resumes an ended job; it stayed in the database for good), as
-    when a lost worker's job fails for its attempts cap."""
-    exp = make(database_url)
-    c = claim(database_url)
-    with session_scope(database_url) as s:
-        jobs.save_checkpoint(s, c, 5, 1, b"state")
-        jobs.request_cancel(s, exp)
-    expire(database_url, exp)
+    when a lost worker's job fails for its attempts cap, or a requeued one is cancelled while queued."""
+    cancelled = checkpointed_and_lost(database_url, cancel=True)
     with session_scope(database_url) as s:
         assert jobs.expire_leases(s, 3) == []
-    assert row(database_url, exp).status == "cancelled"
-    capped = make(database_url)
-    c = claim(database_url)
-    with session_scope(database_url) as s:
-        jobs.save_checkpoint(s, c, 5, 1, b"state")
-    expire(database_url, capped)
+    capped = checkpointed_and_lost(database_url)
     with session_scope(database_url) as s:
         assert jobs.expire_leases(s, 1) == []
-        assert jobs.load_checkpoint(s, exp) is None and jobs.load_checkpoint(s, capped) is None
-    assert row(database_url, capped).status == "failed"
-    # requeued with its checkpoint, then cancelled while queued: the checkpoint goes too
-    queued = make(database_url)
-    c = claim(database_url)
-    with session_scope(database_url) as s:
-        jobs.save_checkpoint(s, c, 5, 1, b"state")
-    expire(database_url, queued)
+    queued = checkpointed_and_lost(database_url)
     with session_scope(database_url) as s:
         assert jobs.expire_leases(s, 3) == [queued]
         jobs.request_cancel(s, queued)
+    assert [row(database_url, e).status for e in (cancelled, capped, queued)] == ["cancelled", "failed", "cancelled"]
     with session_scope(database_url) as s:
-        assert row(database_url, queued).status == "cancelled" and jobs.load_checkpoint(s, queued) is None
+        assert all(jobs.load_checkpoint(s, e) is None for e in (cancelled, capped, queued))
 
 
 @pytest.mark.parametrize("give_back", [jobs.release, jobs.interrupt])
