@@ -43,7 +43,6 @@ from smdcli.paths import output_dir, output_file, read_object, resource_id
 SERVICE_KEYS = ("visibility", "priority")   # study options of the service, not of the engine
 END_STATUSES = {"succeeded": 0, "failed": 1, "partial": 1, "cancelled": 2}
 OVERLAY_MAX_CHILDREN = 200                   # most lines drawn on one overlay
-CURVE_POINTS = 40                            # theory curve samples on a scatter
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:
@@ -407,11 +406,7 @@ def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[
                                                                     study_axes=study.axes()))
     if len({r.get("intrinsic_lr") for r in grouped if _number(r.get("intrinsic_lr"))}) > 1:
         xs = [r["intrinsic_lr"] for r in grouped if _number(r.get("intrinsic_lr"))]
-        lo, hi = min(xs), max(xs)
-        if lo > 0:
-            grid = [lo * (hi / lo) ** (k / (CURVE_POINTS - 1)) for k in range(CURVE_POINTS)]
-        else:
-            grid = [lo + (hi - lo) * k / (CURVE_POINTS - 1) for k in range(CURVE_POINTS)]
+        grid = smdengine.curve_grid(min(xs), max(xs))
         # one candidate curve per combination of the axes a curve along ηλ holds fixed, kept where they differ
         # (as the service's scatter: api.routes.studies.scatter_curves)
         fixed = smdengine.curve_axes(list(dict.fromkeys(k for child, _ in ok for k in child.values)), "intrinsic_lr")
@@ -421,17 +416,10 @@ def write_plots(out_dir: Path, study: Any, children: list[Any], docs: list[dict[
                               ({a: child.values.get(a) for a in fixed}, doc["spec"]))
         every = [values for values, _ in points.values()]
         for metric, theory in metrics.items():
-            candidates = []
-            for values, spec in list(points.values())[:smdengine.MAX_CURVES]:
-                try:
-                    ys = smdengine.theory_curve(spec, "intrinsic_lr", metric, grid)
-                except (ValueError, RuntimeError):
-                    ys = None
-                if ys is not None:
-                    candidates.append((values, grid, ys))
-            curves = [(labels.curve_label(served, fixed, every), xs, ys)
-                      for served, xs, ys in smdengine.distinct_curves(candidates)] \
-                if len(points) <= smdengine.MAX_CURVES else []
+            found = smdengine.theory_curves([(key, spec) for key, (_, spec) in points.items()], "intrinsic_lr",
+                                            metric, grid)
+            curves = [(labels.curve_label([points[k][0] for k in keys], fixed, every), curve_xs, ys)
+                      for keys, curve_xs, ys in found]
             save(f"scatter_{metric}_intrinsic_lr.png",
                  study_plots.scatter(grouped, "intrinsic_lr", metric, theory, curves, "png"))
     return written

@@ -17,7 +17,7 @@ from typing import Any
 
 from smdengine._registry import parse_spec, plot_key, plots, spec_warnings
 from smdengine._science import rate_phases, record_steps, tail_means
-from smdengine._study import DERIVED_AXES, derived_values, set_path
+from smdengine._study import DERIVED_AXES, MAX_CURVES, Key, derived_values, distinct_curves, set_path
 
 OVERLAY_X = ("step", "lr_time", "tau", "intrinsic_time")
 ROW_FIELDS = ("index", "point", "seed", "experiment_id", "status", "warnings")
@@ -183,3 +183,54 @@ def theory_curve(spec: Mapping[str, Any], x: str, metric: str, xs: Sequence[floa
             out.append(None)
     return out
 
+
+
+CURVE_POINTS = 60       # x values of a scatter's theory curve
+PROBE_POINTS = 8        # of those, where two candidates are compared before either is drawn in full
+MAX_CANDIDATES = 96     # combinations probed at most (each probe costs PROBE_POINTS theory values)
+
+
+def curve_grid(low: float, high: float) -> list[float]:
+    """CURVE_POINTS values from low to high: geometric when both are positive and a decade or more apart."""
+    if high <= low:
+        return [low]
+    if low > 0 and high / low > 10:
+        return [math.exp(math.log(low) + (math.log(high) - math.log(low)) * i / (CURVE_POINTS - 1))
+                for i in range(CURVE_POINTS)]
+    return [low + (high - low) * i / (CURVE_POINTS - 1) for i in range(CURVE_POINTS)]
+
+
+def theory_curves(candidates: Sequence[tuple[Key, Mapping[str, Any]]], x: str, metric: str,
+                  xs: Sequence[float]) -> list[tuple[list[Key], list[float], list[float | None]]]:
+    """A scatter's theory curves of ``metric`` along ``x`` over ``xs``, from one (key, child spec) per
+    combination of the values of the axes a curve holds fixed (:func:`smdengine.curve_axes`), as
+    :func:`distinct_curves` gives them: each distinct curve once with the keys it serves.
+
+    Candidates are first compared on PROBE_POINTS of ``xs`` (its ends included), and only one per group
+    that agrees there is computed in full: a theory of ηλ alone along ``intrinsic_lr`` draws one curve
+    for any number of λ values at the cost of one curve and a probe per λ. Empty when more
+    than MAX_CANDIDATES combinations, or more than MAX_CURVES distinct curves, would have to be drawn, or
+    when a spec cannot be moved along ``x`` (a path it lacks); candidates whose metric has no theory, or
+    none at the probed values, are left out."""
+    if len(candidates) > MAX_CANDIDATES:
+        return []
+    stride = max(1, math.ceil((len(xs) - 1) / (PROBE_POINTS - 1)))
+    probe_at = sorted({*range(0, len(xs), stride), len(xs) - 1}) if xs else []
+    probe = [xs[i] for i in probe_at]
+    probed: list[tuple[tuple[Key, Mapping[str, Any]], list[float], list[float | None]]] = []
+    for key, spec in candidates:
+        try:
+            ys = theory_curve(spec, x, metric, probe)
+        except (KeyError, IndexError, TypeError, ValueError):   # x is not a path this spec can be moved along
+            return []
+        if ys is not None and any(y is not None and math.isfinite(y) for y in ys):   # else no theory here
+            probed.append(((key, spec), probe, ys))
+    groups = distinct_curves(probed)
+    if len(groups) > MAX_CURVES:
+        return []
+    curves = []
+    for served, _, _ in groups:
+        ys = theory_curve(served[0][1], x, metric, xs)
+        if ys is not None:
+            curves.append(([key for key, _ in served], list(xs), ys))
+    return curves

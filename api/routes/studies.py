@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -49,12 +49,11 @@ from api.schemas import (
 )
 from smdengine import (
     DERIVED_AXES,
-    MAX_CURVES,
     OVERLAY_X,
     ChildRecord,
     StudyError,
     curve_axes,
-    distinct_curves,
+    curve_grid,
     error_location,
     error_message,
     evaluate_checks,
@@ -66,7 +65,7 @@ from smdengine import (
     spec_warnings,
     study_table,
     table_columns,
-    theory_curve,
+    theory_curves,
     theory_of,
     time_axis,
 )
@@ -87,7 +86,6 @@ plan_router = APIRouter(prefix="/v1/study-plans", tags=["studies"])
 ENDED = ("succeeded", "failed", "cancelled", "partial")
 RING_AT_ONCE = 32   # doorbells sent per queue at submission; the sweeper rings for the rest
 MAX_LINE_POINTS = 2000
-CURVE_POINTS = 60
 
 
 def _links(status: str, *operations: str) -> dict:
@@ -755,8 +753,8 @@ def scatter_curves(study: StudyView, children: list[Experiment], rows: list[dict
                    x: str) -> list[ScatterCurve]:
     """The theory of ``metric`` along x over the span of the rows' x values: one candidate per combination of
     the values of the axes a curve holds fixed (:func:`smdengine.curve_axes`; a compare study: per member),
-    from its first succeeded child, each distinct curve once (:func:`smdengine.distinct_curves`). Empty beyond
-    MAX_CURVES combinations, when the metric has no theory, or none along x. The scatter's PNG and its JSON."""
+    from its first succeeded child, each distinct curve once (:func:`smdengine.theory_curves`, which says when
+    it draws none). The scatter's PNG and its JSON."""
     xs = [float(row[x]) for row in rows if _number(row.get(x))]
     done = [c for c in children if c.status == "succeeded"]
     if not xs or not done or theory_of(done[0].kind, done[0].spec, metric) is None:
@@ -778,23 +776,12 @@ def scatter_curves(study: StudyView, children: list[Experiment], rows: list[dict
         every.setdefault(key, combination(child))
         points.setdefault(key, set()).add(members[child.id][1])
         member_names.setdefault(key, names.get(child.id, ""))
-    representatives: dict[str, Experiment] = {}
+    representatives: dict[str, Mapping[str, Any]] = {}
     for child in done:
-        representatives.setdefault(repr(combination(child)), child)
-    if len(representatives) > MAX_CURVES:
-        return []
-    grid = _span(min(xs), max(xs))
-    candidates = []
-    for key, child in representatives.items():
-        try:
-            ys = theory_curve(child.spec, x, metric, grid)
-        except (ValueError, KeyError, IndexError, TypeError) as exc:  # no theory along this axis
-            log.info("no theory curve of %s along %s (%s)", metric, x, exc)
-            return []
-        if ys is not None:
-            candidates.append((key, grid, ys))
+        representatives.setdefault(repr(combination(child)), child.spec)
+    grid = curve_grid(min(xs), max(xs))
     curves = []
-    for keys, curve_xs, ys in distinct_curves(candidates):
+    for keys, curve_xs, ys in theory_curves(list(representatives.items()), x, metric, grid):
         served = [every[k] for k in keys]
         if compare:   # a member is named by its name, not its id
             label = None if len(keys) == len(every) else " / ".join(member_names[k] for k in keys)
@@ -803,17 +790,6 @@ def scatter_curves(study: StudyView, children: list[Experiment], rows: list[dict
         curves.append(ScatterCurve(xs=curve_xs, ys=ys, points=sorted(set().union(*(points[k] for k in keys))),
                                    values={} if compare else labels.shared_values(served, fixed), label=label))
     return curves
-
-
-def _span(low: float, high: float) -> list[float]:
-    """CURVE_POINTS values from low to high: geometric when both are positive and far apart."""
-    if high <= low:
-        return [low]
-    if low > 0 and high / low > 10:
-        return [math.exp(math.log(low) + (math.log(high) - math.log(low)) * i / (CURVE_POINTS - 1))
-                for i in range(CURVE_POINTS)]
-    return [low + (high - low) * i / (CURVE_POINTS - 1) for i in range(CURVE_POINTS)]
-
 
 
 @router.get("/{study_id}/plots/figure.{fmt}", response_class=Response, operation_id="getStudyFigure",

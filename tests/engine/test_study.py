@@ -89,6 +89,31 @@ def test_distinct_curves_keep_each_different_curve_once():
         == [(["wd=1"], xs, a), (["wd=2"], xs, [1.0, 2.0, 3.0])]   # a gap is no value
 
 
+def test_theory_curves_merge_before_they_cap():
+    """Along ηλ the NRQ's risk reads ηλ alone: thirteen values of λ (one more than MAX_CURVES) are one curve
+    serving all thirteen (they were no curve: the candidates were capped before they merged), equal to a curve
+    computed alone; thirteen different curves are none, and candidates beyond MAX_CANDIDATES are not probed."""
+    grid = smdengine.curve_grid(1e-4, 1e-2)
+
+    def moved(path_value):
+        path, value = path_value
+        return {**BASE, "params": {**BASE["params"], path: value}}
+
+    n = smdengine.MAX_CURVES + 1
+    by_wd = [(f"wd={k}", moved(("weight_decay", 0.001 * (k + 1)))) for k in range(n)]
+    [(keys, xs, ys)] = smdengine.theory_curves(by_wd, "intrinsic_lr", "risk", grid)
+    assert keys == [key for key, _ in by_wd] and xs == grid
+    assert ys == smdengine.theory_curve(by_wd[0][1], "intrinsic_lr", "risk", grid)   # the first's curve, exactly
+    assert ys == pytest.approx(smdengine.theory_curve(by_wd[-1][1], "intrinsic_lr", "risk", grid), rel=1e-12)
+    by_noise = [(f"noise={k}", moved(("noise_std", 1.0 + k))) for k in range(n)]
+    coarse = grid[::6]   # enough to tell the curves apart, a tenth of the cost
+    assert smdengine.theory_curves(by_noise, "intrinsic_lr", "risk", coarse) == []
+    assert len(smdengine.theory_curves(by_noise[:-1], "intrinsic_lr", "risk", coarse)) == n - 1
+    assert smdengine.theory_curves(by_wd[:1] * (smdengine._compare.MAX_CANDIDATES + 1), "intrinsic_lr", "risk",
+                                   grid) == []
+    assert smdengine.theory_curves(by_wd, "intrinsic_lr", "step", grid) == []   # no theory of that metric
+
+
 def test_an_axis_may_replace_what_the_base_left_to_its_defaults():
     """A spectrum swept over an nrq base that gave none: the parsed base held the two-level default (eig_low,
     eig_high filled in by its validator), and every child was refused for giving both."""
