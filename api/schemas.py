@@ -519,10 +519,14 @@ class PresetSizeOut(BaseModel):
     gpu: bool = Field(..., description="Whether this size needs a GPU worker (device cuda).")
     estimated_seconds: float | None = Field(None, description="Its work over the work per second of busy time "
                                                               "of this service's workers of that type (cpu or "
-                                                              "gpu) in their recent runs like its base (same "
-                                                              "kind, and model for sde) that took at least a "
-                                                              "second (shorter ones are mostly start-up); "
+                                                              "gpu) in earlier runs (estimated_from says which); "
                                                               "null without such history.")
+    estimated_from: Literal["preset", "studies", "runs"] | None = Field(
+        None, description="The runs that timed it: 'preset', this preset's own latest studies of this size whose "
+                          "every run succeeded; else 'studies', recent studies' runs like its base (same kind, and "
+                          "model for sde; at least a tenth of its runs' work and a second long), fused as a "
+                          "worker fuses a preset's; else 'runs', any such runs (single runs are slower per unit "
+                          "of work than a fused sweep, so this one tends to be high); null: no estimate.")
 
 
 class PresetSizeDetailOut(PresetSizeOut):

@@ -65,15 +65,16 @@ Run = tuple[dict, str | None, datetime, datetime]   # spec, worker, started_at, 
 
 @transaction
 def timed_runs(session: Session, queue: str, kind: str, model: str | None = None,
-               scan: int = DURATION_HISTORY * SCANNED_PER_TIMED) -> list[Run]:
+               scan: int = DURATION_HISTORY * SCANNED_PER_TIMED, *, in_studies: bool = False) -> list[Run]:
     """The queue's succeeded jobs of ``kind`` (and of ``model``, for a kind with models: work units are a
-    model's own) among its newest ``scan`` of the kind that ran at least MIN_TIMED_SECONDS, newest first."""
-    rows = session.execute(select(Experiment.spec, Experiment.worker, Experiment.started_at, Experiment.finished_at)
-                           .where(Experiment.queue == queue, Experiment.kind == kind,
-                                  Experiment.status == Status.succeeded,
-                                  Experiment.started_at.is_not(None), Experiment.finished_at.is_not(None))
-                           .order_by(Experiment.finished_at.desc(), Experiment.id.desc())
-                           .limit(scan)).all()
+    model's own) among its newest ``scan`` of the kind that ran at least MIN_TIMED_SECONDS, newest first;
+    ``in_studies``: only studies' children (which a worker fuses where it can, as it will a preset's)."""
+    query = (select(Experiment.spec, Experiment.worker, Experiment.started_at, Experiment.finished_at)
+             .where(Experiment.queue == queue, Experiment.kind == kind, Experiment.status == Status.succeeded,
+                    Experiment.started_at.is_not(None), Experiment.finished_at.is_not(None)))
+    if in_studies:
+        query = query.where(Experiment.study_id.is_not(None))
+    rows = session.execute(query.order_by(Experiment.finished_at.desc(), Experiment.id.desc()).limit(scan)).all()
     return [(dict(spec or {}), worker, as_utc(started), as_utc(done)) for spec, worker, started, done in rows
             if (as_utc(done) - as_utc(started)).total_seconds() >= MIN_TIMED_SECONDS
             and (model is None or ((spec or {}).get("params") or {}).get("model") == model)]

@@ -70,7 +70,7 @@ class _Rates:
 
     def __init__(self, db: str):
         self.db: str = db
-        self.runs: dict[tuple[str, str], list[tuple[int, queue_stats.Run]]] = {}
+        self.runs: dict[tuple[str, str, bool], list[tuple[int, queue_stats.Run]]] = {}
         self.own: dict[tuple[str, str, str], float | None] = {}   # (preset, size, queue): its own studies' rate
 
     def preset(self, preset_id: str, size: str, queue: str) -> float | None:
@@ -82,14 +82,16 @@ class _Rates:
                  if (work := _work(run[0])) is not None])
         return self.own[preset_id, size, queue]
 
-    def __call__(self, queue: str, key: str, work_per_run: int) -> float | None:
+    def __call__(self, queue: str, key: str, work_per_run: int, *, in_studies: bool = False) -> float | None:
         """``key``: smdengine.plot_key of the runs, ``<kind>`` or ``<kind>/<model>``; the newest
-        DURATION_HISTORY runs of at least COMPARABLE_WORK·``work_per_run`` count."""
-        if (queue, key) not in self.runs:
+        DURATION_HISTORY runs of at least COMPARABLE_WORK·``work_per_run`` count; ``in_studies``: studies'
+        children only (fused where they could be)."""
+        if (queue, key, in_studies) not in self.runs:
             kind, _, model = key.partition("/")
-            self.runs[queue, key] = [(work, run) for run in queue_stats.timed_runs(self.db, queue, kind, model or None)
-                                     if (work := _work(run[0])) is not None]
-        return _rate([(work, run) for work, run in self.runs[queue, key]
+            self.runs[queue, key, in_studies] = [
+                (work, run) for run in queue_stats.timed_runs(self.db, queue, kind, model or None, in_studies=in_studies)
+                if (work := _work(run[0])) is not None]
+        return _rate([(work, run) for work, run in self.runs[queue, key, in_studies]
                       if work >= COMPARABLE_WORK * work_per_run][:queue_stats.DURATION_HISTORY])
 
 
@@ -108,16 +110,31 @@ def _work(spec: dict[str, Any]) -> int | None:
 
 
 def _timed(entry: dict[str, Any], rates: _Rates) -> dict[str, Any]:
-    """Each size's ``estimated_seconds``: its work over the rate of the queue it runs on in the preset's own
-    earlier studies of that size, else for runs like its base (same kind and model, of a comparable size; None without such
-    history): on one worker, fused as the worker fuses them."""
+    """Each size's ``estimated_seconds``: its work over the rate of the queue it runs on, on one worker, and
+    ``estimated_from``, the runs that rate is from: the preset's own earlier studies of that size, else
+    studies' children like its base (same kind and model, of a comparable size; fused as the worker fused
+    them, as it will fuse the preset's), else any runs like its base (single runs are slower per unit of work
+    than a fused sweep: a preset run in 25 s was put at 33 min from them); None without such history."""
     for name, size in entry["sizes"].items():
         base = size["spec"]["base"] if "spec" in size else smdengine.preset_study(entry["id"], name)["base"]
         queue = "gpu" if size["gpu"] else "cpu"
-        rate = rates.preset(entry["id"], name, queue) or rates(queue, smdengine.plot_key(base["kind"], base),
-                                                         size["work"] // max(1, size["runs"]))
-        size["estimated_seconds"] = size["work"] / rate if rate else None
+        found = _rate_of(rates, entry["id"], name, queue, smdengine.plot_key(base["kind"], base),
+                         size["work"] // max(1, size["runs"]))
+        size["estimated_seconds"] = size["work"] / found[1] if found else None
+        size["estimated_from"] = found[0] if found else None
     return entry
+
+
+def _rate_of(rates: _Rates, preset_id: str, size: str, queue: str, key: str,
+             work_per_run: int) -> tuple[str, float] | None:
+    """(estimated_from, work per second) from the first of the three sources that has history (_timed)."""
+    if rate := rates.preset(preset_id, size, queue):
+        return "preset", rate
+    if rate := rates(queue, key, work_per_run, in_studies=True):
+        return "studies", rate
+    if rate := rates(queue, key, work_per_run):
+        return "runs", rate
+    return None
 
 
 def _override_loc(loc: tuple | list, overrides: dict[str, Any] | None) -> list[Any]:

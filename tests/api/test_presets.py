@@ -48,7 +48,7 @@ def test_the_catalog_lists_and_shows_every_preset(sqlite_env):
         estimate = smdengine.estimate(PRESET, size)
         # no run has finished on this fresh service: no rate to time a size by
         assert entry["sizes"][size] == {"runs": estimate["runs"], "work": estimate["work"], "gpu": estimate["gpu"],
-                                        "estimated_seconds": None}
+                                        "estimated_seconds": None, "estimated_from": None}
         assert "spec" not in entry["sizes"][size]
     shown = client.get(f"/v1/presets/{PRESET}").json()
     assert {k: v for k, v in shown.items() if k != "sizes"} == {k: v for k, v in entry.items() if k != "sizes"}
@@ -131,6 +131,46 @@ def test_a_preset_is_timed_by_its_own_earlier_studies_first(tmp_path):
     assert _Rates(url).preset("p1", "quick", "gpu") is None and _Rates(url).preset("p2", "quick", "cpu") is None
     # another size is not timed by it (a small size's runs are mostly their start)
     assert _Rates(url).preset("p1", "paper", "cpu") is None
+
+
+def test_a_first_study_is_timed_by_studies_of_its_kind_before_single_runs(tmp_path):
+    """Before its own first study, a preset was timed by its kind's runs at large, single runs mostly (a dashboard
+    user saw ~33 min for a preset that ran in 25 s): studies' runs of its kind, which the worker fused as it will
+    fuse the preset's, come first; single runs only without those; estimated_from says which."""
+    from datetime import timedelta
+
+    from sqlalchemy import update
+
+    from api.routes.presets import _rate_of, _Rates
+    from store import jobs
+    from store.migrate import upgrade_head
+    from store.models import Experiment, Status, Study, utcnow
+    from tests.dbutil import session_scope
+
+    url = f"sqlite:///{tmp_path / 'tiers.sqlite3'}"
+    upgrade_head(url)
+    t0 = utcnow()
+    spec = {"kind": "nrq", "params": {"dim": 10, "trials": 1000, "steps": 10_000}}   # work 1e8
+
+    def finished(start: float, end: float, study: bool) -> None:
+        with session_scope(url) as session:
+            study_id = None
+            if study:
+                row = Study(spec={}, axes=[], children=1, points=1)
+                session.add(row)
+                session.flush()
+                study_id = row.id
+            child = jobs.create(session, kind="nrq", name=None, spec=spec, total_steps=10_000)
+            session.execute(update(Experiment).where(Experiment.id == child.id).values(
+                study_id=study_id, status=Status.succeeded, worker="w1", started_at=t0 + timedelta(seconds=start),
+                finished_at=t0 + timedelta(seconds=end)))
+
+    assert _rate_of(_Rates(url), "p1", "quick", "cpu", "nrq", 10**8) is None
+    finished(0, 20, study=False)   # a single run: 1e8 in 20 s
+    assert _rate_of(_Rates(url), "p1", "quick", "cpu", "nrq", 10**8) == ("runs", pytest.approx(1e8 / 20))
+    for _ in range(4):             # four study children fused in one batch: 4e8 in 10 s of the worker's time
+        finished(30, 40, study=True)
+    assert _rate_of(_Rates(url), "p1", "quick", "cpu", "nrq", 10**8) == ("studies", pytest.approx(4e8 / 10))
 
 
 def test_unknown_preset_is_404_listing_the_ids(sqlite_env):

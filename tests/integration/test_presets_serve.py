@@ -33,7 +33,7 @@ def test_catalog_from_the_service(service):
     # the service adds each size's estimated run time on its workers (none yet: nothing has run there)
     for entry in remote:
         for size in entry["sizes"].values():
-            assert size.pop("estimated_seconds") is None
+            assert size.pop("estimated_seconds") is None and size.pop("estimated_from") is None
     assert remote == json.loads(local.stdout)
     shown = smd(alice, "presets", "show", PRESET, "--remote")
     assert shown.returncode == 0 and "nrq-equilibrium-tradeoff (quick)" in shown.stdout, shown.stderr

@@ -78,11 +78,19 @@ export function render(main) {
 }
 
 // A size's cost: runs and estimated time on this service's workers of its kind (work when none of its kind and
-// of a comparable size, at least a tenth of its runs' work and a second long, has finished there to time it).
+// of a comparable size, at least a tenth of its runs' work and a second long, has finished there to time it),
+// with the runs that timed it (estimated_from): single runs time a fused sweep high.
+const TIMED_FROM = {
+  preset: "from this preset's earlier runs",
+  studies: "from earlier studies of its kind",
+  runs: "from single runs of its kind: a study fuses its runs, so likely less",
+};
+
 function cost(size) {
   const where = size.gpu ? "GPU" : "CPU";
   const time = size.estimated_seconds === null || size.estimated_seconds === undefined
     ? `work ${fmtNumber(size.work)} (no ${where} run of its kind and size finished yet to time it)`
-    : `~${fmtDuration(size.estimated_seconds)} on one ${where} worker (from earlier runs)`;
+    : `~${fmtDuration(size.estimated_seconds)} on one ${where} worker (${TIMED_FROM[size.estimated_from]
+      || "from earlier runs"})`;
   return `${size.runs} runs, ${time}`;
 }
