@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -34,11 +35,12 @@ from store.users import local_user
 from worker.sweeper import Sweeper
 
 
-def _located(errors) -> list:
+def _located(errors, body: Any) -> list:
     """Each 422 error where the request put the value: a missing or unknown union tag (kind, params.model,
     params.dataset.name) is reported at the union, so its loc points at the tag field itself (("body", "kind"));
     any other as :func:`smdengine.error_location` and :func:`smdengine.error_message` give it (a check across a
-    spec's params at the field its message names, without pydantic's "Value error, ")."""
+    spec's params at the field its message names, without pydantic's "Value error, "). A body error also gets
+    ``field``, its path as the request wrote it (:func:`_field`)."""
     out = []
     for err in errors:
         tag = str(err.get("type", ""))
@@ -46,8 +48,28 @@ def _located(errors) -> list:
             err = {**err, "loc": (*err.get("loc", ()), tag.removeprefix("invalid_"))}
         else:
             err = {**err, "loc": error_location(err), "msg": error_message(err)}
+        if tuple(err["loc"][:1]) == ("body",):
+            err["field"] = _field(err["loc"][1:], body)
         out.append(err)
     return out
+
+
+def _field(loc: Sequence[Any], body: Any) -> str:
+    """The dotted path of a body error as the request wrote it: ``params.lr`` where pydantic's loc reads
+    ``sde.params.normalized_linear.lr``. A part is a union's tag when the body has no such key where the loc
+    reaches it (the last part is kept: a missing field's name)."""
+    parts: list[str] = []
+    node = body
+    for i, part in enumerate(loc):
+        last = i == len(loc) - 1
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif not last:
+            continue   # a tag pydantic puts between an object and its fields
+        parts.append(str(part))
+    return ".".join(parts)
 
 
 class _StreamsClosedAtStop(logging.Filter):
@@ -184,7 +206,7 @@ def create_app(settings: Settings | None = None, *, migrate: bool = True) -> Fas
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # a NaN/Infinity literal in the body must still get its 422 (JSON cannot echo it back)
-        return JSONResponse(status_code=422, content={"detail": _echoable(json_safe(jsonable(_located(exc.errors()))))})
+        return JSONResponse(status_code=422, content={"detail": _echoable(json_safe(jsonable(_located(exc.errors(), exc.body))))})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):

@@ -112,6 +112,9 @@ class ValidationErrorItem(BaseModel):
         "Where: the request part (body, query, path, header) and the path to the field, e.g. [\"query\", "
         "\"kind\"] or [\"body\", \"nrq\", \"params\", \"lr\"] (a union's tag may come before the field); a study's "
         "[\"body\", \"point\", i, ...field] or [\"body\", \"axis\", path]."))
+    field: str | SkipJsonSchema[None] = Field(None, description=(
+        "A body error's field as the request wrote it, dotted, without the union tags of loc: \"params.lr\" for "
+        "[\"body\", \"sde\", \"params\", \"normalized_linear\", \"lr\"], \"params.lr_schedule.0.step\"."))
     msg: str = Field(..., description="Why, in words (for an unknown name: the nearest valid ones).")
     type: str = Field(..., description="The kind of error: pydantic's (greater_than, missing, extra_forbidden, ...) "
                                        "or the service's (value_error, unknown_path, bad_path, too_many_points, "

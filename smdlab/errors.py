@@ -20,7 +20,7 @@ class SMDValidationError(SMDError):
     def __init__(self, message: str, status: int, detail: Any):
         super().__init__(message, status, detail)
         items = detail if isinstance(detail, list) else [{"loc": [], "msg": str(detail)}]
-        self.errors = [{"field": field_of(e.get("loc", [])), "loc": list(e.get("loc", [])),
+        self.errors = [{"field": field_of_error(e), "loc": list(e.get("loc", [])),
                         "reason": str(e.get("msg", ""))} for e in items if isinstance(e, dict)]
 
 
@@ -42,6 +42,13 @@ class Conflict(SMDError):
     """409: the resource is not in a state that allows it (e.g. cancel of an ended experiment)."""
 
 
+def field_of_error(error: dict[str, Any]) -> str:
+    """The field a 422 error names: the service's ``field`` (the path as the request wrote it), else the
+    field read from its loc (a service before ``field``)."""
+    field = error.get("field")
+    return field if isinstance(field, str) and field else field_of(error.get("loc", []))
+
+
 def field_of(loc: list[Any]) -> str:
     """The dotted field of a FastAPI error location, without "body" and union tags such as "nrq"."""
     parts = [str(p) for p in loc]
@@ -54,6 +61,6 @@ def field_of(loc: list[Any]) -> str:
 
 def message_of(status: int, detail: Any) -> str:
     if isinstance(detail, list):
-        lines = [f"{field_of(e.get('loc', []))}: {e.get('msg')}" if isinstance(e, dict) else str(e) for e in detail]
+        lines = [f"{field_of_error(e)}: {e.get('msg')}" if isinstance(e, dict) else str(e) for e in detail]
         return f"HTTP {status}: " + "; ".join(lines)
     return f"HTTP {status}: {detail}"

@@ -48,7 +48,21 @@ def test_invalid_spec_is_422_naming_field(client, params, field, reason):
     assert r.status_code == 422, r.text
     errors = r.json()["detail"]
     assert [e["loc"] for e in errors] == [["body", "nrq", "params", field]] and reason in errors[0]["msg"], errors
+    assert errors[0]["field"] == f"params.{field}"
     assert client.get("/v1/experiments").json()["total"] == 0
+
+
+def test_a_422_names_the_field_as_the_body_wrote_it(client):
+    """loc is pydantic's, union tags and all (an sde model's lr at ["body", "sde", "params", "normalized_linear",
+    "lr"], which the client printed as params.normalized_linear.lr); field is the path in the request."""
+    cases = [({"kind": "sde", "params": {"model": "normalized_linear", "lr": -1}}, "params.lr"),
+             ({"kind": "nrq", "params": {"lr_schedule": [{"step": 5, "lr_factor": -1}]}}, "params.lr_schedule.0.lr_factor"),
+             ({"kind": "nrq", "params": {"lr_schedule": [{"lr_factor": 0.5}]}}, "params.lr_schedule.0.step"),   # missing
+             ({"kind": "sde", "params": {"model": "nope"}}, "params.model")]
+    for body, field in cases:
+        r = client.post("/v1/experiments", json=body)
+        assert r.status_code == 422, r.text
+        assert [e["field"] for e in r.json()["detail"]] == [field], r.text
 
 
 def test_work_quota_is_429_and_creates_nothing(tmp_path, database_url):
