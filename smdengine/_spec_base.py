@@ -29,13 +29,21 @@ class StrictModel(BaseModel):
                 for key, value in data.items()}
 
 
+# the explicit bidirectional formatting characters (Unicode's "Trojan Source" set): one reverses what follows
+# it on a page or in a terminal, so a name can read as another; the other format characters (a zero-width
+# joiner in an emoji) are kept
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
 def printable(value: str, info: ValidationInfo, keep: str = "") -> str:
-    """``value`` when it has no control character but those in ``keep``: labels show in terminals (an ESC
-    recolours one, a newline breaks a table's row), tables and pages."""
-    bad = next((i for i, ch in enumerate(value) if unicodedata.category(ch) == "Cc" and ch not in keep), None)
+    """``value`` when it has no control character but those in ``keep``, and no bidirectional control: labels
+    show in terminals (an ESC recolours one, a newline breaks a table's row), tables and pages."""
+    bad = next((i for i, ch in enumerate(value)
+                if (unicodedata.category(ch) == "Cc" or ch in BIDI_CONTROLS) and ch not in keep), None)
     if bad is not None:
-        raise ValueError(f"{info.field_name}: expected text without control characters, got U+{ord(value[bad]):04X} "
-                         f"at index {bad}")
+        kind = " (a bidirectional control)" if value[bad] in BIDI_CONTROLS else ""
+        raise ValueError(f"{info.field_name}: expected text without control characters, got U+{ord(value[bad]):04X}"
+                         f"{kind} at index {bad}")
     return value
 
 

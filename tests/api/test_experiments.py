@@ -343,8 +343,8 @@ def test_a_rerun_takes_the_current_name(client):
 
 
 def test_names_and_notes_with_control_characters_are_422(client):
-    """An ESC in a lab-visible name recoloured every terminal that listed it, a newline broke `smd ls`'s rows;
-    a note keeps its newlines and tabs."""
+    """An ESC in a lab-visible name recoloured every terminal that listed it, a newline broke `smd ls`'s rows, a
+    right-to-left override made a name read as another; a note keeps its newlines and tabs, an emoji its joiner."""
     spec = small_spec(trials=4, steps=40, record_every=10)
     r = client.post("/v1/experiments", json={**spec, "note": "line 1\n\tline 2"})
     assert r.status_code == 202, r.text
@@ -355,13 +355,19 @@ def test_names_and_notes_with_control_characters_are_422(client):
             ("PATCH", f"/v1/experiments/{made}", {"name": "a\nb"}, "name", "U+000A at index 1"),
             ("POST", f"/v1/experiments/{made}/rerun", {"name": "r\u007f"}, "name", "U+007F at index 1"),
             ("POST", "/v1/studies", {"base": spec, "grid": {"params.lr": [0.1]}, "name": "\u009bs"}, "name",
-             "U+009B at index 0")):
+             "U+009B at index 0"),
+            # a right-to-left override shows "run-gpj.exe" as "run-exe.jpg" (the bidirectional controls are
+            # format characters, not control ones: they passed)
+            ("PATCH", f"/v1/experiments/{made}", {"name": "run-\u202egpj.exe"}, "name",
+             "U+202E (a bidirectional control) at index 4"),
+            ("POST", "/v1/experiments", {**spec, "note": "a\u2066b"}, "note", "U+2066 (a bidirectional control) at index 1")):
         r = client.request(method, path, json=body)
         assert r.status_code == 422, (path, r.text)
         (error,) = r.json()["detail"]
         assert error["loc"][-1] == field, error
         assert error["msg"] == f"{field}: expected text without control characters, got {char}", error
     assert client.get("/v1/experiments").json()["total"] == 1
+    assert client.patch(f"/v1/experiments/{made}", json={"name": "team \U0001f9d1\u200d\U0001f52c"}).status_code == 200
 
 
 def test_the_nul_check_passes_a_body_sent_in_chunks_on_whole():

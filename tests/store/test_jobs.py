@@ -107,6 +107,35 @@ def test_names_stored_with_control_characters_are_cleaned_by_0013(empty_database
     smdengine.parse_spec(rows[bad][1])   # the engine reads it again
 
 
+def test_names_stored_with_bidirectional_controls_are_cleaned_by_0016(empty_database_url):
+    """As 0013 for control characters: the engine now refuses a name with a bidirectional control and re-reads
+    stored specs, so 0016 removes them from a stored name, in the row and its spec (a study's base too)."""
+    import smdengine
+
+    cfg = alembic_config(empty_database_url)
+    command.upgrade(cfg, "0015")
+    spec = {"kind": "nrq", "name": "run-\u202egpj.exe", "params": {"trials": 4, "steps": 20, "record_every": 10}}
+    with get_engine(empty_database_url).begin() as conn:
+        conn.execute(text(
+            "INSERT INTO experiments (id, kind, name, status, spec, progress, step, total_steps, cancel_requested, "
+            "attempts, queue, created_at, updated_at, visibility, priority, revision, keep_checkpoint, start_step) "
+            "VALUES ('e-bidi', 'nrq', :name, 'queued', :spec, 0, 0, 20, :no, 0, 'cpu', CURRENT_TIMESTAMP, "
+            "CURRENT_TIMESTAMP, 'private', 1, 0, :no, 0)"), {"name": spec["name"], "spec": json.dumps(spec), "no": False})
+        conn.execute(text("INSERT INTO studies (id, name, spec, axes, children, points, created_at, kind) VALUES "
+                          "('s0', '\u2067grid\u2069', :spec, '[]', 0, 0, CURRENT_TIMESTAMP, 'expand')"),
+                     {"spec": json.dumps({"name": "\u2067grid\u2069", "base": spec})})
+    command.upgrade(cfg, "head")
+    get_engine(empty_database_url).dispose()
+    with get_engine(empty_database_url).begin() as conn:
+        name, stored = conn.execute(text("SELECT name, spec FROM experiments")).one()
+        study = conn.execute(text("SELECT name, spec FROM studies")).one()
+    stored = json.loads(stored) if isinstance(stored, str) else stored
+    study_spec = json.loads(study[1]) if isinstance(study[1], str) else study[1]
+    assert name == stored["name"] == "run-gpj.exe" and stored["params"] == spec["params"]
+    assert study[0] == study_spec["name"] == "grid" and study_spec["base"]["name"] == "run-gpj.exe"
+    smdengine.parse_spec(stored)   # the engine reads it again
+
+
 def test_checkpoints_of_ended_jobs_are_dropped_by_0015(empty_database_url):
     """A lost worker's job that the sweeper ended (cancelled, or failed at its attempts cap) kept its checkpoint
     for good; a running job's and a kept final one (succeeded, to continue from) stay."""
