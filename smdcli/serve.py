@@ -1,6 +1,7 @@
 """Starting the API, a worker, or both (the embedded default)."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import signal
@@ -97,9 +98,18 @@ def run_worker(settings: Settings) -> int:
 EMBEDDED_WORKER = "embedded"
 
 
+def embedded_worker_name(state_dir: Path) -> str:
+    """``embedded@<host>:<tag of the state folder>``: the same across restarts of one service, whose start
+    expires the leases of its previous worker by this name; another service on this host sharing the
+    database (its own state folder) has another name (with the host alone, its start re-queued the running
+    jobs of the first)."""
+    tag = hashlib.sha256(str(Path(state_dir).resolve()).encode()).hexdigest()[:8]
+    return f"{EMBEDDED_WORKER}@{socket.gethostname()}:{tag}"
+
+
 def serve(settings: Settings) -> int:
     """API (with its sweeper) in this process and one worker child that is restarted if it dies.
-    The child is named ``embedded@<host>``: when it dies its leases are expired at once, so its job
+    The child is named ``embedded@<host>:<state tag>`` (:func:`embedded_worker_name`): when it dies its leases are expired at once, so its job
     resumes from its checkpoint without waiting for the lease to run out."""
     # before anything touches the jobs: a second `smd serve` of the same state expired the first one's leases
     # (its worker has the same name) and then failed on the port, and three of them failed its running job
@@ -183,7 +193,7 @@ class _WorkerSupervisor:
 
     @property
     def name(self) -> str:
-        return self.settings.worker_name or f"{EMBEDDED_WORKER}@{socket.gethostname()}"
+        return self.settings.worker_name or embedded_worker_name(self.settings.state_dir)
 
     def _spawn(self) -> None:
         from worker.sweeper import sweep

@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from smdcli.serve import WORKER_NICENESS, _worker_child
+from smdcli.serve import WORKER_NICENESS, _worker_child, embedded_worker_name
 
 
 def test_embedded_worker_runs_at_a_lower_cpu_priority():
@@ -47,3 +47,12 @@ def test_a_worker_that_exits_as_the_service_stops_is_not_restarted(tmp_path):
         time.sleep(0.1)
     serving.stop()
     assert len(spawned) >= 2   # while the API serves, a worker that exits is restarted
+
+
+def test_two_services_on_one_host_name_their_workers_apart(tmp_path):
+    """A service's start expires the leases of its embedded worker's name: two services sharing a database
+    from two state folders had one name, and the second's start re-queued the first's running jobs."""
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert embedded_worker_name(first) != embedded_worker_name(second)
+    assert embedded_worker_name(first) == embedded_worker_name(tmp_path / "x" / ".." / "a")   # the same folder
+    assert embedded_worker_name(first).startswith("embedded@")
