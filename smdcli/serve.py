@@ -231,14 +231,21 @@ class _WorkerSupervisor:
         try:
             self.proc.wait(timeout=WARM_SHUTDOWN_SECONDS)
         except subprocess.TimeoutExpired:
+            # Celery's cold shutdown lets running jobs go on for the soft shutdown time (SMD_SOFT_SHUTDOWN_SECONDS)
+            # and then ends them: waiting less cut that time short with a SIGKILL
+            cold = self.settings.soft_shutdown_seconds + COLD_SHUTDOWN_SECONDS
+            log.warning("worker still running %.0f s after SIGTERM; cold shutdown (running jobs end within %.0f s)",
+                        WARM_SHUTDOWN_SECONDS, cold)
             self.proc.send_signal(signal.SIGQUIT)
             try:
-                self.proc.wait(timeout=COLD_SHUTDOWN_SECONDS)
+                self.proc.wait(timeout=cold)
             except subprocess.TimeoutExpired:
+                log.warning("worker still running %.0f s after SIGQUIT; killed", cold)
                 self.proc.kill()
 
 
-# What `smd serve` waits for its worker's warm shutdown before a cold one (SIGQUIT), and then before SIGKILL.
+# What `smd serve` waits for its worker's warm shutdown before a cold one (SIGQUIT), and then, beyond the cold
+# one's soft shutdown time (Settings.soft_shutdown_seconds), before SIGKILL.
 # The warm shutdown of the embedded default (filesystem broker, billiard's blocking pool) takes 6–7 s on an
 # idle 2-core machine: up to 2 s for Celery's consumer loop to see the signal, then ~1 s for each of the pool
 # process's exit, the timer and the pool's threads; a running job's hand-back adds its last checkpoint (at

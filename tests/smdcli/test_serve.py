@@ -56,3 +56,24 @@ def test_two_services_on_one_host_name_their_workers_apart(tmp_path):
     assert embedded_worker_name(first) != embedded_worker_name(second)
     assert embedded_worker_name(first) == embedded_worker_name(tmp_path / "x" / ".." / "a")   # the same folder
     assert embedded_worker_name(first).startswith("embedded@")
+
+
+def test_a_cold_shutdown_gets_its_soft_shutdown_time_before_a_kill(tmp_path, monkeypatch):
+    """After a warm shutdown that did not end, SIGQUIT starts Celery's cold one, which lets running jobs go on
+    for SMD_SOFT_SHUTDOWN_SECONDS: `smd serve` killed the worker 5 s later, whatever that time was."""
+    import smdcli.serve as serve
+    from store.settings import Settings
+
+    monkeypatch.setattr(serve, "WARM_SHUTDOWN_SECONDS", 0.3)
+    monkeypatch.setattr(serve, "COLD_SHUTDOWN_SECONDS", 0.3)
+    supervisor = serve._WorkerSupervisor(Settings(state_dir=tmp_path / "state", soft_shutdown_seconds=2.0))
+    # a worker that ignores SIGTERM and takes 1 s of its soft shutdown time on SIGQUIT, then exits cleanly
+    supervisor.proc = subprocess.Popen([sys.executable, "-c", (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "signal.signal(signal.SIGQUIT, lambda *_: (time.sleep(1.0), sys.exit(0)))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n")], stdout=subprocess.PIPE, text=True)
+    assert supervisor.proc.stdout.readline() == "ready\n"
+    supervisor.stop()
+    assert supervisor.proc.returncode == 0   # not -9: it had its time
