@@ -4,7 +4,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -27,7 +26,7 @@ from api.edges import BodyLimit, HeadAsGet, JsonBodies, NoNul
 from api.responses import DB_RETRY_AFTER_SECONDS, INVALID, RETRY_AFTER_HEADER, TOO_LARGE, UNSUPPORTED_MEDIA
 from api.routes import events, experiments, exports, health, ops, plots, presets, queue, studies, study_charts
 from api.schemas import ErrorOut
-from smdengine import error_location, error_message, json_safe
+from smdengine import error_location, error_message, field_path, json_safe
 from store import retry
 from store.migrate import upgrade_head
 from store.settings import LOG_FORMAT, Settings, get_settings
@@ -39,8 +38,8 @@ def _located(errors, body: Any) -> list:
     """Each 422 error where the request put the value: a missing or unknown union tag (kind, params.model,
     params.dataset.name) is reported at the union, so its loc points at the tag field itself (("body", "kind"));
     any other as :func:`smdengine.error_location` and :func:`smdengine.error_message` give it (a check across a
-    spec's params at the field its message names, without pydantic's "Value error, "). A body error also gets
-    ``field``, its path as the request wrote it (:func:`_field`)."""
+    spec's params at the field its message names, without pydantic's "Value error, "). An error in the body
+    also gets ``field``, its path as the request wrote it (:func:`smdengine.field_path`)."""
     out = []
     for err in errors:
         tag = str(err.get("type", ""))
@@ -48,28 +47,11 @@ def _located(errors, body: Any) -> list:
             err = {**err, "loc": (*err.get("loc", ()), tag.removeprefix("invalid_"))}
         else:
             err = {**err, "loc": error_location(err), "msg": error_message(err)}
-        if tuple(err["loc"][:1]) == ("body",):
-            err["field"] = _field(err["loc"][1:], body)
+        field = ".".join(map(str, field_path(body, err["loc"][1:]))) if tuple(err["loc"][:1]) == ("body",) else ""
+        if field and tag != "json_invalid":   # (a JSON syntax error's loc is a character offset)
+            err["field"] = field
         out.append(err)
     return out
-
-
-def _field(loc: Sequence[Any], body: Any) -> str:
-    """The dotted path of a body error as the request wrote it: ``params.lr`` where pydantic's loc reads
-    ``sde.params.normalized_linear.lr``. A part is a union's tag when the body has no such key where the loc
-    reaches it (the last part is kept: a missing field's name)."""
-    parts: list[str] = []
-    node = body
-    for i, part in enumerate(loc):
-        last = i == len(loc) - 1
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
-            node = node[part]
-        elif not last:
-            continue   # a tag pydantic puts between an object and its fields
-        parts.append(str(part))
-    return ".".join(parts)
 
 
 class _StreamsClosedAtStop(logging.Filter):

@@ -39,7 +39,8 @@ Tag = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
 TAGS_DESCRIPTION = "Short labels (1–64 of A–Z a–z 0–9 _ . : -), at most 20; the list filter tag= matches them."
 Tags = Annotated[list[Tag], Field(max_length=20, description=TAGS_DESCRIPTION)]
 Note = Annotated[str, Field(max_length=10_000, description="Free text (at most 10 000 characters; no control "
-                                                          "character but newlines and tabs)."),
+                                                          "character but newlines and tabs, no bidirectional override or "
+                                                          "isolate)."),
                  AfterValidator(lambda text, info: printable(text, info, keep="\n\r\t"))]
 
 
@@ -113,7 +114,8 @@ class ValidationErrorItem(BaseModel):
         "\"kind\"] or [\"body\", \"nrq\", \"params\", \"lr\"] (a union's tag may come before the field); a study's "
         "[\"body\", \"point\", i, ...field] or [\"body\", \"axis\", path]."))
     field: str | SkipJsonSchema[None] = Field(None, description=(
-        "A body error's field as the request wrote it, dotted, without the union tags of loc: \"params.lr\" for "
+        "An error of the request's schema in its body: the field as the request wrote it, dotted, without the "
+        "union tags of loc (absent for the errors the service finds in a study's points, axes or overrides): \"params.lr\" for "
         "[\"body\", \"sde\", \"params\", \"normalized_linear\", \"lr\"], \"params.lr_schedule.0.step\"."))
     msg: str = Field(..., description="Why, in words (for an unknown name: the nearest valid ones).")
     type: str = Field(..., description="The kind of error: pydantic's (greater_than, missing, extra_forbidden, ...) "

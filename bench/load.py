@@ -240,8 +240,9 @@ def _die_with_parent() -> None:  # in the child, before exec: SIGTERM it if this
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def stop_serve(proc: subprocess.Popen, timeout: float = 45.0) -> None:
-    """SIGTERM the process group of smd serve (uvicorn, the worker and its pool), SIGKILL after timeout."""
+def stop_serve(proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """SIGTERM the process group of smd serve (uvicorn, the worker and its pool), SIGKILL after timeout (its
+    worker's warm shutdown 20 s, a cold one's soft shutdown time 30 s, 5 s more: smdcli.serve)."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)

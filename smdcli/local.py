@@ -22,8 +22,7 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False) -> int:
         spec = smdengine.parse_spec(data)
     except ValidationError as exc:
         for err in exc.errors():   # the engine's messages name their field first ("kind: expected one of …")
-            loc = smdengine.error_location(err)
-            loc = loc[1:] if loc and loc[0] == data.get("kind") else loc   # the union's tag: the spec's kind
+            loc = smdengine.field_path(data, smdengine.error_location(err))   # without the unions' tags
             where, message = ".".join(map(str, loc)), smdengine.error_message(err)
             said = message if not where or message.startswith(f"{where}: ") else f"{where}: {message}"
             print(f"smd run: spec error: {said}", file=sys.stderr)

@@ -17,7 +17,7 @@ from typing import Any
 
 from smdengine._registry import parse_spec, plot_key, plots, spec_warnings
 from smdengine._science import rate_phases, record_steps, tail_means
-from smdengine._study import DERIVED_AXES, MAX_CURVES, Key, derived_values, distinct_curves, set_path
+from smdengine._study import DERIVED_AXES, MAX_CURVES, Key, derived_values, same_curve, set_path
 
 OVERLAY_X = ("step", "lr_time", "tau", "intrinsic_time")
 ROW_FIELDS = ("index", "point", "seed", "experiment_id", "status", "warnings")
@@ -208,29 +208,76 @@ def theory_curves(candidates: Sequence[tuple[Key, Mapping[str, Any]]], x: str, m
 
     Candidates are first compared on PROBE_POINTS of ``xs`` (its ends included), and only one per group
     that agrees there is computed in full: a theory of ηλ alone along ``intrinsic_lr`` draws one curve
-    for any number of λ values at the cost of one curve and a probe per λ. Empty when more
-    than MAX_CANDIDATES combinations, or more than MAX_CURVES distinct curves, would have to be drawn, or
-    when a spec cannot be moved along ``x`` (a path it lacks); candidates whose metric has no theory, or
-    none at the probed values, are left out."""
-    if len(candidates) > MAX_CANDIDATES:
+    for any number of λ values at the cost of one curve and a probe per λ. The others of a group are
+    then compared where that curve starts or stops having values (a regime bound, e.g. ηλ·dt ≤ 0.1, that
+    falls between two probes for one dt and not another), and split off where they differ. Curves are
+    told apart by their values at the probes and by where their gaps begin and end (analytic pieces
+    that agree at eight points and differ between them would be merged).
+
+    Empty when more than MAX_CANDIDATES combinations, or more than MAX_CURVES distinct curves, would
+    have to be drawn (probing stops there), or when a spec cannot be moved along ``x`` (a path it lacks);
+    candidates whose metric has no theory, or none at the probed values, are left out."""
+    if len(candidates) > MAX_CANDIDATES or not xs:
         return []
-    stride = max(1, math.ceil((len(xs) - 1) / (PROBE_POINTS - 1)))
-    probe_at = sorted({*range(0, len(xs), stride), len(xs) - 1}) if xs else []
-    probe = [xs[i] for i in probe_at]
-    probed: list[tuple[tuple[Key, Mapping[str, Any]], list[float], list[float | None]]] = []
+    try:
+        groups = _probe_groups(candidates, x, metric, [xs[i] for i in _probe_indices(len(xs))])
+        return _drawn(groups, x, metric, xs) if groups is not None else []
+    except (KeyError, IndexError, TypeError, ValueError):   # x is not a path these specs can be moved along
+        return []
+
+
+def _probe_indices(n: int) -> list[int]:
+    stride = max(1, math.ceil((n - 1) / (PROBE_POINTS - 1)))
+    return sorted({*range(0, n, stride), n - 1})
+
+
+_Member = tuple[Key, Mapping[str, Any]]
+
+
+def _probe_groups(candidates: Sequence[_Member], x: str, metric: str,
+                  probe: list[float]) -> list[list[_Member]] | None:
+    """The candidates grouped by their values at ``probe``, in order; None past MAX_CURVES groups."""
+    groups: list[tuple[list[_Member], list[float | None]]] = []
     for key, spec in candidates:
-        try:
-            ys = theory_curve(spec, x, metric, probe)
-        except (KeyError, IndexError, TypeError, ValueError):   # x is not a path this spec can be moved along
-            return []
-        if ys is not None and any(y is not None and math.isfinite(y) for y in ys):   # else no theory here
-            probed.append(((key, spec), probe, ys))
-    groups = distinct_curves(probed)
-    if len(groups) > MAX_CURVES:
-        return []
-    curves = []
-    for served, _, _ in groups:
-        ys = theory_curve(served[0][1], x, metric, xs)
-        if ys is not None:
-            curves.append(([key for key, _ in served], list(xs), ys))
+        ys = theory_curve(spec, x, metric, probe)
+        if ys is None or not any(y is not None and math.isfinite(y) for y in ys):   # no theory here
+            continue
+        same = next((members for members, seen in groups if same_curve(ys, seen)), None)
+        if same is not None:
+            same.append((key, spec))
+        elif len(groups) == MAX_CURVES:
+            return None
+        else:
+            groups.append(([(key, spec)], ys))
+    return [members for members, _ in groups]
+
+
+def _drawn(groups: list[list[_Member]], x: str, metric: str,
+           xs: Sequence[float]) -> list[tuple[list[Key], list[float], list[float | None]]]:
+    """Each group's curve from its first member over ``xs``; a member whose values differ from it where it
+    starts or stops having values (:func:`_gap_edges`) leaves the group for a curve of its own."""
+    curves: list[tuple[list[Key], list[float], list[float | None]]] = []
+    queue = list(groups)
+    while queue:
+        first, *others = queue.pop(0)
+        ys = theory_curve(first[1], x, metric, xs)
+        if ys is None:
+            continue
+        edges = _gap_edges(ys)
+        kept: list[_Member] = [first]
+        apart: list[_Member] = []
+        for member in others:
+            at_edges = theory_curve(member[1], x, metric, [xs[i] for i in edges]) if edges else []
+            (kept if at_edges is not None and same_curve(at_edges, [ys[i] for i in edges]) else apart).append(member)
+        if apart:
+            if len(curves) + 1 + len(queue) + 1 > MAX_CURVES:
+                return []
+            queue.append(apart)
+        curves.append(([key for key, _ in kept], list(xs), ys))
     return curves
+
+
+def _gap_edges(ys: Sequence[float | None]) -> list[int]:
+    """The indices on both sides of each place where ``ys`` goes from a value to a gap or back."""
+    gap = [y is None or math.isnan(y) for y in ys]
+    return sorted({i for t in range(1, len(ys)) if gap[t] != gap[t - 1] for i in (t - 1, t)})

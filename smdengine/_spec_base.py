@@ -29,10 +29,10 @@ class StrictModel(BaseModel):
                 for key, value in data.items()}
 
 
-# the explicit bidirectional formatting characters (Unicode's "Trojan Source" set): one reverses what follows
-# it on a page or in a terminal, so a name can read as another; the other format characters (a zero-width
-# joiner in an emoji) are kept
-BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# the bidirectional embeddings, overrides and isolates ("Trojan Source"): one reverses what follows it on a page
+# or in a terminal, so a name can read as another. The marks (LRM, RLM, ALM), which Hebrew and Arabic text
+# types and which reorder nothing, and the other format characters (a zero-width joiner in an emoji) are kept
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def printable(value: str, info: ValidationInfo, keep: str = "") -> str:

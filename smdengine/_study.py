@@ -233,7 +233,8 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
     try:
         base = parse_spec(study.base)
     except ValidationError as exc:
-        raise StudyError([{**_plain(e), "loc": ["base", *error_location(e)]} for e in exc.errors()]) from None
+        raise StudyError([{**_plain(e), "loc": ["base", *field_path(study.base, error_location(e))]}
+                          for e in exc.errors()]) from None
     unknown = [_unknown_path(base, path) for path in study.axes()]
     if any(unknown):
         raise StudyError([e for e in unknown if e])
@@ -258,7 +259,7 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
             try:
                 spec = parse_spec(deepcopy(data))
             except ValidationError as exc:
-                errors.extend({**_plain(e), "loc": ["point", point, *_field_loc(data, error_location(e))],
+                errors.extend({**_plain(e), "loc": ["point", point, *field_path(data, error_location(e))],
                                "point": {"index": point, "values": values}} for e in exc.errors())
                 break
             children.append(Child(len(children), point, values, spec.seed, spec))
@@ -288,9 +289,10 @@ def _leave_replaced_defaults(base: Any, data: dict[str, Any], values: Mapping[st
             node.update(dict.fromkeys(replaced))
 
 
-def _field_loc(data: Any, loc: tuple[Any, ...]) -> list[Any]:
-    """A pydantic error location as a path into the spec: the union tags pydantic inserts (the kind,
-    an sde model, a dataset name) are not keys of the data and are dropped."""
+def field_path(data: Any, loc: Sequence[Any]) -> list[Any]:
+    """A pydantic error location (:func:`error_location`) as the path into the spec ``data`` that a user wrote:
+    the union tags pydantic inserts (the kind, an sde model, a dataset name: ``sde.params.normalized_linear.lr``
+    for ``params.lr``) are not keys of the data but values of its objects, and are dropped."""
     out, node = [], data
     for part in loc:
         if isinstance(node, dict) and part in node:
@@ -408,7 +410,7 @@ def distinct_curves(candidates: Sequence[tuple[Key, list[float], list[float | No
     (ηλ/(1−α)). Equal means equal up to rounding, gaps (None, NaN) at the same places."""
     distinct: list[tuple[list[Key], list[float], list[float | None]]] = []
     for key, xs, ys in candidates:
-        same = next((keys for keys, _, seen in distinct if _same_curve(ys, seen)), None)
+        same = next((keys for keys, _, seen in distinct if same_curve(ys, seen)), None)
         if same is None:
             distinct.append(([key], xs, ys))
         else:
@@ -416,7 +418,8 @@ def distinct_curves(candidates: Sequence[tuple[Key, list[float], list[float | No
     return distinct
 
 
-def _same_curve(a: Sequence[float | None], b: Sequence[float | None]) -> bool:
+def same_curve(a: Sequence[float | None], b: Sequence[float | None]) -> bool:
+    """Equal up to rounding, gaps (None, NaN) at the same places."""
     def gap(value: float | None) -> bool:
         return value is None or math.isnan(value)
 

@@ -2,7 +2,9 @@
 right-to-left override shows "run-\u202egpj.exe" as "run-exe.jpg"), and re-reads the stored spec of every job
 it runs, continues or draws, so a name stored before would fail its job. Each such character of a stored name,
 experiment or study, in its row and in its spec (a study's base too), is removed (they draw nothing), the ends
-trimmed. As 0013 did for control characters.
+trimmed. As 0013 did for control characters. A checkpoint's fingerprint hashes its spec, name included: a
+renamed job's checkpoints are dropped (one could no longer be resumed or continued from; the job's next
+attempt starts from step 0, as it would have after refusing it).
 
 Revision ID: 0016
 Revises: 0015
@@ -19,7 +21,7 @@ branch_labels = None
 depends_on = None
 
 # as of this revision (a migration keeps its own copy: the engine's set may grow)
-BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def _clean(name: Any) -> Any:
@@ -50,6 +52,11 @@ def upgrade() -> None:
                 changed.append((row_id, cleaned, cleaned_spec))
         for row_id, cleaned, cleaned_spec in changed:
             bind.execute(table.update().where(table.c.id == row_id).values(name=cleaned, spec=cleaned_spec))
+        if table_name == "experiments":
+            checkpoints = sa.table("checkpoints", sa.column("experiment_id", sa.String))
+            renamed = [row_id for row_id, _, _ in changed]
+            for i in range(0, len(renamed), 500):
+                bind.execute(checkpoints.delete().where(checkpoints.c.experiment_id.in_(renamed[i:i + 500])))
 
 
 def downgrade() -> None:

@@ -109,6 +109,9 @@ def test_a_422_names_the_field(service):
     assert caught.value.status == 422
     assert [e["field"] for e in caught.value.errors] == ["params.lr"]
     assert "greater than 0" in caught.value.errors[0]["reason"]
+    with pytest.raises(SMDValidationError) as caught:   # its loc reads sde.params.normalized_linear.lr
+        client.submit({"kind": "sde", "params": {"model": "normalized_linear", "lr": -1.0}})
+    assert [e["field"] for e in caught.value.errors] == ["params.lr"] and "params.lr: " in str(caught.value)
     done = client.submit(small_spec(trials=4, steps=20, record_every=10)).wait(timeout=60, progress=False)
     with pytest.raises(SMDValidationError) as caught:
         done.rerun({"params.learning_rate": 0.2})

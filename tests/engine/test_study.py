@@ -74,7 +74,10 @@ def test_errors_name_the_axis_the_point_the_field_and_the_reason():
     with pytest.raises(ValueError, match="either points or grid"):
         expand_study({"base": BASE, "grid": {"params.lr": [0.1]}, "points": [{"params.lr": 0.2}]})
     [base] = _errors({"base": {"kind": "nrq", "params": {"dim": 1}}})
-    assert base["loc"][:3] == ["base", "nrq", "params"] or base["loc"][0] == "base"
+    assert base["loc"] == ["base", "params", "dim"]
+    # as the base wrote it, without the unions' tags (it read base.sde.params.normalized_linear.lr)
+    [model] = _errors({"base": {"kind": "sde", "params": {"model": "normalized_linear", "lr": -1}}})
+    assert model["loc"] == ["base", "params", "lr"]
 
 
 def test_distinct_curves_keep_each_different_curve_once():
@@ -112,6 +115,19 @@ def test_theory_curves_merge_before_they_cap():
     assert smdengine.theory_curves(by_wd[:1] * (smdengine._compare.MAX_CANDIDATES + 1), "intrinsic_lr", "risk",
                                    grid) == []
     assert smdengine.theory_curves(by_wd, "intrinsic_lr", "step", grid) == []   # no theory of that metric
+
+
+def test_theory_curves_tell_apart_curves_whose_gaps_begin_between_probes():
+    """The sde NRQ's risk has no theory past ηλ·dt = 0.1: along ηλ, dt = 1 and dt = 0.5 give the same values up
+    to their own bounds, which fall between the same two probes (indices 47 and 53 of 60). They were one curve,
+    drawn from dt = 1's values, and dt = 0.5's points between ηλ = 0.1 and 0.2 lost their theory."""
+    base = {"kind": "sde", "params": {"model": "nrq", "dim": 10, "trials": 8, "steps": 100, "record_every": 10}}
+    specs = [(f"dt={dt}", {**base, "params": {**base["params"], "dt": dt}}) for dt in (1.0, 0.5, 1.0)]
+    grid = smdengine.curve_grid(1e-3, 0.365)
+    alone = [smdengine.theory_curve(spec, "intrinsic_lr", "risk", grid) for _, spec in specs[:2]]
+    assert [ys.index(None) for ys in alone] == [47, 53]   # the case: both bounds between the probes at 45 and 54
+    curves = smdengine.theory_curves(specs, "intrinsic_lr", "risk", grid)
+    assert [(keys, ys) for keys, _, ys in curves] == [(["dt=1.0", "dt=1.0"], alone[0]), (["dt=0.5"], alone[1])]
 
 
 def test_an_axis_may_replace_what_the_base_left_to_its_defaults():

@@ -52,7 +52,11 @@ def test_a_worker_that_exits_as_the_service_stops_is_not_restarted(tmp_path):
 def test_two_services_on_one_host_name_their_workers_apart(tmp_path):
     """A service's start expires the leases of its embedded worker's name: two services sharing a database
     from two state folders had one name, and the second's start re-queued the first's running jobs."""
+    from smdcli.serve import _WorkerSupervisor
+    from store.settings import Settings
+
     first, second = tmp_path / "a", tmp_path / "b"
+    assert _WorkerSupervisor(Settings(state_dir=first)).name != _WorkerSupervisor(Settings(state_dir=second)).name
     assert embedded_worker_name(first) != embedded_worker_name(second)
     assert embedded_worker_name(first) == embedded_worker_name(tmp_path / "x" / ".." / "a")   # the same folder
     assert embedded_worker_name(first).startswith("embedded@")

@@ -116,18 +116,24 @@ def test_names_stored_with_bidirectional_controls_are_cleaned_by_0016(empty_data
     command.upgrade(cfg, "0015")
     spec = {"kind": "nrq", "name": "run-\u202egpj.exe", "params": {"trials": 4, "steps": 20, "record_every": 10}}
     with get_engine(empty_database_url).begin() as conn:
-        conn.execute(text(
-            "INSERT INTO experiments (id, kind, name, status, spec, progress, step, total_steps, cancel_requested, "
-            "attempts, queue, created_at, updated_at, visibility, priority, revision, keep_checkpoint, start_step) "
-            "VALUES ('e-bidi', 'nrq', :name, 'queued', :spec, 0, 0, 20, :no, 0, 'cpu', CURRENT_TIMESTAMP, "
-            "CURRENT_TIMESTAMP, 'private', 1, 0, :no, 0)"), {"name": spec["name"], "spec": json.dumps(spec), "no": False})
+        for experiment_id, stored in (("e-bidi", spec), ("e-fine", {**spec, "name": "fine"})):
+            conn.execute(text(
+                "INSERT INTO experiments (id, kind, name, status, spec, progress, step, total_steps, cancel_requested, "
+                "attempts, queue, created_at, updated_at, visibility, priority, revision, keep_checkpoint, start_step) "
+                "VALUES (:id, 'nrq', :name, 'queued', :spec, 0, 0, 20, :no, 0, 'cpu', CURRENT_TIMESTAMP, "
+                "CURRENT_TIMESTAMP, 'private', 1, 0, :no, 0)"),
+                {"id": experiment_id, "name": stored["name"], "spec": json.dumps(stored), "no": False})
+            conn.execute(text("INSERT INTO checkpoints (experiment_id, attempt, step, n_points, data, created_at) "
+                              "VALUES (:id, 1, 5, 1, :data, CURRENT_TIMESTAMP)"), {"id": experiment_id, "data": b"x"})
         conn.execute(text("INSERT INTO studies (id, name, spec, axes, children, points, created_at, kind) VALUES "
                           "('s0', '\u2067grid\u2069', :spec, '[]', 0, 0, CURRENT_TIMESTAMP, 'expand')"),
                      {"spec": json.dumps({"name": "\u2067grid\u2069", "base": spec})})
     command.upgrade(cfg, "head")
     get_engine(empty_database_url).dispose()
     with get_engine(empty_database_url).begin() as conn:
-        name, stored = conn.execute(text("SELECT name, spec FROM experiments")).one()
+        name, stored = conn.execute(text("SELECT name, spec FROM experiments WHERE id = 'e-bidi'")).one()
+        # the renamed job's checkpoint is dropped (its fingerprint hashed the old name), the other's kept
+        assert conn.execute(text("SELECT experiment_id FROM checkpoints")).scalars().all() == ["e-fine"]
         study = conn.execute(text("SELECT name, spec FROM studies")).one()
     stored = json.loads(stored) if isinstance(stored, str) else stored
     study_spec = json.loads(study[1]) if isinstance(study[1], str) else study[1]
