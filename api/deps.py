@@ -86,7 +86,7 @@ def can_manage(user: User, experiment: Experiment | StudyView) -> bool:
 
 
 async def _experiment(request: Request, db: DbDep, settings: SettingsDep, credentials: CredentialsDep,
-                      experiment_id: Annotated[str, Path()]) -> Experiment:
+                      experiment_id: Annotated[str, Path(description="The experiment's id, as its submission answered it.")]) -> Experiment:
     """An experiment the user may read; another user's private one is a 404, as if it did not exist.
     The user and the experiment are read in one worker thread (a dashboard polls this every 2 s: each
     hop to a thread was a tenth of a poll's cost)."""
@@ -114,7 +114,7 @@ def _managed_experiment(experiment: ExperimentDep, user: CurrentUserDep) -> Expe
 ManagedExperimentDep = Annotated[Experiment, Depends(_managed_experiment)]
 
 
-def _study(db: DbDep, user: CurrentUserDep, study_id: Annotated[str, Path()]) -> StudyView:
+def _study(db: DbDep, user: CurrentUserDep, study_id: Annotated[str, Path(description="The study's id, as its submission answered it.")]) -> StudyView:
     """A study the user may read (without its children); another user's private one is a 404."""
     study = studies.get(db, study_id)
     if study is None or not can_read(user, study):

@@ -178,7 +178,7 @@ ListQueryDep = Annotated[ListQuery, Depends()]
 def list_experiments(request: Request, response: Response, db: DbDep, user: CurrentUserDep, query: ListQueryDep,
                      include: Annotated[Literal["summary"] | None, Query(
                          description="summary: each item carries its summary.")] = None,
-                     limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                     limit: Annotated[int, Query(ge=1, le=500, description="Items per page (next_cursor pages on).")] = 50,
                      cursor: SortedCursorQuery = None):
     sorted_list = query.order is not None
     found = query.page(db, user, after=cursors.decode_position(cursor, sorted_list) if cursor else None, limit=limit)

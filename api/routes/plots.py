@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from enum import StrEnum
+from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Response
+from fastapi import Path as PathParam
 from pydantic import BaseModel, Field
 
 import smdengine
@@ -36,6 +38,8 @@ class PlotOut(BaseModel):
 
 
 class PlotFormat(StrEnum):
+    """A plot's file format (the path's extension)."""
+
     png = "png"
     svg = "svg"
 
@@ -45,7 +49,10 @@ class PlotFormat(StrEnum):
                        **UNAUTHORIZED,
                        404: {"model": ErrorOut, "description": "No such experiment, or no such plot for its "
                                                                "kind/model (the detail lists those that apply)."}})
-def get_plot(experiment: ExperimentDep, db: DbDep, name: str, fmt: PlotFormat):
+def get_plot(experiment: ExperimentDep, db: DbDep,
+             name: Annotated[str, PathParam(description="The plot's name, as GET /v1/experiments/{experiment_id}/plots "
+                                                        "lists them for its kind and model.")],
+             fmt: PlotFormat):
     """A plot of the experiment (which ones depends on its kind and model), theory dashed."""
     key = plots.plot_key(experiment.kind, experiment.spec)
     if name not in plots.available(key):

@@ -34,6 +34,7 @@ from api.responses import (
 )
 from api.results import result_document
 from api.routes.events import EventStream, _known_revision, _stream
+from api.routes.plots import PlotFormat
 from api.schemas import (
     COMPARE_EXAMPLE,
     SERVICE_FIELDS,
@@ -260,7 +261,7 @@ def submit(submission: StudySubmission, db: str, settings: Settings, user: User,
 
 @router.get("", response_model=StudyPage, operation_id="listStudies", responses=UNAUTHORIZED)
 def list_studies(request: Request, response: Response, db: DbDep, user: CurrentUserDep,
-                 limit: Annotated[int, Query(ge=1, le=500)] = 50,
+                 limit: Annotated[int, Query(ge=1, le=500, description="Items per page (next_cursor pages on).")] = 50,
                  cursor: CursorQuery = None):
     """List the studies you may see (yours and lab-visible ones; all for admins), newest first
     (without their children)."""
@@ -541,9 +542,6 @@ def export_study_table_parquet(study: StudyDep, db: DbDep, request: Request,
 # ----------------------------------------------------------------------------- plots
 
 
-class PlotFormat(StrEnum):
-    png = "png"
-    svg = "svg"
 
 
 MEDIA_TYPES = {"png": "image/png", "svg": "image/svg+xml"}

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 from api.deps import DbDep, StudyDep
 from api.responses import query_error
 from api.routes.studies import (
+    METRIC,
     NONE_STARTED,
     STARTED,
     STUDY_NOT_FOUND,
@@ -158,7 +159,7 @@ def chart_options(study: StudyDep, db: DbDep) -> ChartOptions:
 
 @router.get("/{study_id}/charts/overlay", response_model=OverlayChart, operation_id="getStudyOverlayData",
             responses=CHART_RESPONSES)
-def overlay_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_length=200)],
+def overlay_data(study: StudyDep, db: DbDep, metric: Annotated[str, METRIC],
                  x: Annotated[str, Query(description=f"The time axis: {', '.join(OVERLAY_X)}.")] = "step"):
     """Every started child's series of ``metric`` against ``x`` (at most 2000 points a line), its theory."""
     children = studies.children(db, study.id)
@@ -185,7 +186,7 @@ def overlay_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_le
 
 @router.get("/{study_id}/charts/scatter", response_model=ScatterChart, operation_id="getStudyScatterData",
             responses=CHART_RESPONSES)
-def scatter_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_length=200)],
+def scatter_data(study: StudyDep, db: DbDep, metric: Annotated[str, METRIC],
                  x: Annotated[str, Query(max_length=200, description="An axis or derived value.")],
                  by: Annotated[str | None, Query(max_length=200, description="An axis to colour by: the points and "
                                                                              "the theory curves by its value.")] = None):
@@ -209,7 +210,7 @@ def scatter_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_le
 
 @router.get("/{study_id}/charts/heatmap", response_model=HeatmapChart, operation_id="getStudyHeatmapData",
             responses=CHART_RESPONSES)
-def heatmap_data(study: StudyDep, db: DbDep, metric: Annotated[str, Query(max_length=200)],
+def heatmap_data(study: StudyDep, db: DbDep, metric: Annotated[str, METRIC],
                  x: Annotated[str, Query(max_length=200, description="An axis or derived value.")],
                  y: Annotated[str, Query(max_length=200, description="Another axis or derived value.")]):
     """The tail metric over two axes (means over seeds and their standard errors) and the theory grid.
