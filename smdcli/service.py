@@ -29,7 +29,8 @@ def call(prog: str, run: Callable[[Any], int], not_found: int = 1) -> int:
     except SMDValidationError as exc:
         print(f"{prog}: rejected (422):", file=sys.stderr)
         for error in exc.errors:
-            print(f"  {error['field'] or '(body)'}: {error['reason']}", file=sys.stderr)
+            loc = error["loc"][1:] if error["loc"][:1] == ["body"] else error["loc"]
+            print(f"  {error_line(loc, error['reason'], error['point'], error['field'] or '(body)')}", file=sys.stderr)
         return 2
     except QuotaExceeded as exc:
         print(f"{prog}: {exc.detail}", file=sys.stderr)
@@ -49,6 +50,22 @@ def call(prog: str, run: Callable[[Any], int], not_found: int = 1) -> int:
         return 1
     finally:
         client.close()
+
+
+def error_line(loc: list[Any], reason: str, point: dict[str, Any] | None = None, field: str | None = None) -> str:
+    """One refused field as `smd` says it, alike for a study refused here (`smd study run`) and by the service:
+    where (``axis PATH``, ``point I, FIELD``, else ``field`` or the dotted ``loc``), the reason, and for a
+    point its axis values (the index alone does not say which values were refused)."""
+    from smdlab.errors import at_point
+
+    parts = [str(part) for part in loc]
+    if parts[:1] == ["axis"]:
+        where = f"axis {'.'.join(parts[1:])}"
+    elif parts[:1] == ["point"] and len(parts) > 1:
+        where = f"point {parts[1]}" + (f", {'.'.join(parts[2:])}" if len(parts) > 2 else "")
+    else:
+        where = field if field is not None else ".".join(parts)
+    return (f"{where}: " if where else "") + f"{reason}{at_point({'point': point})}"
 
 
 def non_finite(value: Any, path: str = "") -> str | None:

@@ -181,22 +181,17 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
 
 
 def print_errors(errors: list[dict[str, Any]]) -> None:
+    from smdcli.service import error_line
+
     print("smd study: the study is not valid:", file=sys.stderr)
     for e in errors:
-        loc = [str(part) for part in e.get("loc", [])]
-        if loc[:1] == ["axis"]:
-            where = f"axis {'.'.join(loc[1:])}: "
-        elif loc[:1] == ["point"] and len(loc) > 1:
-            where = f"point {loc[1]}" + (f", {'.'.join(loc[2:])}" if len(loc) > 2 else "") + ": "
-        else:
-            where = f"{'.'.join(loc)}: " if loc else ""
-        point = e.get("point")
-        at = f" (at {_point_text(point.get('values', {}))})" if point else ""
-        print(f"  {where}{e.get('msg')}{at}", file=sys.stderr)
+        print(f"  {error_line(list(e.get('loc', [])), str(e.get('msg')), e.get('point'))}", file=sys.stderr)
 
 
 def _point_text(values: dict[str, Any]) -> str:
-    return ", ".join(f"{path}={value}" for path, value in values.items())
+    from smdlab.errors import values_text
+
+    return values_text(values)
 
 
 Unit = list[tuple[int, dict]]   # children run together: one, or a fused batch

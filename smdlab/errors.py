@@ -15,13 +15,14 @@ class SMDError(Exception):
 
 class SMDValidationError(SMDError):
     """422: the spec (or a parameter) is invalid. ``errors``: ``[{"field": "params.lr", "loc": [...],
-    "reason": "Input should be greater than 0"}, ...]``, one per invalid field."""
+    "reason": "Input should be greater than 0", "point": None}, ...]``, one per invalid field; ``point``: for
+    a study's point, ``{"index": 1, "values": {"params.lr": -0.1}}`` (its axis values), else None."""
 
     def __init__(self, message: str, status: int, detail: Any):
         super().__init__(message, status, detail)
         items = detail if isinstance(detail, list) else [{"loc": [], "msg": str(detail)}]
         self.errors = [{"field": field_of_error(e), "loc": list(e.get("loc", [])),
-                        "reason": str(e.get("msg", ""))} for e in items if isinstance(e, dict)]
+                        "reason": str(e.get("msg", "")), "point": point_of(e)} for e in items if isinstance(e, dict)]
 
 
 class QuotaExceeded(SMDError):
@@ -59,8 +60,27 @@ def field_of(loc: list[Any]) -> str:
     return ".".join(parts)
 
 
+def point_of(error: dict[str, Any]) -> dict[str, Any] | None:
+    """The study point a 422 error is about (``index``, ``values``: its axis values), or None."""
+    point = error.get("point")
+    return point if isinstance(point, dict) else None
+
+
+def values_text(values: dict[str, Any]) -> str:
+    """A point's axis values as ``params.lr=-0.1, params.weight_decay=0.01``."""
+    return ", ".join(f"{path}={value}" for path, value in values.items())
+
+
+def at_point(error: dict[str, Any]) -> str:
+    """`` (at params.lr=-0.1, ...)`` for an error about a study's point: which values made it invalid, which
+    its index alone does not say (a grid's points are numbered in expansion order); else ``""``."""
+    values = (point_of(error) or {}).get("values")
+    return f" (at {values_text(values)})" if isinstance(values, dict) and values else ""
+
+
 def message_of(status: int, detail: Any) -> str:
     if isinstance(detail, list):
-        lines = [f"{field_of_error(e)}: {e.get('msg')}" if isinstance(e, dict) else str(e) for e in detail]
+        lines = [f"{field_of_error(e)}: {e.get('msg')}{at_point(e)}" if isinstance(e, dict) else str(e)
+                 for e in detail]
         return f"HTTP {status}: " + "; ".join(lines)
     return f"HTTP {status}: {detail}"

@@ -119,6 +119,23 @@ def test_a_422_names_the_field(service):
     assert "params.lr" in caught.value.errors[0]["reason"]   # the nearest valid paths
 
 
+def test_a_refused_study_point_is_said_with_its_axis_values(service, tmp_path):
+    """As `smd study run` says it here: the point's index alone does not say which values were refused."""
+    alice, *_ = service
+    base = small_spec(trials=4, steps=20, record_every=10)
+    with pytest.raises(SMDValidationError) as caught:
+        client_of(alice).study(base, grid={"params.lr": [0.1, -0.1], "params.weight_decay": [0.01]})
+    assert caught.value.errors[0]["point"] == {"index": 1, "values": {"params.lr": -0.1, "params.weight_decay": 0.01}}
+    assert "(at params.lr=-0.1, params.weight_decay=0.01)" in str(caught.value)
+    study = tmp_path / "study.json"
+    study.write_text(json.dumps({"base": base, "grid": {"params.lr": [0.1, -0.1], "params.weight_decay": [0.01]}}))
+    said = "point 1, params.lr: Input should be greater than 0 (at params.lr=-0.1, params.weight_decay=0.01)\n"
+    remote = smd(alice, "study", "submit", str(study))
+    assert remote.returncode == 2 and remote.stderr == f"smd study: rejected (422):\n  {said}", remote.stderr
+    local = smd(alice, "study", "run", str(study), "-o", str(tmp_path / "out"))
+    assert local.returncode == 2 and local.stderr.endswith(f"\n  {said}"), local.stderr
+
+
 def test_a_429_waits_for_room_or_raises_with_the_message(service):
     alice, *_ = service
     smd_cli(alice, "users", "create", "carol")
