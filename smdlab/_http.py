@@ -73,7 +73,12 @@ class Transport:
                 time.sleep(self.backoff * 2 ** (attempt - 1))
                 continue
             error = {422: SMDValidationError, 404: NotFound, 409: Conflict}.get(status, SMDError)
-            raise error(message_of(status, detail), status, detail)
+            raise error(self._no_route(path) if _unknown_route(status, detail) else message_of(status, detail),
+                        status, detail)
+
+    def _no_route(self, path: str) -> str:
+        return (f"HTTP 404: {self.url}{path} is no route of the service: is SMD_URL the service's address "
+                f"(where /healthz answers, e.g. http://127.0.0.1:8000)?")
 
     def json(self, method: str, path: str, **kwargs: Any) -> Any:
         response = self.request(method, path, **kwargs)
@@ -85,6 +90,12 @@ def _params(params: dict[str, Any] | None) -> dict[str, Any] | None:
     if params is None:
         return None
     return {k: v for k, v in params.items() if v is not None}
+
+
+def _unknown_route(status: int, detail: Any) -> bool:
+    """A 404 of a path the server has no route for (the framework's bare "Not Found": every 404 of the
+    service's own routes names what it did not find): SMD_URL is not the service's address."""
+    return status == 404 and detail == "Not Found"
 
 
 def _detail(response: httpx.Response) -> Any:

@@ -44,7 +44,7 @@ class Client:
                  retry_429: bool = True, max_quota_wait: float = 600.0,
                  on_quota_wait: Callable[[float, str | None, Any], None] | None = None):
         """``on_quota_wait(seconds, quota, detail)`` is called before each wait on a 429 (e.g. to say so)."""
-        self.url = (url or os.environ.get("SMD_URL") or "http://127.0.0.1:8000").rstrip("/")
+        self.url = service_root(url or os.environ.get("SMD_URL") or "http://127.0.0.1:8000")
         key = key if key is not None else os.environ.get("SMD_KEY")
         self.http = Transport(self.url, key, timeout, retry_429=retry_429, max_quota_wait=max_quota_wait,
                               on_quota_wait=on_quota_wait)
@@ -353,6 +353,13 @@ def _show(bar: Any, state: dict[str, Any]) -> None:
     bar.refresh()
 
 
+
+
+def service_root(url: str) -> str:
+    """The service's address as the paths here extend it: without a trailing slash, nor a trailing ``/v1``,
+    the prefix every path already has (``http://host:8000/v1``, a natural thing to paste from the API's
+    docs, had every request answered 404)."""
+    return url.rstrip("/").removesuffix("/v1").rstrip("/")
 
 
 def valid_id(value: Any, what: str) -> str:

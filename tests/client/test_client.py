@@ -136,6 +136,23 @@ def test_a_refused_study_point_is_said_with_its_axis_values(service, tmp_path):
     assert local.returncode == 2 and local.stderr.endswith(f"\n  {said}"), local.stderr
 
 
+@pytest.mark.parametrize("suffix", ["/", "/v1", "/v1/"])
+def test_an_address_pasted_with_v1_or_a_slash_is_the_service(service, suffix):
+    alice, *_ = service
+    client = Client(alice["SMD_URL"] + suffix, alice["SMD_KEY"])
+    assert client.url == alice["SMD_URL"] and list(client.experiments(limit=1)) is not None
+    listed = smd({**alice, "SMD_URL": alice["SMD_URL"] + suffix}, "ls", "--limit", "1")
+    assert listed.returncode == 0 and listed.stdout.startswith("ID"), listed.stderr
+
+
+def test_an_address_that_is_not_the_service_is_said_so(service):
+    """Not a bare "HTTP 404: Not Found", which reads as "no such experiment"."""
+    alice, *_ = service
+    elsewhere = smd({**alice, "SMD_URL": alice["SMD_URL"] + "/api"}, "ls")
+    assert elsewhere.returncode == 1 and f"{alice['SMD_URL']}/api/v1/experiments is no route of the service: " \
+        "is SMD_URL the service's address" in elsewhere.stderr, elsewhere.stderr
+
+
 def test_a_429_waits_for_room_or_raises_with_the_message(service):
     alice, *_ = service
     smd_cli(alice, "users", "create", "carol")
