@@ -19,8 +19,11 @@ def call(prog: str, run: Callable[[Any], int], not_found: int = 1) -> int:
     def waiting(seconds: float, quota: str | None, detail: Any) -> None:   # a quota room will free: said, not silent
         print(f"{prog}: {detail} — waiting {seconds:g} s for room (Ctrl-C stops waiting)", file=sys.stderr)
 
+    def retrying(reason: str, seconds: float) -> None:   # a failure of a service that answered: said, not silent
+        print(f"{prog}: {reason}; retrying for up to {seconds:g} s (Ctrl-C to stop)", file=sys.stderr)
+
     try:
-        client = Client(on_quota_wait=waiting)
+        client = Client(on_quota_wait=waiting, on_retry=retrying)
     except SMDError as exc:   # e.g. an SMD_KEY that is no key
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1

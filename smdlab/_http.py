@@ -1,7 +1,12 @@
 """The HTTP layer of :class:`smdlab.Client` (httpx): the Bearer key, timeouts, 429 with Retry-After
 (waited out and retried, or raised as :class:`QuotaExceeded`), 5xx answers and connection errors
 retried with exponential backoff for idempotent methods only (GET, HEAD, DELETE: a POST is never sent
-twice behind the caller's back), and errors raised with the server's detail."""
+twice behind the caller's back), and errors raised with the server's detail.
+
+The retries are for a running service's transient failures (a restart, a proxy's blip, a 503 while its
+database is away). A connection refused before anything has answered at the address is not one: the service
+is not started, or SMD_URL is not its address; it is raised at once (it was retried for 7.5 s in silence).
+A request that is retried says so first (``on_retry``), with how long the retries may last."""
 from __future__ import annotations
 
 import re
@@ -20,12 +25,14 @@ KEY_CHARACTERS = re.compile(r"[\x21-\x7e]+")
 class Transport:
     def __init__(self, url: str, key: str | None, timeout: float, retries: int = 4, backoff: float = 0.5,
                  retry_429: bool = True, max_quota_wait: float = 600.0,
-                 on_quota_wait: Callable[[float, str | None, Any], None] | None = None):
+                 on_quota_wait: Callable[[float, str | None, Any], None] | None = None,
+                 on_retry: Callable[[str, float], None] | None = None):
         if key and not KEY_CHARACTERS.fullmatch(key):   # never echoed: it is a secret
             raise SMDError(f"SMD_KEY: expected an API key (visible ASCII characters: no spaces, newlines or "
                            f"accents), got {len(key)} characters that are not one")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.on_quota_wait = on_quota_wait
+        self.on_quota_wait, self.on_retry = on_quota_wait, on_retry
+        self.answered = False   # whether anything has answered at this address yet
         self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
         self.url = url.rstrip("/")
         self.retries, self.backoff = retries, backoff
@@ -42,11 +49,14 @@ class Transport:
             try:
                 response = self.http.request(method, path, json=json, params=_params(params), headers=headers)
             except httpx.TransportError as exc:
-                if method in IDEMPOTENT and attempt < self.retries:
+                reason = f"cannot reach {self.url}: {type(exc).__name__}: {exc}"
+                if isinstance(exc, httpx.ConnectError) and not self.answered:
+                    raise SMDError(f"{reason} (is the service running, and SMD_URL its address?)") from exc
+                if self._retried(method, attempt, reason):
                     attempt += 1
-                    time.sleep(self.backoff * 2 ** (attempt - 1))
                     continue
-                raise SMDError(f"cannot reach {self.url}: {type(exc).__name__}: {exc}") from exc
+                raise SMDError(reason) from exc
+            self.answered = True
             status = response.status_code
             if status < 300 or status == 304 or status in ok:
                 return response
@@ -68,13 +78,22 @@ class Transport:
                     waited += wait
                     continue
                 raise QuotaExceeded(message_of(status, detail), status, detail, retry_after, quota)
-            if status >= 500 and method in IDEMPOTENT and attempt < self.retries:
+            if status >= 500 and self._retried(method, attempt, message_of(status, detail)):
                 attempt += 1
-                time.sleep(self.backoff * 2 ** (attempt - 1))
                 continue
             error = {422: SMDValidationError, 404: NotFound, 409: Conflict}.get(status, SMDError)
             raise error(self._no_route(path) if _unknown_route(status, detail) else message_of(status, detail),
                         status, detail)
+
+    def _retried(self, method: str, attempt: int, reason: str) -> bool:
+        """Whether the request is to be sent again (idempotent, retries left), after the backoff's wait; before
+        its first retry ``on_retry(reason, seconds)`` is told how long its retries may wait in all."""
+        if method not in IDEMPOTENT or attempt >= self.retries:
+            return False
+        if attempt == 0 and self.on_retry is not None:
+            self.on_retry(reason, self.backoff * (2 ** self.retries - 1))
+        time.sleep(self.backoff * 2 ** attempt)
+        return True
 
     def _no_route(self, path: str) -> str:
         return (f"HTTP 404: {self.url}{path} is no route of the service: is SMD_URL the service's address "

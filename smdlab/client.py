@@ -42,12 +42,15 @@ class Client:
 
     def __init__(self, url: str | None = None, key: str | None = None, timeout: float = 30.0, *,
                  retry_429: bool = True, max_quota_wait: float = 600.0,
-                 on_quota_wait: Callable[[float, str | None, Any], None] | None = None):
-        """``on_quota_wait(seconds, quota, detail)`` is called before each wait on a 429 (e.g. to say so)."""
+                 on_quota_wait: Callable[[float, str | None, Any], None] | None = None,
+                 on_retry: Callable[[str, float], None] | None = None):
+        """``on_quota_wait(seconds, quota, detail)`` is called before each wait on a 429 (e.g. to say so);
+        ``on_retry(reason, seconds)`` before a request that failed (unreachable, 5xx) is retried, for at most
+        ``seconds`` more."""
         self.url = service_root(url or os.environ.get("SMD_URL") or "http://127.0.0.1:8000")
         key = key if key is not None else os.environ.get("SMD_KEY")
         self.http = Transport(self.url, key, timeout, retry_429=retry_429, max_quota_wait=max_quota_wait,
-                              on_quota_wait=on_quota_wait)
+                              on_quota_wait=on_quota_wait, on_retry=on_retry)
 
     def __repr__(self) -> str:
         return f"Client({self.url!r})"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -80,6 +81,17 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(tmp_path):
     done = subprocess.run(f"{sys.executable} -m smdcli.main presets list --json | head -c 10",
                           shell=True, capture_output=True, text=True, timeout=120)
     assert done.stdout == "[\n  {\n    \"i"[:10] and "Traceback" not in done.stderr, done.stderr
+
+
+def test_an_unreachable_service_is_said_at_once(smd_here):  # noqa: F811
+    """Nothing listens at SMD_URL: said at once, not after 7.5 s of silent retries (those are for a service
+    that has answered and goes away: tests/client/test_transport.py)."""
+    started = time.monotonic()
+    done = smd_here(NOWHERE, "ls")
+    assert done.returncode == 1 and done.stderr.startswith("smd ls: cannot reach http://127.0.0.1:9: ConnectError: "), \
+        done.stderr
+    assert "(is the service running, and SMD_URL its address?)" in done.stderr
+    assert time.monotonic() - started < 3, "the CLI retried a service that never answered"
 
 
 def test_an_unreachable_tracking_server_is_said_at_once(smd_here):  # noqa: F811
