@@ -85,6 +85,18 @@ def _value(raw: str) -> float | str | bool:
     return number if math.isfinite(number) else raw   # "nan", "inf": text
 
 
+def refuse_unknown(keys: Iterable[str], declared: set[str]) -> None:
+    """A 422 for the first query parameter that is neither one of the route's own (``declared``) nor a filter
+    (param.…, summary.…): one was ignored, and a list unfiltered by it looked filtered (``params.lr=0.1``
+    for ``param.params.lr=0.1``)."""
+    for key in keys:
+        if key in declared or key.startswith(PREFIXES):
+            continue
+        hint = f"; did you mean param.{key}?" if key.startswith("params.") else _nearest(key, declared)
+        _refuse(key, f"not a parameter of this list: expected one of {', '.join(sorted(declared))}, "
+                     f"param.<spec path>[.<op>] or summary.<name>[.<op>]{hint}")
+
+
 def _nearest(name: str, choices: Iterable[str]) -> str:
     import difflib
 

@@ -5,7 +5,9 @@ import logging
 from typing import Annotated, Any, Literal
 
 import anyio
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, params
+from fastapi.dependencies.utils import get_flat_params
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
 
 import smdengine
@@ -137,11 +139,13 @@ FILTERS_DESCRIPTION = (
     "`summary.au_rms.lt=0.02`), op one of eq (default), ne, lt, le, gt, ge; paths and names are checked against "
     "the kind's (422 naming the parameter). A number matches numbers (eq/ne also text spelled the same), true/false "
     "booleans, other text text; a stored value of another type does not match (ne: it does). A path to a list or "
-    "an object is a 422: filter on its entries (`param.params.lr_schedule.0.step`).")
+    "an object is a 422: filter on its entries (`param.params.lr_schedule.0.step`). Any other parameter is a 422 "
+    "too (`params.lr=0.1` would otherwise list everything, as if filtered).")
 
 
 KindName = Literal[smdengine.KINDS]   # type: ignore[valid-type]  # the registry's kinds: an enum in the schema
-LIST_422 = "An unknown status or kind, or a filter that names no field or summary value of the kind."
+LIST_422 = ("An unknown status or kind, a filter that names no field or summary value of the kind, or a parameter "
+            "the list does not take.")
 
 
 class ListQuery:
@@ -159,6 +163,11 @@ class ListQuery:
                      "summary.<name> (ascending) or -summary.<name> (descending), missing values last; "
                      "otherwise newest first."))] = None):
         self.status, self.kind, self.owner, self.name, self.tags = status, kind, owner, name, tag or []
+        route = request.scope.get("route")
+        if isinstance(route, APIRoute):
+            search.refuse_unknown(request.query_params.keys(),
+                                  {param.alias for param in get_flat_params(route.dependant)
+                                   if isinstance(param.field_info, params.Query)})
         self.predicates = search.predicates(request.query_params.multi_items(), kind)
         self.order = search.order(order_by, kind)
 

@@ -82,7 +82,10 @@ def test_unknown_paths_and_names_are_422_naming_the_parameter(env):
             ({"summary.au_rms.lt": "abc"}, "summary.au_rms.lt", "expected a number"),
             ({"summary.au_rms.gt": 0, "kind": "train"}, "summary.au_rms.gt", "recorded per layer, under summary.layers"),
             ({"order_by": "au_rms"}, "order_by", "summary.<name>"),
-            ({"order_by": "-summary.accuracy", "kind": "nrq"}, "order_by", "not a summary value of nrq")):
+            ({"order_by": "-summary.accuracy", "kind": "nrq"}, "order_by", "not a summary value of nrq"),
+            # a parameter the list does not take was ignored, and the whole list looked filtered by it
+            ({"params.lr": 0.1}, "params.lr", "did you mean param.params.lr?"),
+            ({"stauts": "queued"}, "stauts", "nearest: status")):
         for path in ("/v1/experiments", "/v1/experiments.csv"):
             r = client.get(path, params=params)
             assert r.status_code == 422, (params, r.text)

@@ -35,17 +35,23 @@ function lineTraces(plot, doc) {
     traces.push({ x, y: ys, name, type: "scatter", mode: sparse ? "lines+markers" : "lines",
       line: { color: COLORS[i % COLORS.length], width: 1.6 } });
   });
-  for (const name of plot.theory) {
+  plot.theory.filter((name) => doc.theory[name] !== undefined && doc.theory[name] !== null).forEach((name, k) => {
     const t = doc.theory[name];
-    if (t === undefined || t === null) continue;
     const [x, y] = Array.isArray(t) ? [steps, t] : [[steps[0] ?? 0, steps[steps.length - 1] ?? 1], [t, t]];
     traces.push({ x, y, name: `${name} (theory)`, type: "scatter", mode: "lines",
-      line: { color: "black", dash: "dash", width: 1.4 }, meta: "theory" });
-  }
+      line: { color: "black", dash: theoryDash(k), width: 1.4 }, meta: "theory" });
+  });
   const shapes = plot.times.filter((name) => finite(doc.theory[name])).map((name) => ({
     type: "line", xref: "x", yref: "paper", x0: doc.theory[name], x1: doc.theory[name], y0: 0, y1: 1,
     line: { color: "gray", dash: "dot", width: 1 } }));
   return { traces, shapes };
+}
+
+// A chart's global theory lines, black, told apart by their dashes in the PNG's order (smdrender.plots): two
+// black dashed lines (au_theory, au_equilibrium) looked alike.
+const THEORY_DASHES = ["dash", "dot", "dashdot"];
+function theoryDash(k) {
+  return THEORY_DASHES[k % THEORY_DASHES.length];
 }
 
 function layerTraces(plot, doc) {
@@ -67,11 +73,10 @@ function layerTraces(plot, doc) {
       legended.add(name);
     }
   });
-  for (const name of plot.theory) {
-    const t = doc.theory[name];
-    if (Array.isArray(t)) traces.push({ x: steps, y: t, name: `${name} (theory)`, type: "scatter", mode: "lines",
-      line: { color: "black", dash: "dash" }, meta: "theory" });
-  }
+  plot.theory.filter((name) => Array.isArray(doc.theory[name])).forEach((name, k) => {
+    traces.push({ x: steps, y: doc.theory[name], name: `${name} (theory)`, type: "scatter", mode: "lines",
+      line: { color: "black", dash: theoryDash(k) }, meta: "theory" });
+  });
   return { traces, shapes: [] };
 }
 
@@ -141,7 +146,7 @@ export class Chart {
     } else if (this.plot.style === "line" || this.plot.style === "layers") {
       this.brokenNote(layout, traces, doc);
     }
-    window.Plotly.react(this.div, traces, layout, CONFIG);
+    window.Plotly.react(this.div, traces, withoutMinorLogLabels(layout), CONFIG);
     if (!this.listening) {
       this.listening = true;
       this.div.on("plotly_relayout", (event) => this.relayout(event));
@@ -187,5 +192,15 @@ export class Chart {
 
 export async function plotly(div, traces, layout) {
   await plotlyLoaded;
-  window.Plotly.react(div, traces, { margin: { l: 70, r: 10, t: 10, b: 50 }, height: 400, ...layout }, CONFIG);
+  window.Plotly.react(div, traces, withoutMinorLogLabels({ margin: { l: 70, r: 10, t: 10, b: 50 }, height: 400,
+    ...layout }), CONFIG);
+}
+
+// A log axis labels its decades only: Plotly's default also wrote bare digits (2, 5) between them, read as
+// values. The setting is ignored by linear axes and kept when the log/linear toggle changes an axis's type.
+function withoutMinorLogLabels(layout) {
+  for (const key of Object.keys(layout)) {
+    if (/^[xy]axis\d*$/.test(key)) layout[key] = { minorloglabels: "none", ...layout[key] };
+  }
+  return layout;
 }

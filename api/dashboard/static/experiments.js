@@ -79,7 +79,11 @@ export function render(main) {
     for (const [key, value] of Object.entries(filters)) if (value) query.set(key, value);
     for (const term of where.split(/\s+/).filter(Boolean)) {
       const at = term.indexOf("=");
-      if (at > 0) query.append(term.slice(0, at), term.slice(at + 1));
+      if (at <= 0) {   // it was left out silently, and the list looked filtered by it
+        refused(`where: expected key=value terms (e.g. summary.au_rms.lt=0.02), got "${term}"`);
+        return;
+      }
+      query.append(term.slice(0, at), term.slice(at + 1));
     }
     if (columns.some((c) => c.startsWith("summary.")) || orderBy) query.set("include", "summary");
     if (orderBy) query.set("order_by", orderBy);
@@ -93,7 +97,7 @@ export function render(main) {
       if (number !== latest) return;
       message.replaceChildren();
     } catch (error) {
-      if (number === latest) message.replaceChildren(errorBox(error));
+      if (number === latest) refused(error);
       return;
     }
     if (stopped) return;
@@ -105,6 +109,14 @@ export function render(main) {
     next.onclick = () => { cursors.push(page.next_cursor); load(); };
     // live: refresh while anything on the page is still queued or running
     if (page.items.some((e) => !TERMINAL.has(e.status))) timer = setTimeout(load, REFRESH_MS);
+  }
+
+  // A filter the page or the server refused: the error, and no rows (the last ones looked like its matches).
+  function refused(error) {
+    message.replaceChildren(errorBox(error));
+    body.replaceChildren(h("tr", h("td.muted", { colSpan: 8 + columns.length }, "Not listed: the filter was refused.")));
+    info.textContent = "";
+    prev.disabled = next.disabled = true;
   }
 
   function row(e) {

@@ -182,8 +182,9 @@ export async function drawHeatmap(div, data, { mode = "side" } = {}) {
   const zmin = Math.min(...all), zmax = Math.max(...all);
   const cell = { type: "heatmap", x: xs, y: ys, colorscale: "Viridis", texttemplate: "%{text}", hoverongaps: false };
   const traces = [];
+  // the iso-ηλ lines are white over the cells: on a grey legend their swatch shows as drawn (white on white before)
   const layout = { height: 480, margin: { l: 70, r: 10, t: 30, b: 50 }, annotations: [],
-    legend: { orientation: "h", y: -0.18 } };
+    legend: { orientation: "h", y: -0.18, bgcolor: "#6b6b6b", font: { color: "#fff" } } };
   if (mode === "ratio" && data.theory_z) {
     const ratio = data.z.map((row, j) => row.map((v, i) => (v !== null && data.theory_z[j][i] ? v / data.theory_z[j][i] : null)));
     const spread = Math.max(0.05, ...ratio.flat().filter((v) => v !== null).map((v) => Math.abs(v - 1)));
