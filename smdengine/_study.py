@@ -274,8 +274,10 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
 
 def _leave_replaced_defaults(base: Any, data: dict[str, Any], values: Mapping[str, Any]) -> None:
     """An axis that sets a field whose model declares it in ``REPLACED_DEFAULTS`` (an nrq problem's
-    ``eigenvalues``: ``eig_low``/``eig_high``) replaces the defaults its validator filled in, unless the base
-    gave them: without this every child of a spectrum sweep was refused for giving both."""
+    ``eigenvalues``: ``eig_low``/``eig_high`` and their default values) replaces those fields where the base left
+    them to the validator's defaults or gave the defaults themselves (a stored spec, as "sweep from here" starts
+    from, spells every default out): without this every child of a spectrum sweep was refused for giving both.
+    A base that gave other values of them is refused so, as before (the conflict is the user's to settle)."""
     for path in values:
         parent, _, last = path.rpartition(".")
         model: Any = base
@@ -283,9 +285,10 @@ def _leave_replaced_defaults(base: Any, data: dict[str, Any], values: Mapping[st
         for part in parent.split(".") if parent else []:
             model = getattr(model, part, None)
             node = node.get(part) if isinstance(node, dict) else None
-        replaced = getattr(type(model), "REPLACED_DEFAULTS", {}).get(last, ())
+        replaced: Mapping[str, Any] = getattr(type(model), "REPLACED_DEFAULTS", {}).get(last, {})
         given: set[str] = getattr(model, "model_fields_set", set())
-        if replaced and isinstance(node, dict) and not set(replaced) & given:
+        if replaced and isinstance(node, dict) and all(
+                name not in given or getattr(model, name) == default for name, default in replaced.items()):
             node.update(dict.fromkeys(replaced))
 
 

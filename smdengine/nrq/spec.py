@@ -38,9 +38,10 @@ class ScheduleEntry(StrictModel):
 class NRQPhysics(StrictModel):
     """The NRQ problem and plain-SGD rates shared by the ``nrq`` kind and the ``sde`` kind's nrq model."""
 
-    # a study axis that sets eigenvalues replaces the two-level default the validator filled in (unless the
-    # base gave eig_low or eig_high: then it is refused for both): smdengine._study.expand_study
-    REPLACED_DEFAULTS: ClassVar[dict[str, tuple[str, ...]]] = {"eigenvalues": ("eig_low", "eig_high")}
+    # a study axis that sets eigenvalues replaces the two-level default the validator fills in, whether the base
+    # left it to the validator or spelled it out (a "sweep from here" base is a stored spec, defaults written); a
+    # base that gave another two-level spectrum is refused for both: smdengine._study.expand_study
+    REPLACED_DEFAULTS: ClassVar[dict[str, dict[str, float]]] = {"eigenvalues": {"eig_low": 1.0, "eig_high": 2.0}}
 
     dim: int = Field(10, ge=2, le=100_000, description="p, the dimension of X.")
     eig_low: float | None = Field(None, ge=0, le=1e6, description=(
@@ -79,7 +80,7 @@ class NRQPhysics(StrictModel):
         else:
             if self.eig_low is None and self.eig_high is None:
                 # the default, and not marked as given (null is unset): a study axis may still set eigenvalues
-                self.__dict__.update(eig_low=1.0, eig_high=2.0)
+                self.__dict__.update(self.REPLACED_DEFAULTS["eigenvalues"])
                 self.__pydantic_fields_set__.difference_update({"eig_low", "eig_high"})
             if self.eig_low is None or self.eig_high is None:
                 raise ValueError("eig_low/eig_high: expected both or neither")

@@ -142,9 +142,14 @@ def test_an_axis_may_replace_what_the_base_left_to_its_defaults():
     # the other half of the default stays for an axis over one level (a base as given lacked it: "both or neither")
     high = expand_study({"base": {"kind": "nrq", "params": {"dim": 3}}, "grid": {"params.eig_high": [3.0]}})
     assert (high[0].spec.params.eig_low, high[0].spec.params.eig_high) == (1.0, 3.0)
-    with pytest.raises(StudyError, match="got both"):   # a spectrum the base gave conflicts, as before
-        expand_study({"base": {"kind": "nrq", "params": {"dim": 3, "eig_low": 1.0, "eig_high": 2.0}},
+    with pytest.raises(StudyError, match="got both"):   # another spectrum the base gave conflicts, as before
+        expand_study({"base": {"kind": "nrq", "params": {"dim": 3, "eig_low": 1.0, "eig_high": 3.0}},
                       "points": [{"params.eigenvalues": [1.0, 1.5, 2.0]}]})
+    # the default spectrum spelled out, as in a stored spec ("sweep from here" on an experiment), is replaced
+    stored = smdengine.parse_spec({"kind": "nrq", "params": {"dim": 3}}).model_dump(mode="json")
+    assert (stored["params"]["eig_low"], stored["params"]["eig_high"]) == (1.0, 2.0)
+    swept = expand_study({"base": stored, "points": [{"params.eigenvalues": [1.0, 1.5, 2.0]}]})
+    assert swept[0].spec.params.eigenvalues == [1.0, 1.5, 2.0] and swept[0].spec.params.eig_low is None
     # a path into a default sub-object keeps the rest of it (its union tag: the dataset's name)
     split = expand_study({"base": {"kind": "train", "params": {"steps": 10, "record_every": 5}},
                           "grid": {"params.dataset.test_fraction": [0.2]}})
