@@ -176,6 +176,10 @@ def test_a_study_page_shows_its_heatmap_and_sorts_its_table(service, page, grid_
     header.click()
     lrs = [float(v) for v in page.evaluate(COLUMN, "params.lr")]
     assert lrs == sorted(lrs, reverse=True)
+    # its iso-ηλ lines are white over the cells; their legend entry sits on a background they show on
+    iso = page.evaluate("document.getElementById('study-plot').data.find(t => t.meta === 'iso')?.line.color")
+    legend = page.evaluate("document.getElementById('study-plot').layout.legend.bgcolor")
+    assert iso.startswith("rgba(255,255,255") and legend not in (None, "#fff", "#ffffff", "white")
     screenshot(page, "study-heatmap")
     assert page.console.errors == []
 
@@ -351,6 +355,15 @@ def test_runs_tables_choose_columns_filter_and_sort_and_three_axes_draw_parallel
     screenshot(page, "experiments-columns")
     assert page.console.errors == []
 
+    # a where term the list cannot use is said, and the rows of the last good filter are not kept under it
+    for term, said in (("momentum", 'expected key=value terms (e.g. summary.au_rms.lt=0.02), got "momentum"'),
+                       ("params.momentum=0.5", "did you mean param.params.momentum?")):   # the server's 422
+        page.fill("#where", term)
+        page.wait_for_function("said => document.querySelector('.error-box')?.textContent.includes(said)", arg=said)
+        assert page.locator("#experiments-table tbody tr[data-id]").count() == 0
+    screenshot(page, "experiments-filter-refused")
+    assert [e for e in page.console.errors if not EXPECTED_4XX.search(e)] == []
+
 
 def test_compare_overlays_the_selected_experiments(service, page):
     ids = [submit(service, {"kind": "nrq", "name": f"compare lr {lr}", "params": {**SMALL, "lr": lr}})
@@ -429,6 +442,9 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         {"params.eigenvalues": [1.0, 1.5, 2.0], "params.lr": 0.05}, {"params.eigenvalues": [1.0, 2.0, 4.0], "params.lr": 0.1}]})
     assert listed.status_code == 202, listed.text
     wait_ended(service, f"/v1/studies/{listed.json()['id']}")
+    continuous = submit(service, {"kind": "sde", "name": "two theories", "params": {
+        "model": "nrq", "steps": 200, "trials": 16, "record_every": 10}})   # au: au_theory and au_equilibrium
+    wait_ended(service, f"/v1/experiments/{continuous}")
     trained = submit(service, {"kind": "train", "name": "per layer", "params": {"steps": 20, "record_every": 10}})
     layers = wait_ended(service, f"/v1/experiments/{trained}")["summary"]["layers"]
     preset = httpx.post(f"{service}/v1/presets/nrq-equilibrium-tradeoff/run", timeout=30, json={
@@ -447,6 +463,7 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         "study": (f"#/studies/{grid_study}", "#study-plot .main-svg"),
         "listed-axis-study": (f"#/studies/{listed.json()['id']}", "#study-plot .main-svg"),
         "train-experiment": (f"#/experiments/{trained}", "#summary-layers"),
+        "sde-experiment": (f"#/experiments/{continuous}", "#chart-au .main-svg"),
         "presets": ("#/presets", 'article.preset[data-preset="nrq-equilibrium-tradeoff"] img.figure[src]'),
         "queue": ("#/queue", "#queues"),
     }
@@ -471,6 +488,10 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
             first = next(iter(layers))
             assert page.locator("#summary-layers tr").nth(1).locator("td").first.inner_text() == first
             assert "au_rms" in page.locator("#summary-layers tr").first.inner_text()
+        if name == "sde-experiment":   # two black theory lines on one chart, told apart by their dashes
+            dashes = page.evaluate("document.getElementById('chart-au')._fullData"
+                                   ".filter(t => t.meta === 'theory').map(t => [t.name, t.line.dash])")
+            assert len(dashes) == 2 and dashes[0][1] != dashes[1][1], dashes
         if name == "queue":   # nothing queued or running: zeros, not blanks
             assert page.locator("#queues tr").nth(1).locator("td").all_inner_texts()[:4] == ["cpu", "0", "0", "0"]
         if name == "presets":

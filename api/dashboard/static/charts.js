@@ -146,7 +146,7 @@ export class Chart {
     } else if (this.plot.style === "line" || this.plot.style === "layers") {
       this.brokenNote(layout, traces, doc);
     }
-    window.Plotly.react(this.div, traces, withoutMinorLogLabels(layout), CONFIG);
+    window.Plotly.react(this.div, traces, layout, CONFIG);
     if (!this.listening) {
       this.listening = true;
       this.div.on("plotly_relayout", (event) => this.relayout(event));
@@ -192,15 +192,5 @@ export class Chart {
 
 export async function plotly(div, traces, layout) {
   await plotlyLoaded;
-  window.Plotly.react(div, traces, withoutMinorLogLabels({ margin: { l: 70, r: 10, t: 10, b: 50 }, height: 400,
-    ...layout }), CONFIG);
-}
-
-// A log axis labels its decades only: Plotly's default also wrote bare digits (2, 5) between them, read as
-// values. The setting is ignored by linear axes and kept when the log/linear toggle changes an axis's type.
-function withoutMinorLogLabels(layout) {
-  for (const key of Object.keys(layout)) {
-    if (/^[xy]axis\d*$/.test(key)) layout[key] = { minorloglabels: "none", ...layout[key] };
-  }
-  return layout;
+  window.Plotly.react(div, traces, { margin: { l: 70, r: 10, t: 10, b: 50 }, height: 400, ...layout }, CONFIG);
 }
