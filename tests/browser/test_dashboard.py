@@ -26,6 +26,8 @@ COLUMN = """column => {   // a column of the children table, top to bottom, as s
     const index = [...document.querySelectorAll('#children-table th')].findIndex(th => th.dataset.column === column);
     return [...document.querySelectorAll('#children-table tbody tr')].map(r => r.children[index].textContent); }"""
 EXPECTED_4XX = re.compile(r"Failed to load resource: the server responded with a status of 4\d\d")
+TICKS = "selector => [...document.querySelectorAll(selector)].map(t => t.textContent)"
+BARE_DIGIT = re.compile(r"^[2-9]$")   # a log axis's digit between decades, labelled alone: read as a value
 
 
 def submit(base: str, spec: dict) -> str:
@@ -251,6 +253,8 @@ def test_a_study_page_shows_theory_grouped_seeds_and_colour_live_and_after(servi
     page.locator('select[name="chart-seeds"]').select_option("all")
     page.wait_for_function(f"{PLOT}?.filter(t => t.meta === 'measured').length === 8")
     screenshot(page, "study-overlay")
+    ticks = page.evaluate(TICKS, "#study-plot .ytick text")   # log y: no bare digits between the decades
+    assert len(ticks) >= 2 and not any(BARE_DIGIT.match(t) for t in ticks), ticks
 
     with page.expect_download() as download:
         page.locator("#study-csv").click()
@@ -473,6 +477,9 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         if name == "duplicate-and-edit":   # the form starts from the experiment's spec
             assert page.locator('[name="name"]').input_value() == "shown"
             assert page.locator('[name="params.steps"]').input_value() == str(SMALL["steps"])
+        if name == "experiment":   # a log axis labels decades (and 1, 2, 5 written out), no bare digits between
+            ticks = page.evaluate(TICKS, "#chart-risk .ytick text")
+            assert len(ticks) >= 2 and not any(BARE_DIGIT.match(t) for t in ticks), ticks
         if name == "broken-experiment":   # the line stops where the numbers broke, and the chart says so
             assert page.locator("#chart-risk .annotation-text").text_content() == f"non-finite from step {since}"
             assert page.locator("#chart-risk .annotation-text").count() == 1

@@ -19,6 +19,12 @@ const CONFIG = { responsive: true, displaylogo: false, modeBarButtonsToRemove: [
 
 function finite(v) { return typeof v === "number" && Number.isFinite(v); }
 
+// Log axes: Plotly labels the digits between decades with bare small numbers ("2", "5", or every one of 2…9),
+// which read as values. Asked for at most about three ticks, it shows decades where the span holds several,
+// the 1, 2 and 5 of each decade between one and two decades (written out, as 2×10⁻¹: "complete"), and plain
+// numbers under a decade; being Plotly's own choice, it follows zooming.
+export const LOG_TICKS = { nticks: 3, minorloglabels: "complete", exponentformat: "power" };
+
 function lineTraces(plot, doc) {
   const steps = doc.series.step || [];
   const traces = [];
@@ -127,7 +133,8 @@ export class Chart {
     return {
       margin: { l: 60, r: 10, t: 10, b: 45 }, height: 320, hovermode: "closest", shapes,
       xaxis: { title: { text: xLabel }, autorange: !this.zoomed, range: this.zoomed ? this.range : undefined },
-      yaxis: { title: { text: this.plot.ylabel }, type: this.log ? "log" : "linear", exponentformat: "power" },
+      yaxis: { title: { text: this.plot.ylabel }, type: this.log ? "log" : "linear", exponentformat: "power",
+        ...(this.log ? LOG_TICKS : {}) },
       legend: { orientation: "h", y: -0.25 }, uirevision: this.plot.name,
     };
   }
@@ -169,7 +176,9 @@ export class Chart {
   setLog(log) {
     this.log = log;
     this.toggle.textContent = log ? "linear y" : "log y";
-    window.Plotly.relayout(this.div, { "yaxis.type": log ? "log" : "linear", "yaxis.autorange": true });
+    // nticks 0: Plotly's own count again on a linear axis
+    window.Plotly.relayout(this.div, { "yaxis.type": log ? "log" : "linear", "yaxis.autorange": true,
+      "yaxis.nticks": log ? LOG_TICKS.nticks : 0 });
   }
 
   // Zooming on steps asks the API for the window at full resolution; a reset shows everything again.

@@ -4,7 +4,7 @@
 // heatmap (cell values, the theory beside it on one colour scale or measured/theory as a ratio, iso-ηλ
 // lines). Colours: one per point, or by an axis (a continuous scale for a numeric one), never repeating.
 
-import { plotly } from "./charts.js";
+import { LOG_TICKS, plotly } from "./charts.js";
 import { fmtNumber } from "./util.js";
 
 const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
@@ -100,7 +100,7 @@ export async function drawOverlay(div, data, { by = "point", seeds = "mean", var
   if (groups.some((g) => meanTheory(g.lines))) traces.push({ x: [null], y: [null], type: "scatter", mode: "lines",
     name: `${data.theory} (theory, dashed in the point's colour)`, line: { color: "#555", dash: "dash" } });
   await plotly(div, traces, { height: 420, xaxis: { title: { text: X_TITLES[data.x] ?? data.x } },
-    yaxis: { title: { text: data.metric }, type: log ? "log" : "linear", exponentformat: "power" },
+    yaxis: { title: { text: data.metric }, type: log ? "log" : "linear", exponentformat: "power", ...(log ? LOG_TICKS : {}) },
     legend: { orientation: "h", y: -0.22 }, hovermode: "closest" });
 }
 
@@ -169,7 +169,8 @@ export async function drawScatter(div, data, { by = "point", varying = [] } = {}
   });
   const xs = data.points.map((p) => p.x).filter((v) => v > 0);
   const logX = xs.length === data.points.length && xs.length > 1 && Math.max(...xs) / Math.min(...xs) > 10;
-  await plotly(div, traces, { height: 420, xaxis: { title: { text: data.x }, type: logX ? "log" : "linear" },
+  await plotly(div, traces, { height: 420, xaxis: { title: { text: data.x }, type: logX ? "log" : "linear",
+    ...(logX ? LOG_TICKS : {}) },
     yaxis: { title: { text: data.metric }, exponentformat: "power" }, legend: { orientation: "h", y: -0.22 },
     hovermode: "closest" });
 }
