@@ -9,13 +9,16 @@
 (``smdengine.summary_names``); otherwise a 422 names the query parameter and why. Values that read as
 numbers compare with numbers (and, for eq/ne, with text spelled the same), true/false with booleans,
 anything else with text (eq, ne only); a stored value of another type does not match (``ne`` matches it).
-A path to a list or an object is a 422 (filter on its entries). They become
-:class:`store.search.Predicate` (bound parameters)."""
+A path to a list or an object is a 422 (filter on its entries). A query term without "=" is a 422
+naming it (:func:`refuse_bare_terms`). They become :class:`store.search.Predicate` (bound parameters)."""
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Iterable
+from urllib.parse import unquote_plus
+
+from fastapi import HTTPException
 
 import smdengine
 from api.responses import query_error
@@ -23,6 +26,18 @@ from store.search import OPS, Predicate
 
 PREFIXES = ("param.", "summary.")
 _PHASE = re.compile(smdengine.PHASE_SUMMARY)
+
+
+def refuse_bare_terms(query: str) -> None:
+    """A 422 naming each term of the raw ``query`` string that has no "=" (``?foo``, or a filter whose value was
+    left off: ``?param.params.lr``): read as an empty value, an unknown name was ignored and a filter matched
+    nothing, and the list answered as if it had been a filter that held."""
+    bare = [unquote_plus(term) for term in query.split("&") if term and "=" not in term]
+    if bare:
+        raise HTTPException(status_code=422, detail=[{
+            "loc": ["query", term], "type": "value_error",
+            "msg": "has no '=': expected a filter param.<spec path>[.<op>]=value or summary.<name>[.<op>]=value, "
+                   "or a parameter name=value"} for term in bare])
 
 
 def predicates(items: Iterable[tuple[str, str]], kind: str | None) -> list[Predicate]:

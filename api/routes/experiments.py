@@ -140,12 +140,13 @@ FILTERS_DESCRIPTION = (
     "the kind's (422 naming the parameter). A number matches numbers (eq/ne also text spelled the same), true/false "
     "booleans, other text text; a stored value of another type does not match (ne: it does). A path to a list or "
     "an object is a 422: filter on its entries (`param.params.lr_schedule.0.step`). Any other parameter is a 422 "
-    "too (`params.lr=0.1` would otherwise list everything, as if filtered).")
+    "too (`params.lr=0.1` would otherwise list everything, as if filtered), and so is a term without `=` "
+    "(`?param.params.lr`, its value left off).")
 
 
 KindName = Literal[smdengine.KINDS]   # type: ignore[valid-type]  # the registry's kinds: an enum in the schema
-LIST_422 = ("An unknown status or kind, a filter that names no field or summary value of the kind, or a parameter "
-            "the list does not take.")
+LIST_422 = ("An unknown status or kind, a filter that names no field or summary value of the kind, a parameter "
+            "the list does not take, or a query term without '='.")
 
 
 class ListQuery:
@@ -163,6 +164,7 @@ class ListQuery:
                      "summary.<name> (ascending) or -summary.<name> (descending), missing values last; "
                      "otherwise newest first."))] = None):
         self.status, self.kind, self.owner, self.name, self.tags = status, kind, owner, name, tag or []
+        search.refuse_bare_terms(request.url.query)
         route = request.scope.get("route")
         if isinstance(route, APIRoute):
             search.refuse_unknown(request.query_params.keys(),

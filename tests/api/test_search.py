@@ -197,3 +197,14 @@ def test_sorted_pages_hold_their_place_while_rows_come_and_go(env):
         assert r.status_code == 422 and reason in r.json()["detail"][0]["msg"], r.text
     r = client.get("/v1/experiments", params={"cursor": first["next_cursor"]})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "cursor"]
+
+
+def test_a_term_without_an_equals_sign_is_422_naming_it(env):
+    # read as an empty value it was ignored (an unknown name) or matched nothing (a filter), unsaid
+    client, _ = env
+    for path in ("/v1/experiments", "/v1/experiments.csv"):
+        r = client.get(f"{path}?kind=nrq&foo&param.params.lr&summary.au_rms.lt=0.02")
+        assert r.status_code == 422, r.text
+        assert [(e["loc"], "has no '='" in e["msg"]) for e in r.json()["detail"]] == [
+            (["query", "foo"], True), (["query", "param.params.lr"], True)]
+    assert client.get("/v1/experiments?param.params.lr=0.1&tag=").status_code == 200   # an empty value is a value
