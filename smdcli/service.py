@@ -20,7 +20,8 @@ def call(prog: str, run: Callable[[Any], int], not_found: int = 1) -> int:
         print(f"{prog}: {detail} — waiting {seconds:g} s for room (Ctrl-C stops waiting)", file=sys.stderr)
 
     def retrying(reason: str, seconds: float) -> None:   # a failure of a service that answered: said, not silent
-        print(f"{prog}: {reason}; retrying for up to {seconds:g} s (Ctrl-C to stop)", file=sys.stderr)
+        span = "until it answers again" if math.isinf(seconds) else f"for up to {seconds:.3g} s"
+        print(f"{prog}: {reason}; retrying {span} (Ctrl-C to stop)", file=sys.stderr)
 
     try:
         client = Client(on_quota_wait=waiting, on_retry=retrying)

@@ -502,13 +502,13 @@ def show_status(client: Any, study_id: str, raw: bool = False) -> int:
 
 def follow(client: Any, study_id: str, quiet: bool = False, interval: float = 1.0) -> int:
     """Poll the study (If-None-Match) every ``interval`` seconds with a bar over its children until it
-    ends; the exit status of its final status."""
+    ends, riding out an outage of the service (said once); the exit status of its final status."""
     etag: str | None = None
     study: dict[str, Any] = {}
     bar: tqdm | None = None
     try:
         while True:
-            response = client.http.request("GET", f"/v1/studies/{study_id}",
+            response = client.http.outlast("GET", f"/v1/studies/{study_id}", deadline=None,   # rides out a restart
                                            headers={"If-None-Match": etag} if etag else None)
             if response.status_code != 304:
                 etag = response.headers.get("etag")

@@ -6,9 +6,12 @@ twice behind the caller's back), and errors raised with the server's detail.
 The retries are for a running service's transient failures (a restart, a proxy's blip, a 503 while its
 database is away). A connection refused before anything has answered at the address is not one: the service
 is not started, or SMD_URL is not its address; it is raised at once (it was retried for 7.5 s in silence).
-A request that is retried says so first (``on_retry``), with how long the retries may last."""
+A request that is retried says so first (``on_retry``), with how long the retries may last. A wait for a job
+(``Experiment.wait``, ``smd follow``) polls through :meth:`Transport.outlast`, which rides out an outage of any
+length up to the wait's own deadline: a service restarted under a follower (an upgrade, a crash) is waited for."""
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable
@@ -19,6 +22,7 @@ import httpx
 from smdlab.errors import Conflict, NotFound, QuotaExceeded, SMDError, SMDValidationError, message_of
 
 IDEMPOTENT = {"GET", "HEAD", "DELETE"}
+MAX_OUTAGE_PAUSE = 5.0   # seconds between tries while a wait rides out an outage: back within 5 s of its return
 KEY_CHARACTERS = re.compile(r"[\x21-\x7e]+")
 
 
@@ -42,8 +46,11 @@ class Transport:
         self.http.close()
 
     def request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
-                headers: dict[str, str] | None = None, ok: tuple[int, ...] = ()) -> httpx.Response:
-        """The response (2xx, 304, or a status in ``ok``); raises an :class:`SMDError` otherwise."""
+                headers: dict[str, str] | None = None, ok: tuple[int, ...] = (),
+                retries: int | None = None) -> httpx.Response:
+        """The response (2xx, 304, or a status in ``ok``); raises an :class:`SMDError` otherwise. ``retries``:
+        instead of the transport's own number (0: the caller retries)."""
+        retries = self.retries if retries is None else retries
         attempt, waited = 0, 0.0
         while True:
             try:
@@ -52,7 +59,7 @@ class Transport:
                 reason = f"cannot reach {self.url}: {type(exc).__name__}: {exc}"
                 if isinstance(exc, httpx.ConnectError) and not self.answered:
                     raise SMDError(f"{reason} (is the service running, and SMD_URL its address?)") from exc
-                if self._retried(method, attempt, reason):
+                if self._retried(method, attempt, retries, reason):
                     attempt += 1
                     continue
                 raise SMDError(reason) from exc
@@ -78,20 +85,40 @@ class Transport:
                     waited += wait
                     continue
                 raise QuotaExceeded(message_of(status, detail), status, detail, retry_after, quota)
-            if status >= 500 and self._retried(method, attempt, message_of(status, detail)):
+            if status >= 500 and self._retried(method, attempt, retries, message_of(status, detail)):
                 attempt += 1
                 continue
             error = {422: SMDValidationError, 404: NotFound, 409: Conflict}.get(status, SMDError)
             raise error(self._no_route(path) if _unknown_route(status, detail) else message_of(status, detail),
                         status, detail)
 
-    def _retried(self, method: str, attempt: int, reason: str) -> bool:
-        """Whether the request is to be sent again (idempotent, retries left), after the backoff's wait; before
-        its first retry ``on_retry(reason, seconds)`` is told how long its retries may wait in all."""
-        if method not in IDEMPOTENT or attempt >= self.retries:
+    def outlast(self, method: str, path: str, *, deadline: float | None, **kwargs: Any) -> httpx.Response:
+        """:meth:`request` (idempotent ``method`` only), riding out an outage of a service that has answered
+        before (unreachable, or 5xx) until ``deadline`` (``time.monotonic()``; None: until it answers again),
+        trying again at growing pauses of at most MAX_OUTAGE_PAUSE s. Each outage is said once, before the
+        first pause: ``on_retry(reason, seconds)``, the seconds left until the deadline (inf without one)."""
+        assert method in IDEMPOTENT, method
+        pause, said = self.backoff, False
+        while True:
+            try:
+                return self.request(method, path, retries=0, **kwargs)
+            except SMDError as exc:
+                outage = self.answered and (exc.status is None or exc.status >= 500)
+                if not outage or (deadline is not None and time.monotonic() + pause > deadline):
+                    raise
+                if not said and self.on_retry is not None:
+                    self.on_retry(str(exc), math.inf if deadline is None else deadline - time.monotonic())
+                said = True
+                time.sleep(pause)
+                pause = min(2 * pause, MAX_OUTAGE_PAUSE)
+
+    def _retried(self, method: str, attempt: int, retries: int, reason: str) -> bool:
+        """Whether the request is to be sent again (idempotent, ``retries`` left), after the backoff's wait;
+        before its first retry ``on_retry(reason, seconds)`` is told how long its retries may wait in all."""
+        if method not in IDEMPOTENT or attempt >= retries:
             return False
         if attempt == 0 and self.on_retry is not None:
-            self.on_retry(reason, self.backoff * (2 ** self.retries - 1))
+            self.on_retry(reason, self.backoff * (2 ** retries - 1))
         time.sleep(self.backoff * 2 ** attempt)
         return True
 

@@ -46,7 +46,7 @@ class Client:
                  on_retry: Callable[[str, float], None] | None = None):
         """``on_quota_wait(seconds, quota, detail)`` is called before each wait on a 429 (e.g. to say so);
         ``on_retry(reason, seconds)`` before a request that failed (unreachable, 5xx) is retried, for at most
-        ``seconds`` more."""
+        ``seconds`` more (inf: a wait that rides out the outage until the service answers again)."""
         self.url = service_root(url or os.environ.get("SMD_URL") or "http://127.0.0.1:8000")
         key = key if key is not None else os.environ.get("SMD_KEY")
         self.http = Transport(self.url, key, timeout, retry_429=retry_429, max_quota_wait=max_quota_wait,
@@ -151,7 +151,8 @@ class Experiment:
     def wait(self, timeout: float | None = None, progress: bool | None = None, poll: float = 1.0) -> Experiment:
         """Block until it ends (or ``timeout`` seconds: TimeoutError), following its event stream with a
         progress bar (tqdm: a terminal bar, or a widget in a notebook; by default only there, not into a
-        file or pipe); when the stream cannot be read, polling with ETags. Returns self, refreshed."""
+        file or pipe); when the stream cannot be read, polling with ETags. An outage of the service (a restart)
+        is waited out, said once through the client's ``on_retry``. Returns self, refreshed."""
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = _bar(progress, self.data.get("name") or self.id)
         try:
@@ -168,7 +169,7 @@ class Experiment:
             while self.data.get("status") not in ENDED:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise TimeoutError(f"experiment {self.id} still {self.data.get('status')} after {timeout} s")
-                response = self.client.http.request("GET", f"/v1/experiments/{self.id}",
+                response = self.client.http.outlast("GET", f"/v1/experiments/{self.id}", deadline=deadline,
                                                     headers={"If-None-Match": etag} if etag else None)
                 if response.status_code != 304:
                     self.data, etag = response.json(), response.headers.get("ETag")
@@ -275,13 +276,14 @@ class Study:
 
     def wait(self, timeout: float | None = None, progress: bool | None = None, poll: float = 1.0) -> Study:
         """Block until every child has ended (polling with ETags), with a progress bar over the children (by
-        default in a terminal or a notebook only)."""
+        default in a terminal or a notebook only). An outage of the service is waited out, as
+        :meth:`Experiment.wait` does."""
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = _bar(progress, self.data.get("name") or self.id)
         etag = None
         try:
             while True:
-                response = self.client.http.request("GET", f"/v1/studies/{self.id}",
+                response = self.client.http.outlast("GET", f"/v1/studies/{self.id}", deadline=deadline,
                                                     headers={"If-None-Match": etag} if etag else None)
                 if response.status_code != 304:
                     self.data, etag = response.json(), response.headers.get("ETag")

@@ -4,6 +4,7 @@ the fields it names; a study's heatmap and sortable table; compare; every page w
 errors (with a screenshot of each, into test-artifacts/screenshots); and with auth on, the key prompt."""
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -282,6 +283,18 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     page.wait_for_function("document.getElementById('study-plan')?.dataset.runs === '12'")   # 3 lr × 2 wd × 2 seeds
     assert '"trials": 200' in page.locator("#study-base").input_value()
     screenshot(page, "new-study")
+    # an axis of spectra, its values a JSON list of lists (split at commas, a list could not be given); the
+    # stored spec's eig_low/eig_high (their defaults) give way to it on the server (REPLACED_DEFAULTS)
+    page.locator("#add-axis").click()
+    spectrum = page.locator(".axis-row").nth(2)
+    spectrum.locator('[name="axis-path"]').fill("params.eigenvalues")
+    spectrum.locator('[name="axis-values"]').fill(json.dumps([[1] + [2] * 9, [1] + [4] * 9]))   # dim 10
+    page.wait_for_function("document.getElementById('study-plan')?.dataset.runs === '24'")
+    spectrum.locator('[name="axis-values"]').fill("[[1, 2], [1, 4]")   # not JSON: said beside the axis
+    page.wait_for_function("document.querySelectorAll('.axis-row')[2]?.querySelector('.axis-error')?.textContent"
+                           ".includes('not valid JSON')")
+    spectrum.locator('button[title="remove this axis"]').click()
+    page.wait_for_function("document.getElementById('study-plan')?.dataset.runs === '12'")
     page.locator('.axis-row [name="axis-path"]').first.fill("params.lrr")   # the server's 422 next to that axis
     page.wait_for_function("document.querySelector('.axis-row .axis-error')?.textContent.includes('nearest valid paths')")
     assert page.locator("#study-submit").is_disabled()
@@ -499,6 +512,8 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
             dashes = page.evaluate("document.getElementById('chart-au')._fullData"
                                    ".filter(t => t.meta === 'theory').map(t => [t.name, t.line.dash])")
             assert len(dashes) == 2 and dashes[0][1] != dashes[1][1], dashes
+            assert [n.split(" ")[:3] for n, _ in dashes] == [["au_theory", "(theory", "along"],
+                                                             ["au_equilibrium", "(theory", "at"]], dashes   # what each is
         if name == "queue":   # nothing queued or running: zeros, not blanks
             assert page.locator("#queues tr").nth(1).locator("td").all_inner_texts()[:4] == ["cpu", "0", "0", "0"]
         if name == "presets":

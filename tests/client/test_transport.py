@@ -1,12 +1,16 @@
 """smdlab's HTTP layer against a scripted server (httpx.MockTransport): a connection refused before anything
 has answered is raised at once (a service not started, or SMD_URL not its address), while a running
-service's transient failures are retried, said once before the first retry."""
+service's transient failures are retried, said once before the first retry; a wait for a job rides out an
+outage of any length up to its deadline."""
 from __future__ import annotations
+
+import math
+import time
 
 import httpx
 import pytest
 
-from smdlab import SMDError
+from smdlab import Client, SMDError
 from smdlab._http import Transport
 
 URL = "http://service.test"
@@ -59,3 +63,51 @@ def test_a_5xx_is_retried_and_said_once_a_post_never():
     with pytest.raises(SMDError, match="HTTP 503"):
         transport.request("POST", "/v1/studies")
     assert seen[-1] == "POST /v1/studies" and len(seen) == 4 and len(notices) == 1
+
+
+def test_a_wait_rides_out_an_outage_longer_than_the_retries_and_says_it_once():
+    # 9 refusals: more than a request's 4 retries (which would give up after them, 7.5 s at the real backoff)
+    transport, notices, seen = scripted(200, *[refused()] * 9, 503, 200)
+    transport.request("GET", "/v1/experiments/e1")
+    assert transport.outlast("GET", "/v1/experiments/e1", deadline=None).status_code == 200
+    assert len(seen) == 12 and notices == [
+        ("cannot reach http://service.test: ConnectError: [Errno 111] Connection refused", math.inf)]
+
+
+def test_a_wait_gives_up_at_its_deadline_and_on_what_no_wait_mends():
+    transport, notices, seen = scripted(200, *[refused()] * 1000)
+    transport.request("GET", "/v1/experiments/e1")
+    started = time.monotonic()
+    with pytest.raises(SMDError, match="Connection refused"):
+        transport.outlast("GET", "/v1/experiments/e1", deadline=started + 0.05)
+    assert time.monotonic() - started < 1 and len(notices) == 1 and 0 < notices[0][1] <= 0.05
+    transport, notices, seen = scripted(200, 404)   # an answer, not an outage: raised at once
+    transport.request("GET", "/v1/experiments/e1")
+    with pytest.raises(SMDError, match="HTTP 404"):
+        transport.outlast("GET", "/v1/experiments/e1", deadline=None)
+    transport, notices, seen = scripted(refused())   # never answered: no service at SMD_URL, raised at once
+    with pytest.raises(SMDError, match="is the service running"):
+        transport.outlast("GET", "/v1/experiments/e1", deadline=None)
+    assert seen == ["GET /v1/experiments/e1"] and notices == []
+
+
+def test_experiment_wait_follows_a_job_through_a_restart_of_the_service():
+    """Experiment.wait's stream breaks with the service, its polls meet refusals (the service down for longer
+    than a request's retries), and it returns the job's end once the service answers again."""
+    states = iter(["running"] + ["down"] * 8 + ["running", "succeeded"])
+    notices: list[tuple[str, float]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events"):
+            raise refused()
+        state = next(states)
+        if state == "down":
+            raise refused()
+        return httpx.Response(200, json={"id": "e1", "kind": "nrq", "status": state})
+
+    client = Client(URL, on_retry=lambda reason, seconds: notices.append((reason, seconds)))
+    client.http.http = httpx.Client(base_url=URL, transport=httpx.MockTransport(answer))
+    client.http.backoff = 0.001
+    experiment = client.experiment("e1")
+    assert experiment.wait(poll=0.001, progress=False).data["status"] == "succeeded"
+    assert [seconds for _, seconds in notices] == [math.inf]

@@ -41,10 +41,11 @@ function lineTraces(plot, doc) {
     traces.push({ x, y: ys, name, type: "scatter", mode: sparse ? "lines+markers" : "lines",
       line: { color: COLORS[i % COLORS.length], width: 1.6 } });
   });
-  plot.theory.filter((name) => doc.theory[name] !== undefined && doc.theory[name] !== null).forEach((name, k) => {
+  const theory = plot.theory.filter((name) => doc.theory[name] !== undefined && doc.theory[name] !== null);
+  theory.forEach((name, k) => {
     const t = doc.theory[name];
     const [x, y] = Array.isArray(t) ? [steps, t] : [[steps[0] ?? 0, steps[steps.length - 1] ?? 1], [t, t]];
-    traces.push({ x, y, name: `${name} (theory)`, type: "scatter", mode: "lines",
+    traces.push({ x, y, name: theoryName(name, theory.length > 1), type: "scatter", mode: "lines",
       line: { color: "black", dash: theoryDash(k), width: 1.4 }, meta: "theory" });
   });
   const shapes = plot.times.filter((name) => finite(doc.theory[name])).map((name) => ({
@@ -58,6 +59,14 @@ function lineTraces(plot, doc) {
 const THEORY_DASHES = ["dash", "dot", "dashdot"];
 function theoryDash(k) {
   return THEORY_DASHES[k % THEORY_DASHES.length];
+}
+
+// What a theory line is (docs/theory.md), in its legend name where one chart holds several: the sde nrq
+// model's two angular updates read "au_theory (theory)" and "au_equilibrium (theory)". Short: a phone's
+// legend line holds about 50 characters.
+const THEORY_NOTES = { au_theory: "along the run: √(p−1)ση/M_t", au_equilibrium: "at equilibrium: √(2λη/(1+α))" };
+function theoryName(name, several) {
+  return several && THEORY_NOTES[name] ? `${name} (theory ${THEORY_NOTES[name]})` : `${name} (theory)`;
 }
 
 function layerTraces(plot, doc) {

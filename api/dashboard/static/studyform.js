@@ -8,8 +8,11 @@ import { errorBox, fmtNumber, h, routeQuery } from "./util.js";
 
 const DEFAULT_BASE = { kind: "nrq", params: { steps: 2000, trials: 200, record_every: 50 } };
 
-// The values of an axis row: a list ("0.05, 0.1"), or start, stop and count for lin/logspace.
+// The values of an axis row: a list ("0.05, 0.1"), a JSON list where the values are lists themselves (a
+// spectrum axis: "[[1, 2, 2], [1, 4, 4]]", which splitting at commas could not give), or start, stop and count
+// for lin/logspace.
 export function axisValues(mode, text) {
+  if (mode === "list" && text.trim().startsWith("[")) return jsonList(text);
   const parts = text.split(/[\s,;]+/).filter(Boolean);
   if (mode === "list") return parts.map((p) => (p !== "" && Number.isFinite(Number(p)) ? Number(p) : p));
   const [start, stop, count] = parts.map(Number);
@@ -22,6 +25,13 @@ export function axisValues(mode, text) {
     const v = mode === "linspace" ? start + t * (stop - start) : start * (stop / start) ** t;
     return Number(v.toPrecision(12));
   });
+}
+
+function jsonList(text) {
+  let values;
+  try { values = JSON.parse(text); } catch (e) { throw new Error(`list: not valid JSON (${e.message})`); }
+  if (!Array.isArray(values)) throw new Error(`list: expected a JSON list of the axis's values, got "${text}"`);
+  return values;
 }
 
 export function render(main) {
@@ -49,7 +59,8 @@ export function render(main) {
     const row = h("div.axis-row", { dataset: { path } },
       h("input", { type: "text", name: "axis-path", value: path, placeholder: "params.lr", list: "axis-paths" }),
       h("select", { name: "axis-mode" }, ["list", "linspace", "logspace"].map((m) => h("option", { value: m, selected: m === mode }, m))),
-      h("input", { type: "text", name: "axis-values", value: text, placeholder: "0.05, 0.1  or  start, stop, count" }),
+      h("input", { type: "text", name: "axis-values", value: text, placeholder: "0.05, 0.1  or  start, stop, count",
+        title: "list: values, or a JSON list ([[1, 2, 2], [1, 4, 4]] for lists); lin/logspace: start, stop, count" }),
       h("select", { name: "axis-group" }, ["grid", "zip"].map((g) => h("option", { value: g, selected: g === group }, g))),
       h("button.small", { type: "button", title: "remove this axis", onclick: () => { row.remove(); replan(); } }, "×"),
       h("span.field-error.axis-error"));
