@@ -358,8 +358,6 @@ def _show(bar: Any, state: dict[str, Any]) -> None:
     bar.refresh()
 
 
-
-
 def service_root(url: str) -> str:
     """The service's address as the paths here extend it: without a trailing slash, nor a trailing ``/v1``,
     the prefix every path already has (``http://host:8000/v1``, a natural thing to paste from the API's

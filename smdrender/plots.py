@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Any
-
-from matplotlib import colormaps
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.cm import ScalarMappable
-from matplotlib.colors import Normalize
-from matplotlib.figure import Figure
+from typing import TYPE_CHECKING, Any
 
 import smdengine
 from smdengine import PlotDef
 from smdrender.downsample import downsample_indices
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 LEGEND_MAX_LAYERS = 10   # more layers: coloured by depth with a colour bar instead of a legend
 DRAW_MAX_POINTS = 4000   # most points drawn per line
@@ -47,6 +44,10 @@ def document_max_points(key: str) -> int | None:
 
 def render(key: str, name: str, doc: dict[str, Any], fmt: str) -> bytes:
     """Draw plot ``name`` of a result document; returns the encoded image."""
+    # matplotlib loads with the first plot, not with the module (the API imports it: ~0.6 s of every start)
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
     plot = smdengine.plots(key)[name]
     wide = plot.style == "angles"
     fig = Figure(figsize=(11, 4.2) if wide else (7, 4.2), dpi=100)
@@ -119,6 +120,10 @@ def _layers(fig, ax, plot: PlotDef, doc: dict[str, Any]) -> None:
     steps = doc["series"].get("step", [])
     layers = {name: metrics for name, metrics in doc.get("layers", {}).items()
               if any(m in metrics for m in (*plot.series, *plot.layer_theory))}
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
     few = len(layers) <= LEGEND_MAX_LAYERS
     cmap = colormaps["viridis"]
     drawn = []
