@@ -6,11 +6,10 @@ import argparse
 import logging
 import sys
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from store import users
-from store.migrate import upgrade_head
-from store.models import as_utc
-from store.settings import Settings
+if TYPE_CHECKING:   # the store (SQLAlchemy, Alembic: ~0.4 s) loads with an admin command, not with every `smd`
+    from store.settings import Settings
 
 
 def add_parsers(sub) -> None:
@@ -49,6 +48,9 @@ def _limit(text: str) -> int | None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
+    from store import users
+    from store.migrate import upgrade_head
+
     logging.getLogger("alembic").setLevel(logging.WARNING)  # the command's own output is what matters
     upgrade_head(settings.db_url)
     try:
@@ -59,12 +61,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _users_create(db: str, args: argparse.Namespace, settings: Settings) -> int:
+    from store import users
+
     user = users.create_user(db, args.name, "admin" if args.admin else "user")
     print(f"created user {user.name} ({user.role}); give them a key: smd keys create {user.name}")
     return 0
 
 
 def _users_list(db: str, args: argparse.Namespace, settings: Settings) -> int:
+    from store import users
+
     rows = [("name", "role", "max_active_jobs", "max_work")] + [
         (user.name, user.role, _show(user.max_active_jobs, settings.max_active_jobs),
          _show(user.max_work, settings.max_work)) for user in users.list_users(db)]
@@ -79,6 +85,8 @@ def _show(value: int | None, default: int) -> str:
 
 
 def _users_quota(db: str, args: argparse.Namespace, settings: Settings) -> int:
+    from store import users
+
     user = users.set_quota(db, args.name, max_active_jobs=args.max_active_jobs, max_work=args.max_work)
     print(f"{user.name}: max_active_jobs {_show(user.max_active_jobs, settings.max_active_jobs)}, "
           f"max_work {_show(user.max_work, settings.max_work)}")
@@ -86,6 +94,8 @@ def _users_quota(db: str, args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _keys_create(db: str, args: argparse.Namespace, settings: Settings) -> int:
+    from store import users
+
     key, secret = users.create_key(db, args.name, args.label)
     print(secret)
     print(f"key {key.id} for {args.name}: shown once, store it now (Authorization: Bearer <key>)", file=sys.stderr)
@@ -93,6 +103,8 @@ def _keys_create(db: str, args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _keys_list(db: str, args: argparse.Namespace, settings: Settings) -> int:
+    from store import users
+
     keys = users.list_keys(db, args.name or None)
     print(f"{'id':12} {'user':20} {'label':20} {'created':20} {'last used':20} state")
     for key in keys:
@@ -103,10 +115,14 @@ def _keys_list(db: str, args: argparse.Namespace, settings: Settings) -> int:
 
 def _when(value: datetime | None) -> str:
     """A stored time in UTC, to the second."""
+    from store.models import as_utc
+
     return as_utc(value).strftime("%Y-%m-%d %H:%M:%S") if value is not None else "-"
 
 
 def _keys_revoke(db: str, args: argparse.Namespace, settings: Settings) -> int:
+    from store import users
+
     key = users.revoke_key(db, args.key_id)
     print(f"key {key.id} of {key.user.name} revoked")
     return 0
