@@ -18,11 +18,20 @@ WS_EPS = 1e-10      # weight standardization: keep ŵ exactly invariant to the s
 RUNNING_MOMENTUM = 0.1
 
 
+def var_mean(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The biased variance and the mean of ``x`` along ``dim`` (kept), in two passes: the mean, then the mean
+    of the centred squares: as accurate as ``torch.var_mean``'s Welford update, which runs several times
+    slower on the CPU, forward and backward (bench/README.md, "train_overhead.py")."""
+    mean = x.mean(dim=dim, keepdim=True)
+    centred = x - mean
+    return (centred * centred).mean(dim=dim, keepdim=True), mean
+
+
 def standardize(w: torch.Tensor, gain: float) -> torch.Tensor:
     """Weight standardization of (T, O, *fan_in): each output row to mean 0 and norm ``gain``
     (= std·√fan_in), which makes the layer invariant to the scale (and shift) of w."""
     flat = w.flatten(2)
-    var, mean = torch.var_mean(flat, dim=2, unbiased=False, keepdim=True)
+    var, mean = var_mean(flat, 2)
     scale = gain / math.sqrt(flat.shape[2])
     return ((flat - mean) * (torch.rsqrt(var + WS_EPS) * scale)).view_as(w)
 
@@ -41,7 +50,7 @@ def dense_norm(x: torch.Tensor, kind: str, groups: int, gamma: torch.Tensor | No
     if kind == "batch":
         assert running is not None, "batch norm keeps running statistics"
         if training:
-            var, mean = torch.var_mean(x, dim=1, unbiased=False, keepdim=True)
+            var, mean = var_mean(x, 1)
             with torch.no_grad():
                 n = x.shape[1]
                 running[0].lerp_(mean.squeeze(1), RUNNING_MOMENTUM)
@@ -50,12 +59,12 @@ def dense_norm(x: torch.Tensor, kind: str, groups: int, gamma: torch.Tensor | No
             mean, var = running[0].unsqueeze(1), running[1].unsqueeze(1)
         y = (x - mean) * torch.rsqrt(var + EPS)
     elif kind == "layer":
-        var, mean = torch.var_mean(x, dim=2, unbiased=False, keepdim=True)
+        var, mean = var_mean(x, 2)
         y = (x - mean) * torch.rsqrt(var + EPS)
     else:
         t, b, f = x.shape
         g = x.view(t, b, groups, f // groups)
-        var, mean = torch.var_mean(g, dim=3, unbiased=False, keepdim=True)
+        var, mean = var_mean(g, 3)
         y = ((g - mean) * torch.rsqrt(var + EPS)).view(t, b, f)
     if gamma is not None:
         assert beta is not None, "gamma and beta come together"
