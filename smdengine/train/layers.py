@@ -19,9 +19,13 @@ RUNNING_MOMENTUM = 0.1
 
 
 def var_mean(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The biased variance and the mean of ``x`` along ``dim`` (kept), in two passes: the mean, then the mean
-    of the centred squares: as accurate as ``torch.var_mean``'s Welford update, which runs several times
-    slower on the CPU, forward and backward (bench/README.md, "train_overhead.py")."""
+    """The biased variance and the mean of ``x`` along ``dim`` (kept). On the CPU in two passes, the mean and
+    then the mean of the centred squares: as accurate as ``torch.var_mean``'s Welford update, which runs
+    several times slower there, forward and backward (bench/README.md, "train_overhead.py"). Elsewhere
+    ``torch.var_mean``: one kernel where the two passes launch four, and a GPU's small steps are bound by
+    launches (not measured on a GPU yet)."""
+    if x.device.type != "cpu":
+        return torch.var_mean(x, dim=dim, unbiased=False, keepdim=True)
     mean = x.mean(dim=dim, keepdim=True)
     centred = x - mean
     return (centred * centred).mean(dim=dim, keepdim=True), mean
