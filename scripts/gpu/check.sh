@@ -13,6 +13,7 @@
 #          end; their provenance names the GPU                                                (≤ 60 s)
 #   bench  bench/nrq_gpu.py (--seconds CHECK_BENCH_SECONDS, 0.1; --dtypes CHECK_DTYPES, float32),
 #          bench/fused_sweep.py --device cuda --theory-ab 10 --parts --profile 30, bench/train_overhead.py --device cuda
+#          and bench/norm_stats.py --device cuda
 #          (left out when CHECK_TRAIN=0)                                                       (≤ 200 s)
 #   sde    bench/sde_vs_torchsde.py --device cuda --quick --throughput-only (torchsde from .whl) (≤ 60 s)
 #   study  `smd serve` with a GPU worker (SMD_WORKER_QUEUES=gpu,cpu) runs a 64-point nrq study
@@ -131,6 +132,9 @@ PY
     if [ "${CHECK_TRAIN:-1}" != 0 ]; then
       timeout 40 python3 bench/train_overhead.py --device cuda --pairs 3 --rows mlp,cnn > "$OUT/train_overhead.txt" 2>&1; rc3=$?
       tail -6 "$OUT/train_overhead.txt"
+      # which norm statistics the train kind should take on the GPU (it keeps torch.var_mean there)
+      timeout 30 python3 bench/norm_stats.py --device cuda --repeat 5 > "$OUT/norm_stats.txt" 2>&1
+      cat "$OUT/norm_stats.txt"
     fi
     note "bench: nrq_gpu rc $rc1, fused_sweep rc $rc2, train_overhead rc $rc3 (124: ran out of its time)"
     ;;
