@@ -18,8 +18,6 @@ import re
 from collections.abc import Iterable
 from urllib.parse import unquote_plus
 
-from fastapi import HTTPException
-
 import smdengine
 from api.responses import query_error
 from store.search import OPS, Predicate
@@ -29,15 +27,13 @@ _PHASE = re.compile(smdengine.PHASE_SUMMARY)
 
 
 def refuse_bare_terms(query: str) -> None:
-    """A 422 naming each term of the raw ``query`` string that has no "=" (``?foo``, or a filter whose value was
-    left off: ``?param.params.lr``): read as an empty value, an unknown name was ignored and a filter matched
+    """A 422 naming the first term of the raw ``query`` string that has no "=" (``?foo``, or a filter whose value
+    was left off: ``?param.params.lr``): read as an empty value, an unknown name was ignored and a filter matched
     nothing, and the list answered as if it had been a filter that held."""
-    bare = [unquote_plus(term) for term in query.split("&") if term and "=" not in term]
-    if bare:
-        raise HTTPException(status_code=422, detail=[{
-            "loc": ["query", term], "type": "value_error",
-            "msg": "has no '=': expected a filter param.<spec path>[.<op>]=value or summary.<name>[.<op>]=value, "
-                   "or a parameter name=value"} for term in bare])
+    for term in query.split("&"):
+        if term and "=" not in term:
+            _refuse(unquote_plus(term), "has no '=': expected a filter param.<spec path>[.<op>]=value or "
+                                        "summary.<name>[.<op>]=value, or a parameter name=value")
 
 
 def predicates(items: Iterable[tuple[str, str]], kind: str | None) -> list[Predicate]:
