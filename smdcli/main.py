@@ -103,7 +103,9 @@ def _main(argv: list[str] | None) -> int:
     if args.command in remote.COMMANDS:
         return remote.main(args)
     if args.command in ("users", "keys"):
-        return admin.run(args, settings)
+        from smdcli.admin_commands import run as run_admin
+
+        return run_admin(args, settings)
     if args.command == "migrate":
         from store.migrate import upgrade_head
 

@@ -44,7 +44,7 @@ def document_max_points(key: str) -> int | None:
 
 def render(key: str, name: str, doc: dict[str, Any], fmt: str) -> bytes:
     """Draw plot ``name`` of a result document; returns the encoded image."""
-    # matplotlib loads with the first plot, not with the module (the API imports it: ~0.6 s of every start)
+    # matplotlib loads with the first plot, not with the module (the API imports it: ~0.4 s of every start)
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
