@@ -23,7 +23,9 @@ class PlotDef:
     at some steps) at those steps with markers; ``histogram``: the distribution ``series[0]`` beside its
     theory density; ``angles``: the per-trial angles ``series[0]`` against the theory series
     ``lr_time`` and ``tau``; ``layers``: the per-layer metric ``series`` of every layer, one colour per
-    layer, ``layer_theory`` (per-layer theory metrics) dashed in the layer's colour."""
+    layer, ``layer_theory`` (per-layer theory metrics) dashed in the layer's colour. ``theory_labels``: what
+    a theory line is, ``(name, words)`` pairs, for its legend where one plot draws several of one kind
+    (the sde nrq model's two angular updates)."""
 
     title: str
     ylabel: str
@@ -34,6 +36,7 @@ class PlotDef:
     times: tuple[str, ...] = ()
     sparse: tuple[str, ...] = ()
     layer_theory: tuple[str, ...] = ()
+    theory_labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -101,12 +101,14 @@ def _theory(ax, plot: PlotDef, doc: dict[str, Any], steps: list) -> None:
     """Global theory, black: series dashed (then dotted, dash-dotted), numbers as horizontal lines,
     times as vertical lines."""
     styles = iter(["--", ":", "-."])
+    words = dict(plot.theory_labels)
     for key in plot.theory:
         value = doc["theory"].get(key)
+        label = f"{key} (theory {words[key]})" if key in words else f"{key} (theory)"
         if isinstance(value, list) and value:
-            ax.plot(steps[: len(value)], _nan(value), next(styles), color="k", lw=1.2, label=f"{key} (theory)")
+            ax.plot(steps[: len(value)], _nan(value), next(styles), color="k", lw=1.2, label=label)
         elif isinstance(value, (int, float)):
-            ax.axhline(value, ls=next(styles), color="k", lw=1.2, label=f"{key} (theory)")
+            ax.axhline(value, ls=next(styles), color="k", lw=1.2, label=label)
     for key in plot.times:
         value = doc["theory"].get(key)
         if isinstance(value, (int, float)):

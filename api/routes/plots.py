@@ -35,6 +35,8 @@ class PlotOut(BaseModel):
     times: list[str] = Field(..., description="Scalar theory values that are times (steps), drawn as vertical lines.")
     sparse: list[str] = Field(..., description="Series defined only at some steps (null elsewhere): drawn as markers.")
     layer_theory: list[str] = Field(..., description="Per-layer theory metrics, dashed in their layer's colour.")
+    theory_labels: dict[str, str] = Field(..., description="What a theory line is, by name, for its legend "
+                                                           "(au_theory: 'along the run: …'); only some have one.")
 
 
 class PlotFormat(StrEnum):
@@ -68,5 +70,6 @@ def get_plot(experiment: ExperimentDep, db: DbDep,
 def list_plots(experiment: ExperimentDep):
     """The plots of the experiment's kind and model, each with the series and theory it draws."""
     declared = smdengine.plots(plots.plot_key(experiment.kind, experiment.spec))
-    return [PlotOut(name=name, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(plot).items()})
+    return [PlotOut(name=name, **{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(plot).items()
+                                  if k != "theory_labels"}, theory_labels=dict(plot.theory_labels))
             for name, plot in sorted(declared.items())]

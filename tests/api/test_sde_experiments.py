@@ -87,6 +87,12 @@ def test_each_model_runs_and_serves_results_and_plots(client, settings, model):
             assert r.status_code == 200 and magic in r.content[:200], (name, fmt)
     missing = client.get(f"/v1/experiments/{exp['id']}/plots/nonsense.png")
     assert missing.status_code == 404 and ", ".join(PLOTS[model]) in missing.json()["detail"]
+    if model == "nrq":   # two black theory lines on the au plot: each says what it is, in the list and the image
+        listed = {p["name"]: p for p in client.get(f"/v1/experiments/{exp['id']}/plots").json()}
+        labels = listed["au"]["theory_labels"]
+        assert sorted(labels) == ["au_equilibrium", "au_theory"] and listed["risk"]["theory_labels"] == {}
+        svg = client.get(f"/v1/experiments/{exp['id']}/plots/au.svg").text   # matplotlib keeps each text as a comment
+        assert all(f"{name} (theory {words})" in svg for name, words in labels.items()), labels
 
 
 def test_nrq_model_distribution_and_field_selection(client, settings):

@@ -41,11 +41,10 @@ function lineTraces(plot, doc) {
     traces.push({ x, y: ys, name, type: "scatter", mode: sparse ? "lines+markers" : "lines",
       line: { color: COLORS[i % COLORS.length], width: 1.6 } });
   });
-  const theory = plot.theory.filter((name) => doc.theory[name] !== undefined && doc.theory[name] !== null);
-  theory.forEach((name, k) => {
+  plot.theory.filter((name) => doc.theory[name] !== undefined && doc.theory[name] !== null).forEach((name, k) => {
     const t = doc.theory[name];
     const [x, y] = Array.isArray(t) ? [steps, t] : [[steps[0] ?? 0, steps[steps.length - 1] ?? 1], [t, t]];
-    traces.push({ x, y, name: theoryName(name, theory.length > 1), type: "scatter", mode: "lines",
+    traces.push({ x, y, name: theoryName(plot, name), type: "scatter", mode: "lines",
       line: { color: "black", dash: theoryDash(k), width: 1.4 }, meta: "theory" });
   });
   const shapes = plot.times.filter((name) => finite(doc.theory[name])).map((name) => ({
@@ -61,12 +60,11 @@ function theoryDash(k) {
   return THEORY_DASHES[k % THEORY_DASHES.length];
 }
 
-// What a theory line is (docs/theory.md), in its legend name where one chart holds several: the sde nrq
-// model's two angular updates read "au_theory (theory)" and "au_equilibrium (theory)". Short: a phone's
-// legend line holds about 50 characters.
-const THEORY_NOTES = { au_theory: "along the run: √(p−1)ση/M_t", au_equilibrium: "at equilibrium: √(2λη/(1+α))" };
-function theoryName(name, several) {
-  return several && THEORY_NOTES[name] ? `${name} (theory ${THEORY_NOTES[name]})` : `${name} (theory)`;
+// A theory line's legend name, with what it is where the engine says (the plot's theory_labels, as in the PNG):
+// the sde nrq model's two angular updates were "au_theory (theory)" and "au_equilibrium (theory)".
+function theoryName(plot, name) {
+  const words = plot.theory_labels?.[name];
+  return words ? `${name} (theory ${words})` : `${name} (theory)`;
 }
 
 function layerTraces(plot, doc) {
@@ -89,7 +87,7 @@ function layerTraces(plot, doc) {
     }
   });
   plot.theory.filter((name) => Array.isArray(doc.theory[name])).forEach((name, k) => {
-    traces.push({ x: steps, y: doc.theory[name], name: `${name} (theory)`, type: "scatter", mode: "lines",
+    traces.push({ x: steps, y: doc.theory[name], name: theoryName(plot, name), type: "scatter", mode: "lines",
       line: { color: "black", dash: theoryDash(k) }, meta: "theory" });
   });
   return { traces, shapes: [] };
