@@ -96,7 +96,9 @@ class Transport:
         """:meth:`request` (idempotent ``method`` only), riding out an outage of a service that has answered
         before (unreachable, or 5xx) until ``deadline`` (``time.monotonic()``; None: until it answers again),
         trying again at growing pauses of at most MAX_OUTAGE_PAUSE s. Each outage is said once, before the
-        first pause: ``on_retry(reason, seconds)``, the seconds left until the deadline (inf without one)."""
+        first pause: ``on_retry(reason, seconds)``, the seconds left until the deadline (inf without one). An
+        outage that outlasts the deadline raises TimeoutError (the wait's own, as when the job is still running
+        then), with the service's last error as its cause; any other error is raised as it came."""
         assert method in IDEMPOTENT, method
         pause, said = self.backoff, False
         while True:
@@ -104,8 +106,11 @@ class Transport:
                 return self.request(method, path, retries=0, **kwargs)
             except SMDError as exc:
                 outage = self.answered and (exc.status is None or exc.status >= 500)
-                if not outage or (deadline is not None and time.monotonic() + pause > deadline):
+                if not outage:
                     raise
+                if deadline is not None and time.monotonic() + pause > deadline:
+                    raise TimeoutError(f"{method} {path}: the service did not answer again before the wait's "
+                                       f"deadline: {exc}") from exc
                 if not said and self.on_retry is not None:
                     self.on_retry(str(exc), math.inf if deadline is None else deadline - time.monotonic())
                 said = True

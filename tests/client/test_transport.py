@@ -78,8 +78,10 @@ def test_a_wait_gives_up_at_its_deadline_and_on_what_no_wait_mends():
     transport, notices, seen = scripted(200, *[refused()] * 1000)
     transport.request("GET", "/v1/experiments/e1")
     started = time.monotonic()
-    with pytest.raises(SMDError, match="Connection refused"):
+    # the wait's TimeoutError, as when the job is still running at the deadline, the outage as its cause
+    with pytest.raises(TimeoutError, match="did not answer again before the wait's deadline.*Connection refused") as got:
         transport.outlast("GET", "/v1/experiments/e1", deadline=started + 0.05)
+    assert isinstance(got.value.__cause__, SMDError) and got.value.__cause__.status is None
     assert time.monotonic() - started < 1 and len(notices) == 1 and 0 < notices[0][1] <= 0.05
     transport, notices, seen = scripted(200, 404)   # an answer, not an outage: raised at once
     transport.request("GET", "/v1/experiments/e1")
@@ -111,3 +113,24 @@ def test_experiment_wait_follows_a_job_through_a_restart_of_the_service():
     experiment = client.experiment("e1")
     assert experiment.wait(poll=0.001, progress=False).data["status"] == "succeeded"
     assert [seconds for _, seconds in notices] == [math.inf]
+
+
+def test_experiment_wait_with_a_timeout_raises_timeout_error_when_the_outage_outlasts_it():
+    """A wait's timeout is a TimeoutError whether the job is still running or the service is still down then
+    (a caller's ``except TimeoutError`` covers both)."""
+    answered = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/events") or answered:
+            raise refused()
+        answered.append(request)
+        return httpx.Response(200, json={"id": "e1", "kind": "nrq", "status": "running"})
+
+    client = Client(URL)
+    client.http.http = httpx.Client(base_url=URL, transport=httpx.MockTransport(answer))
+    client.http.backoff = 0.001
+    experiment = client.experiment("e1")    # answered: running; the service is down from here on
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="Connection refused"):
+        experiment.wait(timeout=0.2, poll=0.001, progress=False)
+    assert time.monotonic() - started < 2
