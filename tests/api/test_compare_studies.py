@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import datetime
 
 import pytest
 from fastapi.testclient import TestClient
@@ -62,7 +63,9 @@ def test_a_compare_study_groups_existing_experiments(sqlite_env):
     assert study["status"] == "succeeded" and study["children_count"] == 3 and study["points"] == 3
     assert study["axes"] == ["experiment"] and study["counts"]["succeeded"] == 3 and study["progress"] == 1.0
     assert study["spec"] == {"experiments": ids, "name": "three lrs"} and study["missing"] == []
-    assert study["finished_at"] == max(client.get(f"/v1/experiments/{i}").json()["finished_at"] for i in ids)
+    # as times, not strings: a time on a whole second is written without its fraction ("…:58Z" > "…:58.08Z")
+    ended = [datetime.fromisoformat(client.get(f"/v1/experiments/{i}").json()["finished_at"]) for i in ids]
+    assert datetime.fromisoformat(study["finished_at"]) == max(ended)
     assert client.get(f"/v1/experiments/{child_id}").json()["study_id"] == grid["id"]   # not reassigned
 
     got = client.get(f"/v1/studies/{study['id']}")

@@ -6,6 +6,7 @@ import json
 import re
 import threading
 import time
+from datetime import datetime
 
 import pytest
 
@@ -448,7 +449,8 @@ def test_attempts_endpoint(client, settings):
     assert body["attempts"] == 1 and body["queue"] == "cpu" and body["worker"] == "w9"
     [attempt] = client.get(f"/v1/experiments/{exp['id']}/attempts").json()
     assert attempt["number"] == 1 and attempt["worker"].startswith("w9/") and attempt["outcome"] == "succeeded"
-    assert attempt["ended_at"] >= attempt["started_at"] and attempt["resumed_from_step"] is None
+    ended, started = (datetime.fromisoformat(attempt[key]) for key in ("ended_at", "started_at"))   # not as strings:
+    assert ended >= started and attempt["resumed_from_step"] is None      # a whole second is written "…:58Z"
     assert client.get("/v1/experiments/nope/attempts").status_code == 404
 
 
