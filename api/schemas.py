@@ -135,21 +135,25 @@ class ValidationErrorOut(BaseModel):
 
 
 class WarningOut(BaseModel):
-    """A condition under which the spec's rates leave the regime the theory describes (smdengine.spec_warnings):
-    the experiment runs as asked, without the theory lines that do not apply there."""
+    """A condition of the spec worth knowing before its results are read (smdengine.spec_warnings): its rates leave
+    the regime the theory describes (the experiment runs as asked, without the theory lines that do not apply
+    there), or its summary's tail holds fewer than two records."""
 
-    code: Literal["no_equilibrium", "decay_not_positive", "continuous_time"] = Field(
+    code: Literal["no_equilibrium", "decay_not_positive", "continuous_time", "sparse_tail"] = Field(
         ..., description="no_equilibrium: λη/(1+α) ≥ 2 (ηλ·dt for an Euler–Maruyama step), the weight norm has no "
                          "equilibrium; decay_not_positive: λη/(1+α) ≥ 1, the decay factor 1 − λη (1 + α − λη) is not "
                          "positive, each update reverses the weight; continuous_time: λη/(1−α) > 0.1, beyond the "
-                         "small-ηλ regime of the continuous-time closed forms.")
-    message: str = Field(..., description="The phases and rates concerned, the condition, and what is omitted.")
+                         "small-ηλ regime of the continuous-time closed forms; sparse_tail: record_every leaves fewer "
+                         "than two records in the summary's tail (the last half of the final phase), so its tail means "
+                         "are one record's values (omits nothing).")
+    message: str = Field(..., description="The phases and rates concerned, the condition, and what is omitted; for "
+                                          "sparse_tail the records concerned and a record_every that puts two there.")
     omits: list[str] = Field(..., description="Theory names left out of the results (no dashed line, no summary value).")
 
 
-WARNINGS_DESCRIPTION = ("Out-of-regime warnings of its spec, set at submission: empty when every rate is in the regime "
-                        "the theory describes. The experiment runs as asked; the theory names each warning omits are "
-                        "absent from its results.")
+WARNINGS_DESCRIPTION = ("Warnings of its spec, set at submission: empty when every rate is in the regime the theory "
+                        "describes and the summary's tail holds two records or more. The experiment runs as asked; the "
+                        "theory names each warning omits are absent from its results.")
 
 
 def _no_warnings(value: Any) -> Any:

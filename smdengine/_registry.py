@@ -170,14 +170,17 @@ def continuable(spec: AnySpec | dict[str, Any]) -> bool:
 
 
 def spec_warnings(spec: AnySpec | dict[str, Any]) -> list[dict[str, Any]]:
-    """The out-of-regime warnings of a spec, ``[{"code", "message", "omits"}]`` (empty in regime): where its
-    rates leave the regime the theory describes, ``code`` names the condition, ``message`` the phases and
+    """The warnings of a spec, ``[{"code", "message", "omits"}]`` (empty when there is nothing to say). Where
+    its rates leave the regime the theory describes, ``code`` names the condition, ``message`` the phases and
     rates, and ``omits`` the theory names that do not apply there, which :func:`smdengine.run` and
-    :func:`smdengine.predict` leave out of the theory (so no line is drawn and no summary value made).
-    Declared per kind and model by its params' ``regime_warnings()``; the conditions are derived in
-    :func:`smdengine._science.phase_regime`. Torch-free; raises ``pydantic.ValidationError`` on a bad spec."""
-    declared = getattr(parse_spec(spec).params, "regime_warnings", None)
-    return [dict(w, omits=list(w["omits"])) for w in declared()] if declared is not None else []
+    :func:`smdengine.predict` leave out of the theory (so no line is drawn and no summary value made):
+    declared per kind and model by its params' ``regime_warnings()``, the conditions derived in
+    :func:`smdengine._science.phase_regime`. Then ``sparse_tail`` (omits nothing) when the summary's tail holds
+    fewer than two records (its params' ``tail_warnings()``, :func:`smdengine._science.tail_warnings`).
+    Torch-free; raises ``pydantic.ValidationError`` on a bad spec."""
+    params = parse_spec(spec).params
+    declared = [*params.regime_warnings(), *params.tail_warnings()]
+    return [dict(w, omits=list(w["omits"])) for w in declared]
 
 
 def omitted_theory(spec: AnySpec | dict[str, Any]) -> frozenset[str]:

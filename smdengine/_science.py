@@ -107,6 +107,53 @@ def tail_means(series: dict[str, list], theory: dict[str, Any], start: float) ->
     return out
 
 
+TAIL_RECORDS_MIN = 2   # regular records in the summary's tail under which a spec is warned (sparse_tail)
+
+
+def tail_warnings(steps: int, record_every: int, start: float, windows: bool = False) -> list[dict[str, Any]]:
+    """``[{"code": "sparse_tail", "message", "omits": []}]`` when fewer than TAIL_RECORDS_MIN regular records lie
+    in the summary's tail (steps ≥ ``start``), else ``[]``: the tail means are then one record's values, or,
+    with none there, those of the last record before the tail (step 0 when ``record_every`` ≥ ``steps``).
+    Regular records are n = 0, r, 2r, … < ``steps``, or with ``windows`` (a record aggregates the window
+    [n, n + r), the train kind) only the whole windows, n + r ≤ ``steps``. The message names the largest
+    ``record_every`` that puts two there (:func:`_filling_record_every`)."""
+    r = record_every
+    count, first, last = _tail_records(steps, r, start, windows)
+    if count >= TAIL_RECORDS_MIN:
+        return []
+    where = f"the summary's tail (the records at steps ≥ {start:g}, the last half of the final phase)"
+    if count == 1:
+        said = f"one regular record (step {first}) lies in {where}: the tail means are its values, not a mean"
+    else:   # check_recording keeps record_every ≤ steps: record 0 at least
+        said = (f"no regular record lies in {where}: the record at step {last}, before the tail, stands for it "
+                f"in the summary")
+    fits = _filling_record_every(steps, start, windows)
+    advice = (f"record_every ≤ {fits} puts at least {TAIL_RECORDS_MIN} there" if fits is not None
+              else f"the tail is too short to hold {TAIL_RECORDS_MIN} records")
+    return [{"code": "sparse_tail", "message": f"record_every = {r}: {said}; {advice}.", "omits": []}]
+
+
+def _tail_records(steps: int, r: int, start: float, windows: bool) -> tuple[int, int, int]:
+    """(how many regular records lie at steps ≥ start, the first multiple of r there, the last regular record)."""
+    last = ((steps - r) // r if windows else (steps - 1) // r) * r
+    first = math.ceil(start / r) * r
+    return max(0, (last - first) // r + 1), first, last
+
+
+def _filling_record_every(steps: int, start: float, windows: bool) -> int | None:
+    """The largest r with two regular records in the tail, or None. Two records kr ≥ start and (k+1)r need
+    (k+1)r ≤ S = steps − 1, or (k+2)r ≤ S = steps with windows; if r does, so does ⌊S/m⌋ ≥ r (m = k+1, or
+    k+2), so the answer is one of the values ⌊S/m⌋, m ≥ 2, tried from the largest down (about 2√S of them)."""
+    total = steps if windows else steps - 1
+    m = 2
+    while m <= total:
+        r = total // m
+        if _tail_records(steps, r, start, windows)[0] >= TAIL_RECORDS_MIN:
+            return r
+        m = total // r + 1     # the next m with a smaller ⌊S/m⌋
+    return None
+
+
 def nonfinite_from(series: dict[str, list], names: Sequence[str]) -> dict[str, int]:
     """``{"nonfinite_from_step": n}``, n the first recorded step at which one of the series ``names`` is NaN or
     ±inf: the state under- or overflowed (an init_std near the smallest double, a diverging rate), and the

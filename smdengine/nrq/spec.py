@@ -14,6 +14,7 @@ from smdengine._science import (
     rate_phases,
     regime_warnings,
     tail_start,
+    tail_warnings,
 )
 from smdengine._spec_base import SpecBase, StrictModel
 
@@ -103,6 +104,10 @@ class NRQPhysics(StrictModel):
 
     def tail_start(self) -> float:
         return tail_start(self.phases(), self.steps)
+
+    def tail_warnings(self) -> list[dict[str, Any]]:
+        """``sparse_tail`` when the summary's tail holds fewer than two records (:func:`smdengine._science.tail_warnings`)."""
+        return tail_warnings(self.steps, self.record_every, self.tail_start())
 
     def two_level(self) -> tuple[float, float] | None:
         """(a_l, a_h) when the spectrum has two levels a_1 < a_2 = … = a_p, else None."""

@@ -2,11 +2,11 @@
 fields. Each model's params live in its own file; the ``model``-tagged union is built by the registry."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from pydantic import Field, model_validator
 
-from smdengine._science import check_recording
+from smdengine._science import check_recording, tail_warnings
 from smdengine._spec_base import StrictModel
 
 if TYPE_CHECKING:
@@ -40,6 +40,10 @@ class Recording(StrictModel):
     def tail_start(self) -> float:
         return self.steps / 2.0
 
+    def tail_warnings(self) -> list[dict[str, Any]]:
+        """``sparse_tail`` when the summary's tail holds fewer than two records (:func:`smdengine._science.tail_warnings`)."""
+        return tail_warnings(self.steps, self.record_every, self.tail_start())
+
 
 class SDEModelParams(Protocol):
     """What every sde model's params provide (the static type of ``SDESpec.params``)."""
@@ -50,6 +54,8 @@ class SDEModelParams(Protocol):
     def dtype(self) -> str: ...
     @property
     def work(self) -> int: ...
+    def regime_warnings(self) -> list[dict[str, Any]]: ...
+    def tail_warnings(self) -> list[dict[str, Any]]: ...
 
 
 def params_of(spec: SDESpec, cls: type[P]) -> P:

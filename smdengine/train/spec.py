@@ -16,6 +16,7 @@ from smdengine._science import (
     rate_phases,
     regime_warnings,
     tail_start,
+    tail_warnings,
 )
 from smdengine._spec_base import SpecBase, StrictModel, tagged_union
 from smdengine.train import shapes
@@ -172,6 +173,11 @@ class TrainParams(StrictModel):
 
     def tail_start(self) -> float:
         return tail_start(self.phases(), self.total_steps)
+
+    def tail_warnings(self) -> list[dict[str, Any]]:
+        """``sparse_tail`` when the summary's tail holds fewer than two whole windows
+        (:func:`smdengine._science.tail_warnings`)."""
+        return tail_warnings(self.total_steps, self.record_every, self.tail_start(), windows=True)
 
     def regime_warnings(self) -> list[dict[str, Any]]:
         """Out-of-regime warnings of each phase's (η, λ, α) (:func:`smdengine._science.phase_regime`):

@@ -1,5 +1,5 @@
-"""Out-of-regime warnings through the service: stored at submission, shown on the experiment, on each
-study child and in the study table; the theory they omit is absent from the result document."""
+"""Warnings through the service: stored at submission, shown on the experiment, on each study child and in
+the study table; the theory they omit is absent from the result document."""
 from __future__ import annotations
 
 from tests.api.test_studies import run_all
@@ -29,6 +29,21 @@ def test_an_out_of_regime_experiment_is_accepted_with_warnings(env):
     assert ok.status_code == 202 and ok.json()["warnings"] == []
     assert execute_next(settings, ["cpu"]) == "succeeded"
     assert set(OMITTED) <= set(client.get(f"/v1/experiments/{ok.json()['id']}/results").json()["theory"])
+
+
+def test_a_record_every_that_leaves_the_summary_one_record_is_warned_about(env):
+    """record_every = steps: the summary is the initial state's record; the warning says so and omits nothing."""
+    client, settings = env
+    r = client.post("/v1/experiments", json=small_spec(trials=8, steps=100, record_every=100))
+    assert r.status_code == 202, r.text
+    (warning,) = r.json()["warnings"]
+    assert warning["code"] == "sparse_tail" and warning["omits"] == []
+    # 33: records 66 and 99 in the tail [50, 100); 34 has 68 alone there
+    assert "the record at step 0" in warning["message"] and "record_every ≤ 33 puts" in warning["message"]
+    assert execute_next(settings, ["cpu"]) == "succeeded"
+    doc = client.get(f"/v1/experiments/{r.json()['id']}/results").json()
+    assert doc["series"]["step"] == [0, 100] and doc["summary"]["risk"] == doc["series"]["risk"][0]
+    assert "risk_stationary" in doc["theory"]
 
 
 def test_a_study_shows_each_childs_warnings(env):

@@ -6,6 +6,7 @@ a test)."""
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from pydantic import ValidationError
 
 import smdengine
 from smdengine import expand_study, predict, run, spec_warnings
-from smdengine._science import CONTINUOUS_TIME_MAX, phase_regime
+from smdengine._science import CONTINUOUS_TIME_MAX, phase_regime, tail_warnings
 
 ROOT = Path(__file__).resolve().parents[2]
 IN_REGIME = {
@@ -33,7 +34,7 @@ IN_REGIME = {
                                                      "weight_decay": 0.01, "record_every": 10, "steps": 100,
                                                      "trials": 50}},
     "sde_toy2d": {"kind": "sde", "seed": 8, "params": {"model": "toy2d", "record_every": 5, "steps": 50, "trials": 10}},
-    "train": {"kind": "train", "seed": 9, "params": {"batch_size": 32, "depth": 1, "eval_every": 10, "record_every": 5,
+    "train": {"kind": "train", "seed": 9, "params": {"batch_size": 32, "depth": 1, "eval_every": 10, "record_every": 2,
                                                      "schedule": [{"lr_factor": 0.5, "step": 10}], "steps": 20,
                                                      "width": 16}},
 }
@@ -49,7 +50,7 @@ def sde(model, **params):
 
 
 def train(**params):
-    return {"kind": "train", "seed": 0, "params": {"width": 16, "depth": 1, "steps": 10, "record_every": 5,
+    return {"kind": "train", "seed": 0, "params": {"width": 16, "depth": 1, "steps": 10, "record_every": 1,
                                                     "eval_every": 5, "batch_size": 32, **params}}
 
 
@@ -215,7 +216,8 @@ def test_nrq_schedule_phase_by_phase():
     assert "equilibrium_steps_predicted_phase2" not in result.summary   # after a phase without equilibrium
     # two phases with two conditions: two warnings, most severe first
     schedule = [{"step": 100, "lr_factor": 20}, {"step": 150, "lr_factor": 2.5}]     # ηλ = 0.2, then 0.5·… = 0.5
-    spec = nrq(lr=0.1, weight_decay=0.1, lr_schedule=schedule + [{"step": 180, "lr_factor": 10}])   # then 5
+    spec = nrq(lr=0.1, weight_decay=0.1, lr_schedule=schedule + [{"step": 180, "lr_factor": 10}],   # then 5
+               record_every=5)   # two records in the tail [190, 200): no sparse_tail
     assert codes(spec) == ["no_equilibrium", "continuous_time"]
     assert "phase 1" in spec_warnings(spec)[1]["message"] and "phase 2" in spec_warnings(spec)[1]["message"]
     # weight decay switched off: no equilibrium to leave, no warning
@@ -315,3 +317,63 @@ def test_train_schedule_phase_by_phase():
     assert warning["message"].startswith("schedule phase 1 (steps 5–9): η = 10, λ = 0.1")
     result = check_omitted(spec, ["au_equilibrium"])
     assert "equilibrium_steps_phase1" not in result.summary
+
+
+# ----------------------------------------------------------------------------- the summary's tail
+
+
+def _regular_records(steps: int, record_every: int, windows: bool) -> list[int]:
+    """The regular records by enumeration (docs/measurements.md): n = 0, r, … < steps, or whole windows only."""
+    return [n for n in range(0, steps, record_every) if not windows or n + record_every <= steps]
+
+
+def test_tail_warnings_count_the_records_of_the_tail_and_name_a_record_every_that_fills_it():
+    """Against enumeration, over every record_every of short runs with and without a schedule: warned exactly
+    when fewer than two regular records lie at steps ≥ the tail start; the record_every the message names is the
+    largest that puts at least two there."""
+    checked, warned = 0, 0
+    for windows in (False, True):
+        for steps in (1, 2, 3, 7, 10, 41, 100):
+            for final in sorted({0, steps // 3, max(0, steps - 3)}):
+                start = final + (steps - final) / 2.0
+                for r in range(1, steps + 1):
+                    in_tail = [n for n in _regular_records(steps, r, windows) if n >= start]
+                    got = tail_warnings(steps, r, start, windows)
+                    assert bool(got) == (len(in_tail) < 2), (windows, steps, final, r, in_tail)
+                    checked, warned = checked + 1, warned + bool(got)
+                    if not got:
+                        continue
+                    assert got[0]["code"] == "sparse_tail" and got[0]["omits"] == []
+                    named = re.search(r"record_every ≤ (\d+) puts", got[0]["message"])
+                    if named is None:    # only when no record_every can
+                        assert "too short" in got[0]["message"]
+                        assert all(len([n for n in _regular_records(steps, q, windows) if n >= start]) < 2
+                                   for q in range(1, steps + 1)), (windows, steps, final)
+                        continue
+                    fills = [q for q in range(1, steps + 1)
+                             if len([n for n in _regular_records(steps, q, windows) if n >= start]) >= 2]
+                    assert int(named.group(1)) == max(fills), (windows, steps, final, r)
+    assert checked == 966 and 300 < warned < 900, (checked, warned)   # both answers met often
+
+
+def test_a_sparse_tail_is_warned_and_the_summary_is_that_record():
+    """nrq with record_every = steps: the only regular record is step 0, so the summary is the initial state
+    (what the warning says); with one record in the tail, that record's values; a spec with two warns nothing."""
+    base = {"kind": "nrq", "seed": 1, "params": {"trials": 20, "steps": 100, "weight_decay": 0.01}}
+    for record_every, expected in ((100, 0), (60, 60)):
+        spec = {**base, "params": {**base["params"], "record_every": record_every}}
+        (warning,) = spec_warnings(spec)
+        assert warning["code"] == "sparse_tail" and f"step {expected}" in warning["message"]
+        result = run(spec)
+        (i,) = [i for i, n in enumerate(result.series["step"]) if n == expected]
+        assert result.summary["risk"] == result.series["risk"][i]
+    assert spec_warnings({**base, "params": {**base["params"], "record_every": 25}}) == []
+
+
+def test_tail_warnings_of_every_kind():
+    """Each kind and model declares its tail: train counts whole windows only, the sde models steps/2."""
+    train = {"kind": "train", "params": {"steps": 100, "record_every": 34, "eval_every": 34}}
+    assert "the record at step 34, before the tail" in spec_warnings(train)[0]["message"]  # window 68 is not whole
+    for model in ("toy2d", "norm_map", "normalized_linear", "nrq"):
+        spec = {"kind": "sde", "params": {"model": model, "steps": 10, "record_every": 6}}
+        assert [w["code"] for w in spec_warnings(spec)] == ["sparse_tail"], model
