@@ -83,8 +83,8 @@ def _lines(ax, plot: PlotDef, doc: dict[str, Any]) -> None:
     for key in plot.series:
         if key not in doc["series"]:
             continue
-        if key in plot.sparse:
-            xs, ys = _defined(steps, doc["series"][key])
+        xs, ys = _defined(steps, doc["series"][key])
+        if key in plot.sparse or len(ys) <= FEW_POINTS:   # a line through one point draws nothing
             ax.plot(xs, ys, "o-", color=next(colors), lw=1.2, ms=3, label=key)
         else:
             ax.plot(steps, _nan(doc["series"][key]), color=next(colors), lw=1.4, label=key)
@@ -133,11 +133,12 @@ def _layers(fig, ax, plot: PlotDef, doc: dict[str, Any]) -> None:
         color = f"C{i}" if few else cmap(i / max(len(layers) - 1, 1))
         for key in plot.series:
             if key in metrics:
-                ax.plot(steps, _nan(metrics[key]), color=color, lw=1.2, label=name if few else None)
+                ax.plot(steps, _nan(metrics[key]), color=color, lw=1.2, label=name if few else None,
+                        **_markers(metrics[key]))
                 drawn.append(metrics[key])
         for key in plot.layer_theory:
             if key in metrics:
-                ax.plot(steps, _nan(metrics[key]), "--", color=color, lw=1.0)
+                ax.plot(steps, _nan(metrics[key]), "--", color=color, lw=1.0, **_markers(metrics[key]))
                 drawn.append(metrics[key])
     _theory(ax, plot, doc, steps)
     for key in plot.layer_theory:  # one legend entry for the dashed per-layer theory
@@ -201,6 +202,15 @@ def _finish(ax) -> None:
 
 def _nan(values: list) -> list[float]:
     return [float("nan") if v is None else v for v in values]
+
+
+FEW_POINTS = 2   # a series with at most this many defined points is drawn with markers (record_every ~ steps)
+
+
+def _markers(values: list) -> dict[str, Any]:
+    """Markers for a series of at most FEW_POINTS defined points (its line alone would not show)."""
+    few = sum(v is not None and v == v for v in values) <= FEW_POINTS
+    return {"marker": "o", "ms": 3} if few else {}
 
 
 def _defined(steps: list, values: list) -> tuple[list, list]:

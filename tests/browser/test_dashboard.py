@@ -462,6 +462,10 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
     continuous = submit(service, {"kind": "sde", "name": "two theories", "params": {
         "model": "nrq", "steps": 200, "trials": 16, "record_every": 10}})   # au: au_theory and au_equilibrium
     wait_ended(service, f"/v1/experiments/{continuous}")
+    # record_every = steps: one record, at step 0 (warned: sparse_tail); its points drawn as markers
+    lone = submit(service, {"kind": "nrq", "name": "one record", "params": {"steps": 200, "trials": 16,
+                                                                          "record_every": 200}})
+    wait_ended(service, f"/v1/experiments/{lone}")
     trained = submit(service, {"kind": "train", "name": "per layer", "params": {"steps": 20, "record_every": 10}})
     layers = wait_ended(service, f"/v1/experiments/{trained}")["summary"]["layers"]
     preset = httpx.post(f"{service}/v1/presets/nrq-equilibrium-tradeoff/run", timeout=30, json={
@@ -481,6 +485,7 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         "listed-axis-study": (f"#/studies/{listed.json()['id']}", "#study-plot .main-svg"),
         "train-experiment": (f"#/experiments/{trained}", "#summary-layers"),
         "sde-experiment": (f"#/experiments/{continuous}", "#chart-au .main-svg"),
+        "one-record-experiment": (f"#/experiments/{lone}", "#chart-au .main-svg"),
         "presets": ("#/presets", 'article.preset[data-preset="nrq-equilibrium-tradeoff"] img.figure[src]'),
         "queue": ("#/queue", "#queues"),
     }
@@ -514,6 +519,11 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
             assert len(dashes) == 2 and dashes[0][1] != dashes[1][1], dashes
             assert [n.split(" ")[:3] for n, _ in dashes] == [["au_theory", "(theory", "along"],
                                                              ["au_equilibrium", "(theory", "at"]], dashes   # what each is
+        if name == "one-record-experiment":   # the lone point shows (a line through it alone draws nothing)
+            assert page.locator(".exp-head .warning-box").first.inner_text().startswith("sparse_tail: ")
+            modes = page.evaluate("document.getElementById('chart-au').data"
+                                  ".filter(t => t.meta !== 'theory').map(t => [t.name, t.mode, t.x.length])")
+            assert modes == [["au_rms", "lines+markers", 1], ["au_mean", "lines+markers", 1]], modes
         if name == "queue":   # nothing queued or running: zeros, not blanks
             assert page.locator("#queues tr").nth(1).locator("td").all_inner_texts()[:4] == ["cpu", "0", "0", "0"]
         if name == "presets":

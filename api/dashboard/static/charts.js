@@ -25,13 +25,18 @@ function finite(v) { return typeof v === "number" && Number.isFinite(v); }
 // numbers under a decade; being Plotly's own choice, it follows zooming.
 export const LOG_TICKS = { nticks: 3, minorloglabels: "complete", exponentformat: "power" };
 
+const FEW_POINTS = 2;   // as smdrender.plots.FEW_POINTS
+const few = (y) => y.filter((v) => v !== null).length <= FEW_POINTS;
+const lineMode = (y) => (few(y) ? "lines+markers" : "lines");
+
 function lineTraces(plot, doc) {
   const steps = doc.series.step || [];
   const traces = [];
   plot.series.forEach((name, i) => {
     const y = doc.series[name];
     if (!y) return;
-    const sparse = plot.sparse.includes(name);
+    // a line through a lone point draws nothing (record_every near steps): such series get markers too
+    const sparse = plot.sparse.includes(name) || few(y);
     let x = steps, ys = y;
     if (sparse) {
       const keep = y.map((v, j) => (v === null ? -1 : j)).filter((j) => j >= 0);
@@ -75,14 +80,14 @@ function layerTraces(plot, doc) {
     const color = COLORS[i % COLORS.length];
     for (const name of plot.series) {
       if (metrics[name]) traces.push({ x: steps, y: metrics[name], name: `${layer}`, legendgroup: layer,
-        type: "scatter", mode: "lines", line: { color, width: 1.4 } });
+        type: "scatter", mode: lineMode(metrics[name]), line: { color, width: 1.4 } });
     }
     for (const name of plot.layer_theory) {
       // one legend entry says what the dashed lines are; each stays in its layer's group
       if (!metrics[name]) continue;
       traces.push({ x: steps, y: metrics[name], name: `${name} (theory, dashed)`, legendgroup: layer,
         showlegend: !legended.has(name), hovertemplate: `${layer} ${name}: %{y}<extra></extra>`, type: "scatter",
-        mode: "lines", line: { color, dash: "dash", width: 1.2 }, meta: "theory" });
+        mode: lineMode(metrics[name]), line: { color, dash: "dash", width: 1.2 }, meta: "theory" });
       legended.add(name);
     }
   });
