@@ -173,7 +173,7 @@ def _positive(text: str) -> int:
 
 
 def _warn(prog: str, data: dict[str, Any]) -> None:
-    """The spec's out-of-regime warnings (what its results leave out), as smd run says them."""
+    """The spec's warnings (what its results leave out, a sparse summary tail), as smd run says them."""
     for warning in data.get("warnings") or []:
         print(f"{prog}: warning: {warning.get('code')}: {warning.get('message')}", file=sys.stderr)
 

@@ -2,7 +2,7 @@
 same grouped by point over seeds, the time axes of an overlay and the theory of a scatter.
 
 The table has one row per child: ``index``, ``point``, ``seed``, ``experiment_id``, ``status``, ``warnings``
-(its out-of-regime warnings, ``"<code>: <message>"`` joined by `` | ``, empty when none), the axis
+(its spec's warnings, ``"<code>: <message>"`` joined by `` | ``, empty when none), the axis
 values (named by their paths), the derived values (:func:`smdengine._study.derived_values`), every
 summary value (each metric's tail mean, and each theory series' tail mean) and every scalar theory
 value. Grouped by point, each numeric value is the mean over the point's succeeded children beside

@@ -101,7 +101,7 @@ def create(session: Session, *, kind: str, name: str | None, spec: dict[str, Any
            queue: str = "cpu", owner_id: str | None = None, visibility: str = "private",
            priority: int = PRIORITIES["normal"], warnings: list[dict[str, Any]] | None = None,
            keep_checkpoint: bool = False, tags: Sequence[str] = (), note: str | None = None) -> Experiment:
-    """A new queued experiment; ``warnings``: its spec's out-of-regime warnings (smdengine.spec_warnings)."""
+    """A new queued experiment; ``warnings``: its spec's warnings (smdengine.spec_warnings)."""
     # created_at orders the fair queue (_waiting), which a worker host compares across jobs that API hosts
     # made: the database's clock (store.clock.stamp), like every time another host compares
     now = stamp(session)
@@ -804,7 +804,7 @@ def submit(session: Session, *, owner_id: str, max_active_jobs: int, default_ret
     queued + running ones (:class:`QuotaExceeded`). The owner's row is locked first, so quota
     check and insert are one step: two concurrent submissions cannot both take the last free slot
     (PostgreSQL: a row lock; SQLite takes its write lock here, before reading, so the transaction
-    never has to upgrade). ``warnings``: the spec's out-of-regime warnings, stored with it."""
+    never has to upgrade). ``warnings``: the spec's warnings, stored with it."""
     session.execute(update(User).where(User.id == owner_id).values(role=User.role))
     active = active_count(session, owner_id)
     if active >= max_active_jobs:

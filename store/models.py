@@ -130,7 +130,7 @@ class Experiment(_Submitted, Base):
     study_point: Mapped[int | None] = mapped_column(Integer)
     study_seed: Mapped[int | None] = mapped_column(BigInteger)
     study_values: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    # out-of-regime warnings of its spec (smdengine.spec_warnings: [{code, message, omits}]), written at
+    # warnings of its spec (smdengine.spec_warnings: [{code, message, omits}]), written at
     # submission; null for rows stored before migration 0007
     warnings: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)
     # keep the final checkpoint when it succeeds, so that it can be continued (POST .../continue)

@@ -100,7 +100,7 @@ class NewChild:
     total_steps: int
     queue: str
     work: int
-    warnings: list[dict[str, Any]] | None = None   # its spec's out-of-regime warnings (smdengine.spec_warnings)
+    warnings: list[dict[str, Any]] | None = None   # its spec's warnings (smdengine.spec_warnings)
 
 
 @dataclass

@@ -470,7 +470,7 @@ def _rows(db: str, study: StudyView, group: Group | None) -> list[dict[str, Any]
     return json_safe(rows)
 
 
-_TABLE_DOC = ("One row per child: index, point, seed, experiment_id, status, warnings (its out-of-regime warnings' "
+_TABLE_DOC = ("One row per child: index, point, seed, experiment_id, status, warnings (its spec's warnings' "
               "messages joined by ' | ', empty when none), the axis values (named by their "
               "paths), the derived values (intrinsic_lr, lr_over_wd, ...), every summary value and every scalar "
               "theory value; with group=point one row per point, means over seeds and <name>_se.")
