@@ -11,9 +11,11 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
     PlainValidator,
     StringConstraints,
     ValidationError,
+    WithJsonSchema,
     create_model,
     field_validator,
 )
@@ -21,10 +23,14 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from smdengine import SPECS, ExperimentSpec, Label, StudySpec, printable, tagged_union
-from store.models import Status, as_utc
+from store.clock import as_utc, utc_iso
+from store.models import Status
 
 Visibility = Literal["private", "lab"]
 Priority = Literal["low", "normal", "high"]
+# A stored time (SQLite returns naive UTC ones) written as store.clock.utc_iso does: "…:58.000000Z", never "…:58Z"
+UtcTime = Annotated[datetime, AfterValidator(as_utc), PlainSerializer(utc_iso, return_type=str, when_used="json"),
+                    WithJsonSchema({"type": "string", "format": "date-time"})]
 
 
 class SubmitOptions(BaseModel):
@@ -180,13 +186,13 @@ class ExperimentOut(BaseModel):
     visibility: Visibility
     priority: Priority = Field(..., validation_alias=AliasChoices("priority_name", "priority"))
     keep_checkpoint: bool = Field(False, description="Its final checkpoint is kept when it succeeds (continuable).")
-    created_at: datetime
-    started_at: datetime | None = Field(..., description="When its current (last) attempt started: a resumed or "
+    created_at: UtcTime
+    started_at: UtcTime | None = Field(..., description="When its current (last) attempt started: a resumed or "
                                                           "continued job's restart (every attempt: …/attempts).")
     start_step: int = Field(0, description="The step that attempt started from (its checkpoint's; 0 from scratch): "
                                            "the attempt's pace is (step − start_step) / (now − started_at).")
-    finished_at: datetime | None
-    updated_at: datetime = Field(..., description="The last change a client sees (status, progress, error, attempt, cancel flag, name, tags or note); lease renewals do not move it.")
+    finished_at: UtcTime | None
+    updated_at: UtcTime = Field(..., description="The last change a client sees (status, progress, error, attempt, cancel flag, name, tags or note); lease renewals do not move it.")
     spec: dict[str, Any]
     study_id: str | None = Field(None, description="The study this experiment is a child of, if any.")
     warnings: list[WarningOut] = Field(default_factory=list, description=WARNINGS_DESCRIPTION)
@@ -197,11 +203,6 @@ class ExperimentOut(BaseModel):
 
     _warnings = field_validator("warnings", mode="before")(_no_warnings)
 
-    @field_validator("created_at", "started_at", "finished_at", "updated_at")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        # SQLite returns naive datetimes; every stored time is UTC.
-        return as_utc(value)
 
 
 PROVENANCE_DESCRIPTION = ("What ran it: engine_version, git_commit (null when unknown; +dirty for local changes), "
@@ -228,8 +229,8 @@ class AttemptOut(BaseModel):
 
     number: int
     worker: str = Field(..., description="<worker name>/<lease token>.")
-    started_at: datetime
-    ended_at: datetime | None
+    started_at: UtcTime
+    ended_at: UtcTime | None
     outcome: Literal["succeeded", "failed", "cancelled", "lost", "interrupted", "released"] | None = Field(
         None, description="Null while running; lost: its worker vanished (lease expired); interrupted: its "
                           "lease expired while the database was unreachable (does not count toward "
@@ -237,10 +238,6 @@ class AttemptOut(BaseModel):
     resumed_from_step: int | None = Field(None, description="The checkpoint step it resumed from, if any.")
     provenance: dict[str, Any] | None = Field(None, description=PROVENANCE_DESCRIPTION)
 
-    @field_validator("started_at", "ended_at")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        return as_utc(value)
 
 
 class ExperimentPage(BaseModel):
@@ -471,12 +468,12 @@ class StudyOut(BaseModel):
     axes: list[str] = Field(..., description="The axis paths, in expansion order (a compare study: "
                                              "[\"experiment\"]).")
     progress: float = Field(..., description="Mean progress of the children, 0 to 1.")
-    started_at: datetime | None = Field(None, description="When its first child started.")
-    eta: datetime | None = Field(None, description="Estimated finish while running (from the pace since the "
+    started_at: UtcTime | None = Field(None, description="When its first child started.")
+    eta: UtcTime | None = Field(None, description="Estimated finish while running (from the pace since the "
                                                    "first child started); null otherwise.")
     eta_seconds: float | None = Field(None, description="Seconds until the estimated finish.")
-    created_at: datetime
-    finished_at: datetime | None = Field(None, description="When its last child ended.")
+    created_at: UtcTime
+    finished_at: UtcTime | None = Field(None, description="When its last child ended.")
     cancel_requested: bool
     spec: dict[str, Any] = Field(..., description="The study as submitted (without visibility and priority).")
     children: list[StudyChildOut] | None = Field(None, description="Every child, in expansion order "
@@ -492,10 +489,6 @@ class StudyOut(BaseModel):
         "queued or running; evaluated by the engine from the children's results on the first read after the "
         "last one ended, stored, and served as stored from then on."))
 
-    @field_validator("created_at", "started_at", "finished_at", "eta")
-    @classmethod
-    def _utc(cls, value: datetime | None) -> datetime | None:
-        return as_utc(value)
 
 
 class StudyPage(BaseModel):

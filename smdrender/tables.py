@@ -190,9 +190,10 @@ def runs_csv(experiments: list[Any]) -> bytes:
 
 
 def _utc_iso(value: datetime) -> str:
-    """A stored time as the JSON bodies write it: ISO 8601 in UTC with a Z (SQLite returns naive UTC times)."""
+    """A stored time as the JSON bodies write it (store.clock.utc_iso, which this package does not import): RFC
+    3339 in UTC with a Z and six fractional digits (SQLite returns naive UTC times)."""
     utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    return utc.isoformat().replace("+00:00", "Z")
+    return utc.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _flat(value: Any, prefix: str) -> dict[str, Any]:

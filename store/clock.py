@@ -53,6 +53,18 @@ def as_utc(value: datetime | None) -> datetime | None:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
+@overload
+def utc_iso(value: datetime) -> str: ...
+@overload
+def utc_iso(value: None) -> None: ...
+def utc_iso(value: datetime | None) -> str | None:
+    """A stored time as the service writes it: RFC 3339 in UTC with a Z and always six fractional digits
+    ("…:58.000000Z", where isoformat drops a zero fraction: "…:58Z" sorts after "…:58.080000Z"), so that
+    times compare as strings."""
+    utc = as_utc(value)
+    return None if utc is None else utc.isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
 class db_now(FunctionElement[datetime]):  # noqa: N801  (an SQL function, spelled like one)
     """The database server's current time (UTC), plus ``seconds`` if given, as an SQL expression:
     ``values(lease_expires_at=db_now(lease_seconds))``, ``where(Experiment.lease_expires_at < db_now())``.

@@ -23,7 +23,8 @@ from api.deps import ExperimentDep, SettingsDep
 from api.responses import NOT_FOUND
 from api.results import result_document
 from store import jobs
-from store.models import TERMINAL, Experiment, as_utc
+from store.clock import utc_iso
+from store.models import TERMINAL, Experiment
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
@@ -63,8 +64,7 @@ def _state(fields: dict[str, Any]) -> dict[str, Any]:
     """The event payload from the values of _FIELDS (times in ISO 8601 UTC, as ExperimentOut writes them)."""
     state = dict(fields)
     for name in ("started_at", "finished_at", "updated_at"):
-        value = as_utc(state[name])
-        state[name] = None if value is None else value.isoformat().replace("+00:00", "Z")
+        state[name] = utc_iso(state[name])
     state["cancel_requested"] = bool(state["cancel_requested"])
     return state
 

@@ -1,7 +1,6 @@
 """The queue: how busy each queue is, and where your jobs stand in the fair-share order."""
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException, Query
@@ -9,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from api.deps import CurrentUserDep, DbDep
 from api.responses import UNAUTHORIZED
-from api.schemas import ErrorOut, Priority
+from api.schemas import ErrorOut, Priority, UtcTime
 from store import queue_stats
 from store.models import Status
 
@@ -44,7 +43,7 @@ class QueuedJob(BaseModel):
                                "a user) if nothing else were submitted: an estimate, since jobs submitted later by "
                                "users with fewer running jobs may go ahead. Null for a running job (and for a "
                                "queued one whose cancellation is pending: it will not start).")
-    estimated_start: datetime | None = Field(
+    estimated_start: UtcTime | None = Field(
         ..., description="Running: when its current attempt started. Queued: an estimate only: each worker slot "
                          "frees when its running job should end (at that job's pace once its attempt has done 10 % of "
                          "its steps, else at the queue's mean_duration_seconds), and each job ahead takes the earliest "

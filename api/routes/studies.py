@@ -11,7 +11,6 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -74,7 +73,8 @@ from smdrender import labels, presets
 from smdrender import tables as exports
 from smdrender.downsample import downsample_indices
 from store import series, studies
-from store.models import PRIORITIES, Experiment, User, as_utc
+from store.clock import utc_iso
+from store.models import PRIORITIES, Experiment, User
 from store.settings import Settings
 from store.studies import COMPARE, NewChild, StudyView, member_seed, member_values
 from worker.queue import queue_for, ring
@@ -395,12 +395,9 @@ STUDY_EVENT_FORMAT = (
 
 
 def _snapshot(study: StudyView) -> dict[str, Any]:
-    def iso(value: datetime | None) -> str | None:
-        return None if value is None else as_utc(value).isoformat().replace("+00:00", "Z")
-
     return {"id": study.id, "status": study.status, "progress": study.progress, "counts": study.counts,
-            "children_count": study.children_count, "eta": iso(study.eta), "eta_seconds": study.eta_seconds,
-            "cancel_requested": study.cancel_requested, "finished_at": iso(study.finished_at),
+            "children_count": study.children_count, "eta": utc_iso(study.eta), "eta_seconds": study.eta_seconds,
+            "cancel_requested": study.cancel_requested, "finished_at": utc_iso(study.finished_at),
             "revision": study.revision}
 
 

@@ -1,0 +1,56 @@
+"""Times are written one way everywhere (store.clock.utc_iso): RFC 3339 in UTC with a Z and six fractional digits,
+also on a whole second, where Python's isoformat (and pydantic's) drop the fraction and "…:58Z" sorts after
+"…:58.080000Z": a client sorting or comparing the strings would get the order wrong."""
+from __future__ import annotations
+
+import csv
+import io
+import re
+from datetime import datetime
+
+from sqlalchemy import update
+
+from api.routes.events import _state
+from store.clock import utc_iso
+from store.models import Experiment
+from tests.conftest import small_spec
+from tests.dbutil import session_scope
+from worker.runner import execute_next
+
+TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+WHOLE = datetime(2026, 11, 28, 11, 3, 58)   # naive UTC, as SQLite returns it
+
+
+def test_utc_iso_writes_six_digits_on_a_whole_second():
+    assert utc_iso(WHOLE) == "2026-11-28T11:03:58.000000Z"
+    assert utc_iso(WHOLE.replace(microsecond=80_000)) == "2026-11-28T11:03:58.080000Z"
+    assert utc_iso(WHOLE) < utc_iso(WHOLE.replace(microsecond=80_000))     # strings in time order
+    assert utc_iso(None) is None
+    state = _state({"started_at": WHOLE, "finished_at": None, "updated_at": WHOLE, "cancel_requested": 0})
+    assert state["started_at"] == state["updated_at"] == "2026-11-28T11:03:58.000000Z"   # the event stream's
+
+
+def test_every_time_of_an_experiment_and_a_study_has_six_fractional_digits(env):
+    client, settings = env
+    experiment_id = client.post("/v1/experiments", json=small_spec(trials=8, steps=100)).json()["id"]
+    assert execute_next(settings, ["cpu"]) == "succeeded"
+    study = client.post("/v1/studies", json={"name": "times", "base": small_spec(trials=8, steps=100),
+                                             "grid": {"params.lr": [0.1]}, "seeds": [1]}).json()
+    assert execute_next(settings, ["cpu"]) == "succeeded"
+    with session_scope(settings.db_url) as s:   # every time of the jobs on a whole second
+        s.execute(update(Experiment).values(created_at=WHOLE, started_at=WHOLE, finished_at=WHOLE, updated_at=WHOLE))
+    doc = client.get(f"/v1/experiments/{experiment_id}").json()
+    times = [doc[k] for k in ("created_at", "started_at", "finished_at", "updated_at")]
+    (attempt,) = client.get(f"/v1/experiments/{experiment_id}/attempts").json()
+    times += [attempt["started_at"], attempt["ended_at"]]
+    listed = client.get("/v1/experiments").json()["items"]
+    times += [e[k] for e in listed for k in ("created_at", "started_at", "finished_at", "updated_at")]
+    body = client.get(f"/v1/studies/{study['id']}").json()
+    times += [body["created_at"], body["started_at"], body["finished_at"]]
+    rows = list(csv.DictReader(io.StringIO(client.get("/v1/experiments.csv").text)))
+    times += [row["created_at"] for row in rows]
+    assert len(times) == 6 + 4 * 2 + 3 + 2 and all(TIME.match(t) for t in times), times
+    assert doc["created_at"] == body["started_at"] == "2026-11-28T11:03:58.000000Z"
+    schema = client.get("/openapi.json").json()["components"]["schemas"]
+    assert schema["ExperimentOut"]["properties"]["created_at"] == {"type": "string", "format": "date-time",
+                                                                   "title": "Created At"}
