@@ -150,10 +150,10 @@ class WarningOut(BaseModel):
                          "equilibrium; decay_not_positive: λη/(1+α) ≥ 1, the decay factor 1 − λη (1 + α − λη) is not "
                          "positive, each update reverses the weight; continuous_time: λη/(1−α) > 0.1, beyond the "
                          "small-ηλ regime of the continuous-time closed forms; sparse_tail: record_every leaves fewer "
-                         "than two records in the summary's tail (the last half of the final phase), so its tail means "
-                         "are one record's values (omits nothing).")
+                         "than two records (on train, whole windows) in the summary's tail (the last half of the final "
+                         "phase), so its tail summaries are one record's values (omits nothing).")
     message: str = Field(..., description="The phases and rates concerned, the condition, and what is omitted; for "
-                                          "sparse_tail the records concerned and a record_every that puts two there.")
+                                          "sparse_tail the records concerned and a bound under which any record_every puts two there.")
     omits: list[str] = Field(..., description="Theory names left out of the results (no dashed line, no summary value).")
 
 

@@ -113,45 +113,45 @@ TAIL_RECORDS_MIN = 2   # regular records in the summary's tail under which a spe
 def tail_warnings(steps: int, record_every: int, start: float, windows: bool = False) -> list[dict[str, Any]]:
     """``[{"code": "sparse_tail", "message", "omits": []}]`` when fewer than TAIL_RECORDS_MIN regular records lie
     in the summary's tail (steps ≥ ``start``), else ``[]``: the tail means are then one record's values, or,
-    with none there, those of the last record before the tail (step 0 when ``record_every`` ≥ ``steps``).
-    Regular records are n = 0, r, 2r, … < ``steps``, or with ``windows`` (a record aggregates the window
-    [n, n + r), the train kind) only the whole windows, n + r ≤ ``steps``. The message names the largest
-    ``record_every`` that puts two there (:func:`_filling_record_every`)."""
+    with none there, those of the last regular record (step 0 when ``record_every`` ≥ ``steps``), as are the
+    other tail summaries (:func:`summary_start`). Regular records are n = 0, r, 2r, … < ``steps``, or with
+    ``windows`` (a record aggregates the window [n, n + r), the train kind) only the whole windows, n + r ≤
+    ``steps``. The message names a bound under which every ``record_every`` puts two records there: the tail's
+    records lie in the integers [a, steps − 1] (a = ⌈start⌉), N = steps − a of them, which hold ⌊N/r⌋ ≥ 2
+    multiples of r when r ≤ N/2; with windows in [a, steps − r], which holds two when r ≤ (steps − a + 1)/3.
+    Under no bound ≥ 1 no record_every can (fewer than two steps, or windows, fit in the tail)."""
     r = record_every
-    count, first, last = _tail_records(steps, r, start, windows)
+    first, last = math.ceil(start / r) * r, last_record(steps, r, windows)
+    count = max(0, (last - first) // r + 1)
     if count >= TAIL_RECORDS_MIN:
         return []
-    where = f"the summary's tail (the records at steps ≥ {start:g}, the last half of the final phase)"
+    where = f"the summary's tail (the records at steps ≥ {_step(start)}, the last half of the final phase)"
     if count == 1:
         said = f"one regular record (step {first}) lies in {where}: the tail means are its values, not a mean"
     else:   # check_recording keeps record_every ≤ steps: record 0 at least
         said = (f"no regular record lies in {where}: the record at step {last}, before the tail, stands for it "
                 f"in the summary")
-    fits = _filling_record_every(steps, start, windows)
-    advice = (f"record_every ≤ {fits} puts at least {TAIL_RECORDS_MIN} there" if fits is not None
+    a = math.ceil(start)
+    bound = (steps - a + 1) // 3 if windows else (steps - a) // 2
+    advice = (f"any record_every ≤ {bound} puts at least {TAIL_RECORDS_MIN} there" if bound >= 1
               else f"the tail is too short to hold {TAIL_RECORDS_MIN} records")
     return [{"code": "sparse_tail", "message": f"record_every = {r}: {said}; {advice}.", "omits": []}]
 
 
-def _tail_records(steps: int, r: int, start: float, windows: bool) -> tuple[int, int, int]:
-    """(how many regular records lie at steps ≥ start, the first multiple of r there, the last regular record)."""
-    last = ((steps - r) // r if windows else (steps - 1) // r) * r
-    first = math.ceil(start / r) * r
-    return max(0, (last - first) // r + 1), first, last
+def last_record(steps: int, record_every: int, windows: bool = False) -> int:
+    """The last regular record: the largest multiple of r below ``steps`` (with ``windows``: r ≤ steps − it)."""
+    return ((steps - record_every) // record_every if windows else (steps - 1) // record_every) * record_every
 
 
-def _filling_record_every(steps: int, start: float, windows: bool) -> int | None:
-    """The largest r with two regular records in the tail, or None. Two records kr ≥ start and (k+1)r need
-    (k+1)r ≤ S = steps − 1, or (k+2)r ≤ S = steps with windows; if r does, so does ⌊S/m⌋ ≥ r (m = k+1, or
-    k+2), so the answer is one of the values ⌊S/m⌋, m ≥ 2, tried from the largest down (about 2√S of them)."""
-    total = steps if windows else steps - 1
-    m = 2
-    while m <= total:
-        r = total // m
-        if _tail_records(steps, r, start, windows)[0] >= TAIL_RECORDS_MIN:
-            return r
-        m = total // r + 1     # the next m with a smaller ⌊S/m⌋
-    return None
+def summary_start(start: float, steps: int, record_every: int, windows: bool = False) -> float:
+    """Where a tail summary over the records starts: ``start`` (the tail's), or the last regular record when
+    none lies at or after it (the rule of :func:`tail_means`, for summaries that are not means)."""
+    return min(start, last_record(steps, record_every, windows))
+
+
+def _step(value: float) -> str:
+    """A step or half step as written in full (``:g`` wrote 1500000.5 as 1.5e+06)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
 
 
 def nonfinite_from(series: dict[str, list], names: Sequence[str]) -> dict[str, int]:

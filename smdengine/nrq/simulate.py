@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from smdengine._runtime import saved
-from smdengine._science import equilibrium_summary, phase_at, phase_regime, record_steps, tail_means
+from smdengine._science import equilibrium_summary, phase_at, phase_regime, record_steps, summary_start, tail_means
 from smdengine._simulator import Context, Row, RowTable, Simulator
 from smdengine.nrq import theory
 from smdengine.nrq.predict import predict_physics, predict_physics_many
@@ -234,7 +234,8 @@ class NRQSDE(NRQRun):
         super().__init__(spec, ctx)
         self.k = substeps(self.p.dt)
         self.dt = 1.0 / self.k
-        self.tail = self.p.tail_start()
+        # the histogram's records: the tail's, or the last record when none lies there (as the tail means)
+        self.tail = summary_start(self.p.tail_start(), self.p.steps, self.p.record_every)
         self.counts = torch.zeros(self.p.f_bins, dtype=torch.float64, device=ctx.device)
 
     @classmethod
