@@ -189,8 +189,11 @@ class ExperimentOut(BaseModel):
     created_at: UtcTime
     started_at: UtcTime | None = Field(..., description="When its current (last) attempt started: a resumed or "
                                                           "continued job's restart (every attempt: …/attempts).")
-    start_step: int = Field(0, description="The step that attempt started from (its checkpoint's; 0 from scratch): "
-                                           "the attempt's pace is (step − start_step) / (now − started_at).")
+    start_step: int = Field(0, description="The step that attempt started from (its checkpoint's; 0 from scratch).")
+    pace_started_at: UtcTime | None = Field(None, description="When that attempt first reported progress, its set-up "
+                                                             "(data, model, theory, checkpoint) done; null before.")
+    pace_start_step: int = Field(0, description="The step of that first report: the attempt's pace is (step − "
+                                                "pace_start_step) / (now − pace_started_at).")
     finished_at: UtcTime | None
     updated_at: UtcTime = Field(..., description="The last change a client sees (status, progress, error, attempt, cancel flag, name, tags or note); lease renewals do not move it.")
     spec: dict[str, Any]

@@ -39,7 +39,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, CursorResult, Executable, Row, and_, bindparam, delete, func, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    CursorResult,
+    Executable,
+    Row,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session, defer
 
 from store import search
@@ -197,7 +210,8 @@ def _try_claim(session: Session, candidate: str, worker: str, lease_seconds: flo
     claimed = _rowcount(session,
         update(Experiment)
         .where(Experiment.id == candidate, Experiment.status == Status.queued, Experiment.cancel_requested.is_(False))
-        .values(status=Status.running, started_at=now, start_step=Experiment.step,   # no pace until it starts
+        .values(status=Status.running, started_at=now, start_step=Experiment.step,   # no pace until it reports
+                pace_started_at=None, pace_start_step=Experiment.step,
                 attempts=Experiment.attempts + 1, worker=worker,
                 lease_owner=owner, lease_expires_at=db_now(lease_seconds), error=None, updated_at=now, **_BUMP)
     )
@@ -299,7 +313,11 @@ def record_progress(session: Session, claim: Claim, step: int, total: int, *,
                     points: dict[str, list[Any]] | None = None, start_index: int = 0) -> bool:
     """Write progress under the lease, and ``points`` (if any) from ``start_index`` on; returns the
     cancel flag. Raises :class:`LeaseLost` (before any point is written)."""
-    values: dict[str, Any] = {"step": step, "updated_at": db_now(), **_BUMP}
+    values: dict[str, Any] = {"step": step, "updated_at": db_now(), **_BUMP,
+                              # the attempt's first report, its set-up done, is where its pace starts
+                              "pace_started_at": func.coalesce(Experiment.pace_started_at, db_now()),
+                              "pace_start_step": case((Experiment.pace_started_at.is_(None), step),
+                                                      else_=Experiment.pace_start_step)}
     if total:
         values["progress"] = step / total
     if _rowcount(session, update(Experiment).where(_held(claim)).values(**values)) != 1:
@@ -578,13 +596,14 @@ def _drop_checkpoint(session: Session, experiment_id: str) -> None:
 def _note_start(session: Session, claim: Claim, resumed_from: int | None) -> None:
     """The attempt starts at a checkpoint's step (``resumed_from``) or from scratch (None): noted on the attempt,
     and the job's step, progress and start_step say so (what it showed was the last attempt's last flush, and
-    an ETA from it ran ahead: (step − start_step) / (now − started_at) is this attempt's pace)."""
+    an ETA from it ran ahead); its pace starts at its first progress report (:func:`record_progress`)."""
     session.execute(update(Attempt).where(Attempt.experiment_id == claim.experiment_id,
                                           Attempt.number == claim.attempt).values(resumed_from_step=resumed_from))
     step = resumed_from or 0
     total = session.scalar(select(Experiment.total_steps).where(Experiment.id == claim.experiment_id))
     session.execute(update(Experiment).where(_held(claim)).values(
-        start_step=step, step=step, **({"progress": step / total} if total else {}), **_BUMP))
+        start_step=step, step=step, pace_started_at=None, pace_start_step=step,
+        **({"progress": step / total} if total else {}), **_BUMP))
 
 
 @transaction
@@ -850,22 +869,22 @@ def continue_run(session: Session, experiment_id: str, *, owner_id: str, spec: d
     return experiment
 
 
-# Below this progress a job's pace is mostly its start (theory, the first flush): a pace estimate then can
-# be many times the job's length (a 1 s job seen at 2 % after 0.5 s: 24 s), so it may not exceed the default.
+# Below this progress a pace estimate may still be far off (a 1 s job seen at 2 % after 0.5 s: 24 s), so it may
+# not exceed the default; the pace now starts at the attempt's first report, after its set-up.
 SETTLED_PROGRESS = 0.1
 
 
-def remaining_seconds(started: datetime | None, step: int, start_step: int, total: int,
+def remaining_seconds(pace_started: datetime | None, step: int, pace_start_step: int, total: int,
                       now: datetime) -> tuple[float, bool] | None:
-    """Seconds a running job still needs at its current attempt's pace ((step − start_step) steps since
-    ``started``), and whether that pace has settled (past SETTLED_PROGRESS of the steps this attempt has to
-    do: a short continuation settles too); None before the attempt has made a step. Times on the database's
-    clock."""
-    if started is None or not total or step <= start_step or total <= start_step:
+    """Seconds a running job still needs at its current attempt's pace ((step − pace_start_step) steps since
+    ``pace_started``, the attempt's first progress report: its set-up is not counted as steps' time), and
+    whether that pace has settled (past SETTLED_PROGRESS of the steps left at that report: a short
+    continuation settles too); None before the attempt has reported twice. Times on the database's clock."""
+    if pace_started is None or not total or step <= pace_start_step or total <= pace_start_step:
         return None
-    elapsed = (as_utc(now) - as_utc(started)).total_seconds()
-    settled = (step - start_step) / (total - start_step) >= SETTLED_PROGRESS
-    return elapsed * (total - step) / (step - start_step), settled
+    elapsed = (as_utc(now) - as_utc(pace_started)).total_seconds()
+    settled = (step - pace_start_step) / (total - pace_start_step) >= SETTLED_PROGRESS
+    return elapsed * (total - step) / (step - pace_start_step), settled
 
 
 @transaction
@@ -873,10 +892,11 @@ def retry_after(session: Session, owner_id: str, default: int) -> int:
     """Seconds until the owner's first running job should end (:func:`remaining_seconds`), within [1, 3600];
     ``default`` when none has progressed yet, and a job whose pace has not settled counts at most ``default``."""
     best: float | None = None
-    for started, step, start_step, total, now in session.execute(
-            select(Experiment.started_at, Experiment.step, Experiment.start_step, Experiment.total_steps, db_now())
+    for pace_started, step, pace_step, total, now in session.execute(
+            select(Experiment.pace_started_at, Experiment.step, Experiment.pace_start_step, Experiment.total_steps,
+                   db_now())
             .where(Experiment.owner_id == owner_id, Experiment.status == Status.running)).all():
-        pace = remaining_seconds(started, step, start_step, total, now)
+        pace = remaining_seconds(pace_started, step, pace_step, total, now)
         if pace is None:
             continue
         remaining = pace[0] if pace[1] else min(pace[0], default)

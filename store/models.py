@@ -112,8 +112,12 @@ class Experiment(_Submitted, Base):
     distributions: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # histograms (not on step)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))   # of its current (last) attempt
-    # the step that attempt started from (a checkpoint's, else 0): its pace is (step − start_step) / (now − started_at)
+    # the step that attempt started from (a checkpoint's, else 0)
     start_step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # when and at which step that attempt first reported progress (its set-up done; null before): its pace is
+    # (step − pace_start_step) / (now − pace_started_at)
+    pace_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    pace_start_step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # every UPDATE that does not set it writes the database's now (store.clock: a time other hosts compare)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=db_now())

@@ -168,12 +168,12 @@ def estimate_starts(count: int, running_ends: list[datetime], slots: int, mean_s
     return out
 
 
-def running_end(started: datetime, step: int, start_step: int, total: int, mean_seconds: float | None,
-                now: datetime) -> datetime:
+def running_end(started: datetime, pace_started: datetime | None, step: int, pace_start_step: int, total: int,
+                mean_seconds: float | None, now: datetime) -> datetime:
     """When a running job should end: at its current attempt's pace once that has settled
-    (:func:`store.jobs.remaining_seconds`; a job ten times the mean's length frees its slot at its end, not
-    at the mean's), else when it reaches the mean duration."""
-    pace = jobs.remaining_seconds(started, step, start_step, total, now)
+    (:func:`store.jobs.remaining_seconds`, from its first progress report; a job ten times the mean's length
+    frees its slot at its end, not at the mean's), else when it reaches the mean duration from its start."""
+    pace = jobs.remaining_seconds(pace_started, step, pace_start_step, total, now)
     if pace is not None and pace[1]:
         return now + timedelta(seconds=pace[0])
     return as_utc(started) + timedelta(seconds=mean_seconds or 0.0)
@@ -193,9 +193,10 @@ def snapshot(session: Session, owner_id: str | None = None, *, everyone: bool = 
     starts: dict[str, list[datetime | None]] = {}
     for queue, queue_now in states.items():
         mean = queue_now.mean_duration_seconds
-        ends = [running_end(started, step, start_step, total, mean, now) for started, step, start_step, total in
-                session.execute(select(Experiment.started_at, Experiment.step, Experiment.start_step,
-                                       Experiment.total_steps)
+        ends = [running_end(started, pace_started, step, pace_step, total, mean, now)
+                for started, pace_started, step, pace_step, total in
+                session.execute(select(Experiment.started_at, Experiment.pace_started_at, Experiment.step,
+                                       Experiment.pace_start_step, Experiment.total_steps)
                                 .where(Experiment.queue == queue, Experiment.status == Status.running,
                                        Experiment.started_at.is_not(None))).all() if started is not None]
         # parallel slots: busy processes (running jobs) or live workers, whichever is larger, since one

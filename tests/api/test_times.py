@@ -26,7 +26,8 @@ def test_utc_iso_writes_six_digits_on_a_whole_second():
     assert utc_iso(WHOLE.replace(microsecond=80_000)) == "2026-11-28T11:03:58.080000Z"
     assert utc_iso(WHOLE) < utc_iso(WHOLE.replace(microsecond=80_000))     # strings in time order
     assert utc_iso(None) is None
-    state = _state({"started_at": WHOLE, "finished_at": None, "updated_at": WHOLE, "cancel_requested": 0})
+    state = _state({"started_at": WHOLE, "pace_started_at": None, "finished_at": None, "updated_at": WHOLE,
+                    "cancel_requested": 0})
     assert state["started_at"] == state["updated_at"] == "2026-11-28T11:03:58.000000Z"   # the event stream's
 
 
@@ -41,6 +42,7 @@ def test_every_time_of_an_experiment_and_a_study_has_six_fractional_digits(env):
         s.execute(update(Experiment).values(created_at=WHOLE, started_at=WHOLE, finished_at=WHOLE, updated_at=WHOLE))
     doc = client.get(f"/v1/experiments/{experiment_id}").json()
     times = [doc[k] for k in ("created_at", "started_at", "finished_at", "updated_at")]
+    assert doc["pace_started_at"] is not None and TIME.match(doc["pace_started_at"])
     (attempt,) = client.get(f"/v1/experiments/{experiment_id}/attempts").json()
     times += [attempt["started_at"], attempt["ended_at"]]
     listed = client.get("/v1/experiments").json()["items"]

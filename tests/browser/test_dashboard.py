@@ -110,11 +110,15 @@ def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, p
     assert [t["name"] for t in theory] == ["risk_stationary (theory)"] and theory[0]["points"] == expected
     assert page.console.errors == []
     screenshot(page, "experiment-finished")
-    # the ETA is the current attempt's pace: resumed at step 500, 100 steps in 10 s, 400 to go: 40 s (from the
-    # whole progress, 0.6 in 10 s, it said 6.7 s)
+    # the ETA is the current attempt's pace since its first report (at step 500, 10 s ago), set-up not counted:
+    # 100 steps in 10 s, 400 to go: 40 s (from the whole progress, 0.6 in 10 s, it said 6.7 s; from the
+    # attempt's start 30 s ago it would say 120 s); none before a first report
     eta = page.evaluate("""async () => (await import('/ui/util.js')).etaSeconds({started_at: new Date(Date.now() -
-        10000).toISOString(), step: 600, start_step: 500, total_steps: 1000})""")
+        30000).toISOString(), pace_started_at: new Date(Date.now() - 10000).toISOString(), step: 600,
+        start_step: 0, pace_start_step: 500, total_steps: 1000})""")
     assert 40 <= eta < 41
+    assert page.evaluate("""async () => (await import('/ui/util.js')).etaSeconds({started_at: new Date().toISOString(),
+        pace_started_at: null, step: 0, start_step: 0, pace_start_step: 0, total_steps: 1000})""") is None
 
 
 def test_the_servers_422_is_shown_next_to_the_fields_it_names(service, page):

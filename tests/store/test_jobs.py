@@ -337,23 +337,33 @@ def test_truncate_points_cuts_inside_a_chunk(database_url):
 
 def test_an_attempt_shows_the_step_it_starts_from(database_url):
     """A claim shows no pace yet (start_step = step); its start sets step, progress and start_step to the
-    checkpoint's step it resumes from, or to 0 from scratch: the last attempt's last flush is no longer shown,
-    and (step − start_step) / (now − started_at) is this attempt's pace."""
+    checkpoint's step it resumes from, or to 0 from scratch: the last attempt's last flush is no longer shown.
+    Its pace starts at its first progress report, set-up done: (step − pace_start_step) / (now −
+    pace_started_at), the first report's time and step, which later reports leave as they are."""
     exp = make(database_url)   # 10 steps
     first = claim(database_url)
     jobs.begin_attempt(database_url, first, theory={})
+    assert jobs.get(database_url, exp).pace_started_at is None      # no report yet: no pace
+    jobs.record_progress(database_url, first, 3, 10)
+    paced = jobs.get(database_url, exp)
+    assert paced.pace_start_step == 3 and paced.pace_started_at is not None
     jobs.record_progress(database_url, first, 7, 10)
+    now = jobs.get(database_url, exp)
+    assert (now.pace_start_step, now.pace_started_at) == (3, paced.pace_started_at)   # the first report's
     expire(database_url, exp)
     with session_scope(database_url) as s:
         assert jobs.expire_leases(s, 5) == [exp]
     second = claim(database_url)
     now = jobs.get(database_url, exp)
     assert (now.step, now.start_step, now.progress) == (7, 7, 0.7)   # claimed: no pace until it starts
+    assert now.pace_started_at is None and now.pace_start_step == 7
     revision = now.revision
     jobs.begin_attempt(database_url, second, theory={}, resume_points={"step": [0, 2, 4]}, resume_step=4)
     now = jobs.get(database_url, exp)
     assert (now.step, now.start_step, now.progress) == (4, 4, 0.4) and now.revision > revision
+    assert (now.pace_started_at, now.pace_start_step) == (None, 4)
     jobs.record_progress(database_url, second, 6, 10)
+    assert jobs.get(database_url, exp).pace_start_step == 6
     expire(database_url, exp)
     with session_scope(database_url) as s:
         assert jobs.expire_leases(s, 5) == [exp]
@@ -387,25 +397,27 @@ ELAPSED, DEFAULT = 10.0, 5   # seconds a test job has run; the server's default 
 
 
 @pytest.mark.parametrize("step, start_step, expected", [
-    # below SETTLED_PROGRESS the pace (ELAPSED · 980/20 = 490 s at 2 %) is mostly start-up: the default
+    # below SETTLED_PROGRESS the pace (ELAPSED · 980/20 = 490 s at 2 %) may be far off: the default
     (int(jobs.SETTLED_PROGRESS * 1000) // 5, 0, DEFAULT),
     # settled: the pace itself, ELAPSED · (1000 − 500)/500 = 10 s
     (500, 0, ELAPSED * (1000 - 500) / 500),
-    # resumed (or continued) at step 500: 100 steps in ELAPSED, 400 to go (its whole progress, 0.6, gave 6.7 s)
+    # its first report at step 500 (resumed or continued there, or past its set-up): 100 steps in ELAPSED, 400
+    # to go (its whole progress, 0.6, gave 6.7 s)
     (600, 500, ELAPSED * (1000 - 600) / (600 - 500))])
 def test_retry_after_trusts_a_pace_only_once_it_has_settled(database_url, step, start_step, expected):
     """Retry-After of an over-quota owner: the time their running job should still take at its current
-    attempt's pace (elapsed × steps left / steps done since start_step), but not more than the default while
-    that attempt is below SETTLED_PROGRESS, when a pace is mostly its start (a 1 s job seen at 2 % after 0.5 s
-    would give 24 s)."""
+    attempt's pace (elapsed × steps left / steps done since its first progress report, at pace_start_step),
+    but not more than the default while that attempt is below SETTLED_PROGRESS (a 1 s job seen at 2 % after
+    0.5 s would give 24 s)."""
     from store import users
 
     experiment_id = make(database_url)
     with session_scope(database_url) as s:
         owner = users.create_user(s, "alice").id
         s.execute(update(Experiment).where(Experiment.id == experiment_id).values(
-            owner_id=owner, status="running", step=step, start_step=start_step, total_steps=1000,
-            progress=step / 1000, started_at=utcnow() - timedelta(seconds=ELAPSED)))
+            owner_id=owner, status="running", step=step, pace_start_step=start_step, total_steps=1000,
+            progress=step / 1000, started_at=utcnow() - timedelta(seconds=3 * ELAPSED),   # its set-up: not paced
+            pace_started_at=utcnow() - timedelta(seconds=ELAPSED)))
     # rounded down to whole seconds; the statements after started_at add at most a second to the elapsed time
     assert expected - 1 <= jobs.retry_after(database_url, owner, DEFAULT) <= expected
     assert jobs.retry_after(database_url, "nobody", DEFAULT) == DEFAULT

@@ -12,7 +12,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 def ends(starts: list[datetime], mean: float = 30.0, now: datetime = T0) -> list[datetime]:
     """Running jobs that have not made a step yet: they end at the mean duration."""
-    return [running_end(t, 0, 0, 100, mean, now) for t in starts]
+    return [running_end(t, None, 0, 0, 100, mean, now) for t in starts]
 
 
 def test_queued_jobs_take_the_earliest_free_slot():
@@ -38,11 +38,16 @@ def test_a_running_job_ends_at_its_own_pace_once_it_has_settled():
     """A job ten times the mean's length held its slot past the mean: the queue behind it was told "now"."""
     now = T0 + timedelta(seconds=100)
     # 200 of 1000 steps in 100 s: 400 s to go, however short the mean
-    assert running_end(T0, 200, 0, 1000, 30.0, now) == now + timedelta(seconds=400)
+    assert running_end(T0, T0, 200, 0, 1000, 30.0, now) == now + timedelta(seconds=400)
     # resumed at step 500 100 s ago, 100 steps since: 400 s to go (its whole progress, 0.6, said 67 s)
-    assert running_end(T0, 600, 500, 1000, 30.0, now) == now + timedelta(seconds=400)
-    # 5 % into its attempt: its pace is mostly its start, the mean rules
-    assert running_end(T0, 50, 0, 1000, 30.0, now) == T0 + timedelta(seconds=30)
+    assert running_end(T0, T0, 600, 500, 1000, 30.0, now) == now + timedelta(seconds=400)
+    # its set-up took 50 s, its first report at step 100: 100 steps in the 50 s since, 800 to go: 400 s (from
+    # its start, 200 steps in 100 s, it said 400 s too, but 2 × 400 = 800 s had the set-up been 90 s)
+    assert running_end(T0, T0 + timedelta(seconds=50), 200, 100, 1000, 30.0, now) == now + timedelta(seconds=400)
+    # 5 % into its attempt: its pace may be far off, the mean rules (from its start)
+    assert running_end(T0, T0, 50, 0, 1000, 30.0, now) == T0 + timedelta(seconds=30)
+    # no report yet (its set-up): the mean
+    assert running_end(T0, None, 0, 0, 1000, 30.0, now) == T0 + timedelta(seconds=30)
 
 
 def test_busy_time_counts_a_fused_batch_or_parallel_processes_once_per_worker():

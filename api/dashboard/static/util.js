@@ -64,11 +64,13 @@ export function progressBar(progress, label) {
     h("div.progress-fill", { style: `width:${pct}%` }), h("span.progress-label", label ?? `${pct}%`));
 }
 
-// Seconds left at the pace of the current attempt (a resumed or continued job's started at start_step, not 0).
-export function etaSeconds({ started_at: startedAt, step, start_step: startStep = 0, total_steps: total }) {
-  const done = step - startStep;
-  if (!startedAt || !total || !(done > 0) || step >= total) return null;
-  const elapsed = (Date.now() - new Date(startedAt).getTime()) / 1000;
+// Seconds left at the pace of the current attempt since its first progress report (pace_started_at, at
+// pace_start_step): its set-up is no steps' time (a train job's 2.4 s of data and model had put its first ETA at
+// 47 s with 6 s to go); null until it has reported twice.
+export function etaSeconds({ pace_started_at: paceAt, step, pace_start_step: paceStep = 0, total_steps: total }) {
+  const done = step - paceStep;
+  if (!paceAt || !total || !(done > 0) || step >= total) return null;
+  const elapsed = (Date.now() - new Date(paceAt).getTime()) / 1000;
   return elapsed * (total - step) / done;
 }
 
