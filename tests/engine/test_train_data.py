@@ -36,6 +36,26 @@ def sorted_rows(a: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------- digits
 
 
+def test_digits_are_scikit_learns_read_without_importing_it():
+    """The bundled file read directly is load_digits' images and labels, equal; a train run on digits, in a
+    fresh interpreter, leaves scikit-learn unimported (its import took 1.2–1.9 s of each job's set-up)."""
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from smdengine.train.data import digits_arrays
+
+    images, labels = digits_arrays()
+    bunch = load_digits()
+    assert np.array_equal(images, bunch.images) and images.dtype == np.float64
+    assert np.array_equal(labels, bunch.target) and labels.dtype == np.int64
+    code = ("import sys, smdengine; smdengine.run({'kind': 'train', 'params': {'steps': 2, 'record_every': 1}}); "
+            "print('sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
 @pytest.mark.parametrize("test_fraction", [0.25, 0.1])
 def test_digits_shapes_match_the_spec_sizes(test_fraction):
     params = TrainParams(dataset={"name": "digits", "test_fraction": test_fraction})
