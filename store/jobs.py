@@ -440,7 +440,8 @@ def _give_back(session: Session, claim: Claim, outcome: str) -> bool:
         settle_study(session, claim.experiment_id)
         return True
     if _rowcount(session, update(Experiment).where(held).values(
-            status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=db_now(), **_BUMP)) != 1:
+            status=Status.queued, lease_owner=None, lease_expires_at=None, pace_started_at=None,
+            updated_at=db_now(), **_BUMP)) != 1:
         return False
     _end_attempt(session, claim.experiment_id, claim.attempt, outcome)
     return True
@@ -535,7 +536,8 @@ def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | No
                 f"SMD_MAX_ATTEMPTS is {max_attempts}"))
         else:
             done = _rowcount(session, update(Experiment).where(held).values(
-                status=Status.queued, lease_owner=None, lease_expires_at=None, updated_at=db_now(), **_BUMP)) == 1
+                status=Status.queued, lease_owner=None, lease_expires_at=None, pace_started_at=None,
+                updated_at=db_now(), **_BUMP)) == 1
             if done:
                 requeued.append(experiment_id)
         if done:
@@ -860,6 +862,7 @@ def continue_run(session: Session, experiment_id: str, *, owner_id: str, spec: d
     queued = _rowcount(session, update(Experiment)
                        .where(Experiment.id == experiment_id, Experiment.status == Status.succeeded)
                        .values(status=Status.queued, spec=spec, total_steps=total_steps, progress=step / total_steps,
+                               pace_started_at=None,
                                summary=None, distributions=None, finished_at=None, cancel_requested=False,
                                lease_owner=None, lease_expires_at=None, error=None, updated_at=db_now(), **_BUMP))
     if queued != 1:

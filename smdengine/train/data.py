@@ -176,8 +176,14 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     if package is None or not package.submodule_search_locations:
         raise RuntimeError("dataset digits: scikit-learn (which bundles it) is not installed")
     path = Path(package.submodule_search_locations[0]) / "datasets" / "data" / "digits.csv.gz"
-    with gzip.open(path) as f:
-        table = np.loadtxt(f, delimiter=",")
+    try:
+        with gzip.open(path) as f:
+            table = np.loadtxt(f, delimiter=",")
+    except OSError:   # not where scikit-learn has kept it: its own reader, slower, knows
+        from sklearn.datasets import load_digits
+
+        bunch = load_digits()
+        return np.asarray(bunch.images, dtype=np.float64), np.asarray(bunch.target, dtype=np.int64)
     return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(np.int64)
 
 

@@ -118,7 +118,7 @@ def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, p
         start_step: 0, pace_start_step: 500, total_steps: 1000})""")
     assert 40 <= eta < 41
     assert page.evaluate("""async () => (await import('/ui/util.js')).etaSeconds({started_at: new Date().toISOString(),
-        pace_started_at: null, step: 0, start_step: 0, pace_start_step: 0, total_steps: 1000})""") is None
+        pace_started_at: null, step: 100, start_step: 0, pace_start_step: 0, total_steps: 1000})""") is None
 
 
 def test_the_servers_422_is_shown_next_to_the_fields_it_names(service, page):

@@ -353,6 +353,7 @@ def test_an_attempt_shows_the_step_it_starts_from(database_url):
     expire(database_url, exp)
     with session_scope(database_url) as s:
         assert jobs.expire_leases(s, 5) == [exp]
+    assert jobs.get(database_url, exp).pace_started_at is None     # requeued: no pace until it runs again
     second = claim(database_url)
     now = jobs.get(database_url, exp)
     assert (now.step, now.start_step, now.progress) == (7, 7, 0.7)   # claimed: no pace until it starts

@@ -41,9 +41,9 @@ def test_a_running_job_ends_at_its_own_pace_once_it_has_settled():
     assert running_end(T0, T0, 200, 0, 1000, 30.0, now) == now + timedelta(seconds=400)
     # resumed at step 500 100 s ago, 100 steps since: 400 s to go (its whole progress, 0.6, said 67 s)
     assert running_end(T0, T0, 600, 500, 1000, 30.0, now) == now + timedelta(seconds=400)
-    # its set-up took 50 s, its first report at step 100: 100 steps in the 50 s since, 800 to go: 400 s (from
-    # its start, 200 steps in 100 s, it said 400 s too, but 2 × 400 = 800 s had the set-up been 90 s)
-    assert running_end(T0, T0 + timedelta(seconds=50), 200, 100, 1000, 30.0, now) == now + timedelta(seconds=400)
+    # its set-up took 50 s, its first report at step 0: 200 steps in the 50 s since, 800 to go: 200 s (from its
+    # start, 200 steps in 100 s, it said 400 s)
+    assert running_end(T0, T0 + timedelta(seconds=50), 200, 0, 1000, 30.0, now) == now + timedelta(seconds=200)
     # 5 % into its attempt: its pace may be far off, the mean rules (from its start)
     assert running_end(T0, T0, 50, 0, 1000, 30.0, now) == T0 + timedelta(seconds=30)
     # no report yet (its set-up): the mean
