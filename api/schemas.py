@@ -207,7 +207,6 @@ class ExperimentOut(BaseModel):
     _warnings = field_validator("warnings", mode="before")(_no_warnings)
 
 
-
 PROVENANCE_DESCRIPTION = ("What ran it: engine_version, git_commit (null when unknown; +dirty for local changes), "
                           "torch, numpy, python, device (cpu|cuda), device_name (e.g. the GPU model), dtype, triton (its "
                           "version on CUDA where the nrq update can run as a Triton kernel, else null), noise_stream (an nrq "
@@ -240,7 +239,6 @@ class AttemptOut(BaseModel):
                           "SMD_MAX_ATTEMPTS); released: its worker shut down and gave it back.")
     resumed_from_step: int | None = Field(None, description="The checkpoint step it resumed from, if any.")
     provenance: dict[str, Any] | None = Field(None, description=PROVENANCE_DESCRIPTION)
-
 
 
 class ExperimentPage(BaseModel):
@@ -491,7 +489,6 @@ class StudyOut(BaseModel):
         "A preset study's checks (null for other studies, and in lists): verdict pending while a child is "
         "queued or running; evaluated by the engine from the children's results on the first read after the "
         "last one ended, stored, and served as stored from then on."))
-
 
 
 class StudyPage(BaseModel):

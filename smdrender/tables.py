@@ -20,7 +20,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from smdengine import LAYER_SEPARATOR
@@ -173,27 +174,21 @@ def _arrow_array(pa, values: list):
 RUN_COLUMNS = ("id", "name", "tags", "kind", "status", "created_at")
 
 
-def runs_csv(experiments: list[Any]) -> bytes:
+def runs_csv(experiments: list[Any], time_text: Callable[[datetime], str]) -> bytes:
     """The runs table of ``GET /v1/experiments.csv``: one row per experiment, :data:`RUN_COLUMNS`, then
     every spec field flattened by dotted path (``params.lr``; lists as JSON) and every top-level summary
-    number as ``summary.<name>``, columns in order of first appearance."""
+    number as ``summary.<name>``, columns in order of first appearance. ``time_text`` writes ``created_at``
+    as the service's JSON bodies do (store.clock.utc_iso)."""
     rows: list[dict[str, Any]] = []
     for e in experiments:
         row: dict[str, Any] = {"id": e.id, "name": e.name or "", "tags": " ".join(e.tags), "kind": e.kind,
-                               "status": e.status, "created_at": _utc_iso(e.created_at)}
+                               "status": e.status, "created_at": time_text(e.created_at)}
         # the spec's own name is the one it was submitted with: the column is the current one (PATCH renames)
         row.update((path, value) for path, value in _flat(e.spec, "").items() if path not in row)
         row.update({f"summary.{k}": v for k, v in (e.summary or {}).items() if not isinstance(v, (dict, list))})
         rows.append(row)
     columns = list(dict.fromkeys([*RUN_COLUMNS, *(k for row in rows for k in row)]))
     return rows_to_csv(columns, rows)
-
-
-def _utc_iso(value: datetime) -> str:
-    """A stored time as the JSON bodies write it (store.clock.utc_iso, which this package does not import): RFC
-    3339 in UTC with a Z and six fractional digits (SQLite returns naive UTC times)."""
-    utc = value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    return utc.isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 def _flat(value: Any, prefix: str) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from api.schemas import (
 )
 from smdrender.tables import runs_csv
 from store import jobs, series
+from store.clock import utc_iso
 from store.models import PRIORITIES, TERMINAL, Experiment, Status, User
 from store.search import Position
 from store.settings import Settings
@@ -216,7 +217,7 @@ CSV_LIMIT = 10_000
                         "…) and every summary value (summary.au_rms, …). " + FILTERS_DESCRIPTION)
 def export_experiments_csv(db: DbDep, user: CurrentUserDep, query: ListQueryDep):
     items = query.page(db, user, limit=CSV_LIMIT).items
-    return Response(runs_csv(items), media_type="text/csv; charset=utf-8",
+    return Response(runs_csv(items, utc_iso), media_type="text/csv; charset=utf-8",
                     headers={"Content-Disposition": 'attachment; filename="experiments.csv"'})
 
 
