@@ -94,10 +94,7 @@ def check_schedule(field: str, entries: Iterable[Any], lr: float, weight_decay: 
 def tail_means(series: dict[str, list], theory: dict[str, Any], start: float) -> dict[str, float]:
     """The summary rule of every scalar series and theory series: the mean over the recorded steps
     ≥ start (the last recorded point when none is). NaN propagates."""
-    steps = series["step"]   # ascending: the points ≥ start are a tail of every series
-    n = len(steps)
-    first = bisect.bisect_left(steps, start)
-    tail = slice(first, n) if first < n else slice(n - 1, n or None)   # none ≥ start: the last point
+    tail = tail_slice(series["step"], start)
     out = {}
     for key, values in list(series.items()) + list(theory.items()):
         if key == "step" or not isinstance(values, list) or not values or isinstance(values[0], list):
@@ -114,7 +111,7 @@ def tail_warnings(steps: int, record_every: int, start: float, windows: bool = F
     """``[{"code": "sparse_tail", "message", "omits": []}]`` when fewer than TAIL_RECORDS_MIN regular records lie
     in the summary's tail (steps ≥ ``start``), else ``[]``: the tail means are then one record's values, or,
     with none there, those of the last regular record (step 0 when ``record_every`` ≥ ``steps``), as are the
-    other tail summaries (:func:`summary_start`). Regular records are n = 0, r, 2r, … < ``steps``, or with
+    other tail summaries (:func:`tail_slice`, :func:`summary_start`). Regular records are n = 0, r, 2r, … < ``steps``, or with
     ``windows`` (a record aggregates the window [n, n + r), the train kind) only the whole windows, n + r ≤
     ``steps``. The message names a bound under which every ``record_every`` puts two records there: the tail's
     records lie in the integers [a, steps − 1] (a = ⌈start⌉), N = steps − a of them, which hold ⌊N/r⌋ ≥ 2
@@ -138,15 +135,23 @@ def tail_warnings(steps: int, record_every: int, start: float, windows: bool = F
     return [{"code": "sparse_tail", "message": f"record_every = {r}: {said}; {advice}.", "omits": []}]
 
 
+def tail_slice(steps: Sequence[int], start: float) -> slice:
+    """The recorded points a tail summary takes: those at steps ≥ start (``steps`` ascending, so they are a tail
+    of every series), or the last point when none is."""
+    n = len(steps)
+    first = bisect.bisect_left(steps, start)
+    return slice(first, n) if first < n else slice(n - 1, n or None)
+
+
 def last_record(steps: int, record_every: int, windows: bool = False) -> int:
     """The last regular record: the largest multiple of r below ``steps`` (with ``windows``: r ≤ steps − it)."""
     return ((steps - record_every) // record_every if windows else (steps - 1) // record_every) * record_every
 
 
-def summary_start(start: float, steps: int, record_every: int, windows: bool = False) -> float:
-    """Where a tail summary over the records starts: ``start`` (the tail's), or the last regular record when
-    none lies at or after it (the rule of :func:`tail_means`, for summaries that are not means)."""
-    return min(start, last_record(steps, record_every, windows))
+def summary_start(start: float, steps: int, record_every: int) -> float:
+    """Where a tail summary gathered while the run records (before its steps are known: a histogram) starts:
+    ``start``, or the last regular record when none lies at or after it, as :func:`tail_slice` picks them."""
+    return min(start, last_record(steps, record_every))
 
 
 def _step(value: float) -> str:

@@ -70,7 +70,7 @@ from pydantic import Field, model_validator
 from smdengine._declare import Model, Outputs, PlotDef
 from smdengine._lazy import lazy_import
 from smdengine._runtime import saved
-from smdengine._science import record_steps, summary_start
+from smdengine._science import record_steps, tail_slice
 from smdengine._simulator import Context, Row, Simulator
 from smdengine._spec_base import StrictModel
 from smdengine.sde._common import Recording, params_of
@@ -246,10 +246,9 @@ class NormMap(Simulator["SDESpec"]):
         summary = super().summarize(series, theory)
         # max over the tail of |norm_sq/norm_sq_equilibrium − 1| (NaN when a value is not finite); the last
         # record's when none lies in the tail, as the tail means (it was 0.0: a perfect score from no record)
-        start = summary_start(self.p.tail_start(), self.p.steps, self.p.record_every)
-        errors = [abs(got / want - 1.0) for n, got, want in zip(series["step"], series["norm_sq"],
-                                                                  theory["norm_sq_equilibrium"], strict=False)
-                  if n >= start]
+        tail = tail_slice(series["step"], self.p.tail_start())
+        errors = [abs(got / want - 1.0) for got, want in zip(series["norm_sq"][tail],
+                                                             theory["norm_sq_equilibrium"][tail], strict=True)]
         summary["rel_error_max_tail"] = max(errors, default=0.0) if all(map(math.isfinite, errors)) else math.nan
         return summary
 
