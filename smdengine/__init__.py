@@ -44,6 +44,7 @@ from smdengine._registry import (
     parse_spec,
     plot_key,
     plots,
+    series_names,
     spec_json_schema,
     spec_paths,
     spec_warnings,
@@ -83,6 +84,7 @@ __all__ = ["CURVE_POINTS", "DERIVED_AXES", "MAX_CURVES", "OVERLAY_X", "curve_axe
            "valid_paths", "KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
            "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",
            "layer_key", "layer_metric_names", "load_simulators", "output_names", "parse_spec", "plot_key", "plots", "predict", "resolve_device", "run",
+           "series_names",
            "run_fused", "fuse_key", "error_location", "error_message", "continuable", "spec_paths", "summary_names", "PHASE_SUMMARY", "engine_version", "provenance",
            "spec_json_schema", "spec_warnings", "split_layers", "tagged_union", "Label", "printable", "PRESETS", "CheckDef", "PanelDef", "Preset", "estimate",
            "evaluate_checks", "preset_study"]

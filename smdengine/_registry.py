@@ -204,6 +204,12 @@ def output_names(spec: AnySpec | dict[str, Any] | str) -> tuple[str, ...]:
     return tuple(names)
 
 
+def series_names(spec: AnySpec | dict[str, Any]) -> tuple[str, ...]:
+    """The measured series a run of this spec records, "step" aside: what can be drawn against time (neither
+    its theory nor its distributions, such as a histogram, which are not aligned on step)."""
+    return model_of(parse_spec(spec)).outputs.metrics
+
+
 def plot_key(kind: str, spec: Mapping[str, Any] | None) -> str:
     """The key of a stored spec's plots: the kind, or ``"<kind>/<model>"`` for a kind with models
     (read from the raw spec: a stored spec is not re-validated)."""

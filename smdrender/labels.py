@@ -3,6 +3,7 @@
 curves alike."""
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,13 +31,19 @@ def point_label(values: Mapping[str, Any], paths: Sequence[str] | None = None, s
     if "name" in paths:
         return ", ".join([str(values["name"]), *([f"seed={seed}"] if seed is not None else [])])
     names = short_names(paths)
-    parts = [f"{names[p]}={values[p]:.4g}" if _number(values[p]) and isinstance(values[p], float)
-             else f"{names[p]}={values[p]}" for p in paths]
+    parts = [f"{names[p]}={value_text(values[p])}" for p in paths]
     return ", ".join([*parts, *([f"seed={seed}"] if seed is not None else [])])
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def value_text(value: Any) -> str:
+    """An axis value as the dashboard writes it (util.js ``fmtValue``): a float to 4 significant digits, an int
+    or a string as it is, anything else (a schedule's list, a boolean, null) as compact JSON, as the study's
+    table shows it: ``[{"step":600,"lr_factor":0.1,"rescale":false}]``, not Python's repr."""
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.4g}"
+    if isinstance(value, (int, str)) and not isinstance(value, bool):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"), allow_nan=True)
 
 
 def curve_label(served: Sequence[Mapping[str, Any]], fixed: Sequence[str],

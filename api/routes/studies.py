@@ -62,6 +62,7 @@ from smdengine import (
     json_safe,
     output_names,
     plot_key,
+    series_names,
     spec_warnings,
     study_table,
     table_columns,
@@ -566,15 +567,13 @@ NONE_STARTED = "no child has started yet"
 
 
 def _series_metrics(children: list[Experiment]) -> list[str]:
-    """The measured series names the started children's kinds record (their theory names left out),
-    first seen first: what an overlay draws."""
+    """The measured series names the started children's kinds record (neither theory nor distributions:
+    a histogram is not a line over time), first seen first: what an overlay draws."""
     names: dict[str, None] = {}
-    theory: set[str] = set()
     for child in children:
         if child.status in STARTED:
-            names.update(dict.fromkeys(n for n in output_names(child.spec) if n != "step"))
-            theory.update(child.theory or {})
-    return [n for n in names if n not in theory]
+            names.update(dict.fromkeys(series_names(child.spec)))
+    return list(names)
 
 
 def _metrics(children: list[Experiment]) -> list[str]:

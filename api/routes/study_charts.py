@@ -38,7 +38,7 @@ from api.routes.studies import (
     scatter_curves,
 )
 from api.schemas import ValidationErrorOut
-from smdengine import OVERLAY_X, json_safe, theory_of
+from smdengine import OVERLAY_X, json_safe, series_names, theory_of
 from smdrender import grid
 from store import series, studies
 
@@ -79,11 +79,21 @@ class OverlayLine(BaseModel):
     theory: list[float | None] | None = Field(None, description="The metric's theory at the same x (null: none).")
 
 
+class OverlayAbsent(BaseModel):
+    """A started child whose kind (or model) records no such metric (a compare study may mix kinds)."""
+
+    experiment_id: str
+    point: int
+    values: dict[str, Any]
+
+
 class OverlayChart(BaseModel):
     metric: str
     x: str
     theory: str | None = Field(None, description="The theory drawn against the metric (null: none).")
     lines: list[OverlayLine]
+    not_recorded: list[OverlayAbsent] = Field(default_factory=list, description=(
+        "Started children left out because their kind records no such series (one line per point, not per seed)."))
 
 
 class ScatterPoint(BaseModel):
@@ -168,9 +178,13 @@ def overlay_data(study: StudyDep, db: DbDep, metric: Annotated[str, METRIC],
         raise _not_applicable("metric", metric, metrics, none=NONE_STARTED)
     if x not in OVERLAY_X:
         raise _not_applicable("x", x, list(OVERLAY_X))
-    lines, theory_name = [], None
+    lines, theory_name, absent = [], None, {}
     for child in children:
         if child.status not in STARTED:
+            continue
+        if metric not in series_names(child.spec):
+            _index, point, values, _seed = _placed(study, child)
+            absent.setdefault(point, OverlayAbsent(experiment_id=child.id, point=point, values=json_safe(dict(values))))
             continue
         line = overlay_line(study, child, series.read_series(db, child.id), metric, x)
         if line is None:
@@ -181,7 +195,7 @@ def overlay_data(study: StudyDep, db: DbDep, metric: Annotated[str, METRIC],
             experiment_id=child.id, point=point, seed=seed, status=child.status, values=json_safe(dict(values)),
             x=line.x, y=[_finite(v) for v in line.y],
             theory=None if line.theory is None else [_finite(v) for v in line.theory]))
-    return OverlayChart(metric=metric, x=x, theory=theory_name, lines=lines)
+    return OverlayChart(metric=metric, x=x, theory=theory_name, lines=lines, not_recorded=list(absent.values()))
 
 
 @router.get("/{study_id}/charts/scatter", response_model=ScatterChart, operation_id="getStudyScatterData",

@@ -522,9 +522,11 @@ def _early_points() -> list[dict[str, Any]]:
     e = EARLY
     big = e["lr"] * e["large_factor"]
     decay = lambda rescale: [{"step": e["decay_step"], "lr_factor": 1 / e["large_factor"], "rescale": rescale}]  # noqa: E731
-    return [{"params.lr": e["lr"], "params.lr_schedule": []},
-            {"params.lr": big, "params.lr_schedule": decay(False)},
-            {"params.lr": big, "params.lr_schedule": decay(True)}]
+    # named: a legend of schedules as lists of steps would be long and alike (the name stands for the point)
+    drop = f"η {big:g} → {e['lr']:g} at {e['decay_step']}"
+    return [{"name": f"η {e['lr']:g} throughout", "params.lr": e["lr"], "params.lr_schedule": []},
+            {"name": drop, "params.lr": big, "params.lr_schedule": decay(False)},
+            {"name": f"{drop}, rescaled", "params.lr": big, "params.lr_schedule": decay(True)}]
 
 
 def norm_sq_mean_field(p: Any) -> Any:

@@ -166,6 +166,18 @@ def test_status_follows_the_members_and_mixed_kinds_overlay(sqlite_env):
     assert client.get(f"/v1/studies/{study['id']}/table.parquet").status_code == 200
     r = client.get(f"/v1/studies/{study['id']}/plots/overlay.png", params={"metric": "risk"})
     assert r.status_code == 200 and r.headers["content-type"] == "image/png"
+    # what an overlay can draw: series over time, never a histogram (the sde member's f_histogram) or a theory
+    options = client.get(f"/v1/studies/{study['id']}/charts").json()
+    assert "f_histogram" not in options["series_metrics"] and "norm_sq_theory" not in options["series_metrics"]
+    assert {"risk", "gamma", "loss"} <= set(options["series_metrics"])
+    r = client.get(f"/v1/studies/{study['id']}/charts/overlay", params={"metric": "f_histogram"})
+    assert r.status_code == 422 and "f_histogram" in r.text
+    # gamma is the sde member's alone: the nrq members are said to be left out, not dropped silently
+    gamma = client.get(f"/v1/studies/{study['id']}/charts/overlay", params={"metric": "gamma"}).json()
+    assert [line["experiment_id"] for line in gamma["lines"]] == [sde["id"]]
+    assert [a["experiment_id"] for a in gamma["not_recorded"]] == [done["id"], queued["id"]]
+    risk = client.get(f"/v1/studies/{study['id']}/charts/overlay", params={"metric": "risk"}).json()
+    assert len(risk["lines"]) == 3 and risk["not_recorded"] == []
 
 
 def test_overlay_labels_are_the_members_names(sqlite_env, monkeypatch):

@@ -103,7 +103,11 @@ def test_scatter_without_theory_or_se_and_empty():
 
 def test_legend_labels_use_short_paths_or_the_runs_name():
     values = {"params.schedule.0.rescale": True, "params.schedule.1.rescale": False, "params.lr": 0.1}
-    assert labels.point_label(values, seed=3) == "0.rescale=True, 1.rescale=False, lr=0.1, seed=3"
+    assert labels.point_label(values, seed=3) == "0.rescale=true, 1.rescale=false, lr=0.1, seed=3"
+    # a list or mapping value as the study's table shows it (compact JSON), not Python's repr
+    schedule = {"params.lr_schedule": [{"step": 600, "lr_factor": 0.1, "rescale": False}], "params.lr": 1.0}
+    assert labels.point_label(schedule) == 'lr_schedule=[{"step":600,"lr_factor":0.1,"rescale":false}], lr=1'
+    assert labels.point_label({"params.lr_schedule": [], "params.dim": 10}) == "lr_schedule=[], dim=10"
     named = {"name": "A (LR halved)", "params.schedule.0.lr_factor": 0.5, "params.schedule.1.lr_factor": 0.5}
     assert labels.point_label(named) == "A (LR halved)"
     assert labels.point_label(named, seed=1) == "A (LR halved), seed=1"

@@ -150,6 +150,14 @@ def test_the_servers_422_is_shown_next_to_the_fields_it_names(service, page):
     page.click("#submit")
     page.wait_for_function("document.querySelector('.field-error[data-error-for=\"params.lr_schedule\"]')"
                            "?.textContent.startsWith('0.step: ')")
+    # a JSON field that does not parse is marked, brought into view and focused as the server's errors are
+    # (it was said only in the box on top of a long form, out of view at the Submit button)
+    page.fill('[name="params.lr_schedule"]', '[{"step": 5,')
+    page.click("#submit")
+    page.wait_for_function("document.querySelector('.field-error[data-error-for=\"params.lr_schedule\"]')"
+                           "?.textContent.startsWith('not valid JSON')")
+    assert page.evaluate("document.activeElement?.name") == "params.lr_schedule"
+    assert "see the fields marked" in page.locator(".error-box").first.inner_text()
     page.fill('[name="params.lr_schedule"]', "")
     # a model of a kind: the 422 names ["body", "sde", "params", "normalized_linear", "lr"], shown at params.lr
     page.select_option('[name="kind"]', "sde")
@@ -404,9 +412,19 @@ def test_compare_overlays_the_selected_experiments(service, page):
     expected = math.ceil(SMALL["steps"] / SMALL["record_every"]) + 1   # the records and the final row
     assert sorted(traces, key=lambda t: t["name"]) == [{"name": "compare lr 0.05", "points": expected},
                                                       {"name": "compare lr 0.2", "points": expected}]
-    study = httpx.get(f"{service}/v1/studies/{page.url.rsplit('/', 1)[1]}", timeout=30).json()
+    study_url = page.url
+    study = httpx.get(f"{service}/v1/studies/{study_url.rsplit('/', 1)[1]}", timeout=30).json()
     assert study["kind"] == "compare" and [c["id"] for c in study["children"]] == ids   # nothing was rerun
     screenshot(page, "compare")
+    # a name typed and a row followed within the filter's debounce (300 ms): the list's pending filter used
+    # to rewrite the next page's address to the list's (a reload then showed the list)
+    page.goto(f"{service}/#/experiments")
+    link = f'#experiments-table a[href="#/experiments/{ids[0]}"]'
+    page.locator(link).wait_for()
+    page.fill('input[name="name"]', "compare lr 0.05")
+    page.click(link)
+    page.wait_for_timeout(800)
+    assert page.url.endswith(f"#/experiments/{ids[0]}") and study_url.endswith(f"#/studies/{study['id']}")
     assert page.console.errors == []
 
 

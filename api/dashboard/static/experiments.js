@@ -65,6 +65,9 @@ export function render(main) {
   }
 
   function restart() {
+    // a filter typed just before leaving (a link or "Compare selected" within the debounce) must not rewrite
+    // the next page's address to this list's
+    if (stopped) return;
     cursors.length = 1;
     const kept = new URLSearchParams(Object.entries({ ...filters, where, columns: columns.join(","), order_by: orderBy })
       .filter(([, v]) => v));

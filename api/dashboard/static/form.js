@@ -43,30 +43,40 @@ export function render(main) {
     event.preventDefault();
     builder.clearErrors();
     message.replaceChildren();
+    // errors placed next to their fields, the rest in the box on top; the first marked field brought into view
+    const place = (detail, placedText) => {
+      const unplaced = detail.filter((d) => !builder.showError(d.loc, d.msg));
+      if (unplaced.length) message.replaceChildren(errorBox({ detail: unplaced }));
+      else message.replaceChildren(h("div.error-box", placedText));
+      // on a long form the first marked field may be off screen: bring it into view, ready to edit
+      const marked = form.querySelector(".has-error");
+      marked?.scrollIntoView({ block: "center" });
+      marked?.querySelector("input, select, textarea")?.focus({ preventScroll: true });
+    };
     let spec;
     try {
       spec = builder.value();
     } catch (error) {
-      message.replaceChildren(errorBox(error));
+      if (error instanceof FieldErrors) place(error.detail, "Some values cannot be read: see the fields marked.");
+      else message.replaceChildren(errorBox(error));
       return;
     }
     try {
       const experiment = await api("/v1/experiments", { method: "POST", body: spec });
       location.hash = `#/experiments/${experiment.id}`;
     } catch (error) {
-      if (error.status === 422 && Array.isArray(error.detail)) {
-        const unplaced = error.detail.filter((d) => !builder.showError(d.loc, d.msg));
-        if (unplaced.length) message.replaceChildren(errorBox({ detail: unplaced }));
-        else message.replaceChildren(h("div.error-box", "The server refused some values: see the fields marked."));
-        // on a long form the first marked field may be off screen: bring it into view, ready to edit
-        const marked = form.querySelector(".has-error");
-        marked?.scrollIntoView({ block: "center" });
-        marked?.querySelector("input, select, textarea")?.focus({ preventScroll: true });
-      } else {
-        message.replaceChildren(errorBox(error));
-      }
+      if (error.status === 422 && Array.isArray(error.detail)) place(error.detail, "The server refused some values: see the fields marked.");
+      else message.replaceChildren(errorBox(error));
     }
   });
+}
+
+// The fields the form could not read (a JSON field that does not parse), each as a 422's detail entry.
+class FieldErrors extends Error {
+  constructor(detail) {
+    super(detail.map((d) => `${d.loc.slice(1).join(".")}: ${d.msg}`).join("; "));
+    this.detail = detail;
+  }
 }
 
 // Builds inputs for a JSON schema; value() reads them back into a spec; showError(loc, msg) puts a
@@ -161,7 +171,7 @@ class FormBuilder {
         ? "" : JSON.stringify(value) });
       read = () => {
         if (!input.value.trim()) return undefined;
-        try { return JSON.parse(input.value); } catch { throw new Error(`${key}: not valid JSON`); }
+        try { return JSON.parse(input.value); } catch (error) { throw new Error(`${key}: not valid JSON (${error.message})`); }
       };
     } else {
       // text, not type=number: any value reaches the server, whose message says what is wrong
@@ -185,16 +195,26 @@ class FormBuilder {
     return element;
   }
 
+  // The spec the fields give; FieldErrors naming every field that cannot be read (not only the first).
   value() {
     const out = {};
+    const errors = [];
     for (const [key, read] of this.readers) {
-      const v = read();
+      let v;
+      try {
+        v = read();
+      } catch (error) {
+        const msg = String(error.message);
+        errors.push({ loc: ["body", ...key.split(".")], msg: msg.startsWith(`${key}: `) ? msg.slice(key.length + 2) : msg });
+        continue;
+      }
       if (v === undefined) continue;
       const parts = key.split(".");
       let node = out;
       for (const part of parts.slice(0, -1)) node = node[part] ??= {};
       node[parts.at(-1)] = v;
     }
+    if (errors.length) throw new FieldErrors(errors);
     return out;
   }
 

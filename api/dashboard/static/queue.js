@@ -21,11 +21,12 @@ export function render(main) {
           + "them. A start estimate: each slot frees when its job should end (at its pace, once it has done a tenth of its "
           + "steps; else at the mean run time), then each job ahead takes the mean run time."),
         h("h2", "Your queued and running jobs"),
-        q.jobs.length ? h("table.list#my-jobs", h("tr", h("th", "job"), h("th", "status"), h("th", "queue"),
-          h("th", "position"), h("th", "priority"), h("th", "start (estimate)")),
+        // in its own scroller, as the queues' table: at 420 px a wide table scrolls, not the page
+        q.jobs.length ? h("div.scroll", h("table.list#my-jobs", h("tr", h("th", "job"), h("th", "status"),
+          h("th", "queue"), h("th", "position"), h("th", "priority"), h("th", "start (estimate)")),
         q.jobs.map((j) => h("tr", h("td", h("a", { href: `#/experiments/${j.id}` }, j.name || j.id.slice(0, 12))),
           h("td", statusBadge(j.status)), h("td", j.queue), h("td", j.position ?? ""), h("td", j.priority),
-          h("td", fmtTime(j.estimated_start))))) : h("p.muted", "Nothing of yours is queued or running."));
+          h("td", fmtTime(j.estimated_start)))))) : h("p.muted", "Nothing of yours is queued or running."));
     } catch (error) {
       body.replaceChildren(errorBox(error));
     }

@@ -3,7 +3,7 @@
 
 import { api, download, follow, imageUrl } from "./api.js";
 import { drawHeatmap, drawOverlay, drawParallel, drawScatter } from "./studycharts.js";
-import { errorBox, fmtNumber, fmtTime, h, progressBar, statusBadge, TERMINAL } from "./util.js";
+import { errorBox, fmtNumber, fmtTime, fmtValue, h, progressBar, statusBadge, TERMINAL } from "./util.js";
 
 const STUDY_DONE = new Set(["succeeded", "failed", "cancelled", "partial"]);
 
@@ -41,8 +41,8 @@ export function checksTable(checks) {
   return h("div.scroll", h("table.list.checks", h("tr", h("th", "claim"), h("th", "predicted"), h("th", "measured"),
     h("th", { title: "measured / predicted − 1" }, "rel. error"), h("th", "tolerance"), h("th", "verdict")),
   checks.map((c) => h("tr", h("td", c.claim, c.note ? h("details.muted", h("summary", "note"), c.note) : ""),
-    h("td", show(c.predicted)), h("td", show(c.measured)), h("td.rel-error", relativeError(c)),
-    h("td", show(c.tolerance), c.tolerance_rule ? h("details.muted", h("summary", "rule"), c.tolerance_rule) : ""),
+    h("td", fmtValue(c.predicted)), h("td", fmtValue(c.measured)), h("td.rel-error", relativeError(c)),
+    h("td", fmtValue(c.tolerance), c.tolerance_rule ? h("details.muted", h("summary", "rule"), c.tolerance_rule) : ""),
     h("td", verdictBadge(c.verdict))))));
 }
 
@@ -52,12 +52,6 @@ function relativeError(check) {
   if (typeof m !== "number" || typeof p !== "number" || p === 0) return "";
   const r = m / p - 1;
   return `${r >= 0 ? "+" : ""}${(100 * r).toPrecision(Math.abs(r) < 0.01 ? 2 : 3)}%`;
-}
-
-function show(value) {
-  if (value === null || value === undefined) return "";
-  if (typeof value === "number") return fmtNumber(value);
-  return JSON.stringify(value, (k, v) => (typeof v === "number" ? Number(fmtNumber(v)) : v));
 }
 
 export function renderStudy(main, [id]) {
@@ -215,7 +209,7 @@ export function renderStudy(main, [id]) {
     const varying = study.kind === "compare" ? [] : options.varying;
     if (choice.type === "overlay") {
       if (study.kind === "compare") {   // members are named, not placed on axes
-        data.lines.forEach((line) => {
+        [...data.lines, ...(data.not_recorded ?? [])].forEach((line) => {
           const row = table.rows.find((r) => r.experiment_id === line.experiment_id);
           line.values = { member: row?.name || line.values?.name || line.experiment_id.slice(0, 8) };
         });

@@ -5,7 +5,7 @@
 // lines). Colours: one per point, or by an axis (a continuous scale for a numeric one), never repeating.
 
 import { LOG_TICKS, plotly } from "./charts.js";
-import { fmtNumber } from "./util.js";
+import { fmtNumber, fmtValue } from "./util.js";
 
 const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
 
@@ -14,11 +14,13 @@ export function shortName(axis) {
   return axis.split(".").pop();
 }
 
-// A point's legend name from the axes that vary.
+// A point's legend name from the axes that vary; a point that names its runs (the axis "name") by that name
+// alone, which stands for its other values (as the server's PNG legends: smdrender.labels.point_label).
 export function pointName(values, varying) {
   if (varying.length === 1 && varying[0] === "member") return String(values.member);   // a compared experiment
+  if (varying.includes("name") && values.name) return String(values.name);
   const named = varying.filter((a) => a in values);
-  return named.length ? named.map((a) => `${shortName(a)}=${fmtNumber(values[a])}`).join(" ") : "the point";
+  return named.length ? named.map((a) => `${shortName(a)}=${fmtValue(values[a])}`).join(" ") : "the point";
 }
 
 function numeric(values) {
@@ -99,9 +101,18 @@ export async function drawOverlay(div, data, { by = "point", seeds = "mean", var
   }
   if (groups.some((g) => meanTheory(g.lines))) traces.push({ x: [null], y: [null], type: "scatter", mode: "lines",
     name: `${data.theory} (theory, dashed in the point's colour)`, line: { color: "#555", dash: "dash" } });
-  await plotly(div, traces, { height: 420, xaxis: { title: { text: X_TITLES[data.x] ?? data.x } },
-    yaxis: { title: { text: data.metric }, type: log ? "log" : "linear", exponentformat: "power", ...(log ? LOG_TICKS : {}) },
-    legend: { orientation: "h", y: -0.22 }, hovermode: "closest" });
+  // a compare study may mix kinds: say who is not drawn, and why, rather than leave them out silently
+  const absent = data.not_recorded ?? [];
+  const annotations = absent.length ? [{ text: `not drawn (no ${data.metric} series in their kind): ${
+    absent.map((a) => pointName(a.values, varying)).join(", ")}`, x: 0, xanchor: "left", y: 1.0, yanchor: "bottom",
+  xref: "paper", yref: "paper", showarrow: false, font: { color: "#a15c00", size: 12 }, name: "not-recorded" }] : [];
+  const empty = !traces.length;
+  if (empty && !absent.length) annotations.push({ text: "no data yet", showarrow: false, xref: "paper", yref: "paper",
+    x: 0.5, y: 0.5, font: { color: "#888", size: 14 } });
+  await plotly(div, traces, { height: 420, xaxis: { title: { text: X_TITLES[data.x] ?? data.x }, visible: !empty },
+    yaxis: { title: { text: data.metric }, type: log ? "log" : "linear", exponentformat: "power", ...(log ? LOG_TICKS : {}),
+      visible: !empty },
+    legend: { orientation: "h", y: -0.22 }, hovermode: "closest", annotations });
 }
 
 // The mean over a point's seeds at each recorded x (their records share the steps) and its standard error.
@@ -143,7 +154,7 @@ export async function drawScatter(div, data, { by = "point", varying = [] } = {}
     const key = keyOf(members[0], by);
     const colour = scale.colour(key);
     const label = by === "point" ? pointName(members[0].values, varying)
-      : [`${shortName(by)}=${fmtNumber(key)}`, ...others.map((a) => `${shortName(a)}=${fmtNumber(members[0].values?.[a])}`)].join(", ");
+      : [`${shortName(by)}=${fmtValue(key)}`, ...others.map((a) => `${shortName(a)}=${fmtValue(members[0].values?.[a])}`)].join(", ");
     traces.push({ x: members.map((p) => p.x), y: members.map((p) => p.mean), type: "scatter",
       mode: by === "point" ? "markers" : "markers+lines", name: label, legendgroup: label,
       error_y: { type: "data", array: members.map((p) => p.se ?? 0), visible: true, color: colour, thickness: 1.2 },
@@ -176,7 +187,7 @@ export async function drawScatter(div, data, { by = "point", varying = [] } = {}
 }
 
 export async function drawHeatmap(div, data, { mode = "side" } = {}) {
-  const xs = data.xs.map(fmtNumber), ys = data.ys.map(fmtNumber);
+  const xs = data.xs.map(fmtValue), ys = data.ys.map(fmtValue);
   const text = (z, se) => z.map((row, j) => row.map((v, i) => (v === null ? "" : fmtNumber(v)
     + (se?.[j]?.[i] ? `<br>±${fmtNumber(se[j][i])}` : ""))));
   const all = [...data.z.flat(), ...(data.theory_z ?? []).flat()].filter((v) => typeof v === "number");
@@ -218,7 +229,7 @@ export async function drawHeatmap(div, data, { mode = "side" } = {}) {
   if (averaged.length) {
     layout.margin.b = 120;   // under the iso-ηλ legend (at y −0.18), not over it
     layout.annotations.push({ text: `each cell: the mean over ${averaged.map(([a, values]) => `${shortName(a)} ∈ {${
-      values.map(fmtNumber).join(", ")}}`).join("; ")} (choose x and y among them, or read the table)`,
+      values.map(fmtValue).join(", ")}}`).join("; ")} (choose x and y among them, or read the table)`,
     x: 0, xanchor: "left", y: -0.3, yanchor: "top", xref: "paper", yref: "paper", showarrow: false,
     font: { color: "#a15c00", size: 12 }, name: "averaged" });
   }

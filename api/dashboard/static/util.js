@@ -39,6 +39,15 @@ export function fmtNumber(value) {
   return abs !== 0 && (abs < 1e-3 || abs >= 1e6) ? value.toExponential(3) : Number(value.toPrecision(4)).toString();
 }
 
+// Any value as the pages write it: a number by fmtNumber, a string as it is, anything else (a list such as a
+// schedule, an object, a boolean) as compact JSON with its numbers by fmtNumber; "" for none.
+export function fmtValue(value) {
+  if (value === null || value === undefined) return "";
+  if (typeof value === "number") return fmtNumber(value);
+  if (typeof value === "string") return value;
+  return JSON.stringify(value, (k, v) => (typeof v === "number" ? Number(fmtNumber(v)) : v));
+}
+
 export function fmtTime(iso) {
   if (!iso) return "";
   const date = new Date(iso);
