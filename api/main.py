@@ -43,7 +43,10 @@ def _located(errors, body: Any) -> list:
     out = []
     for err in errors:
         tag = str(err.get("type", ""))
-        if tag in ("invalid_kind", "invalid_model", "invalid_name"):
+        if tag in ("invalid_kind", "invalid_model", "invalid_name") and not isinstance(err.get("input"), dict):
+            # not an object at all (a list for a spec): no tag field to point at, and not a wrong tag
+            err = {**err, "type": "object_type", "msg": f"expected a JSON object, got {_json_type(err.get('input'))}"}
+        elif tag in ("invalid_kind", "invalid_model", "invalid_name"):
             err = {**err, "loc": (*err.get("loc", ()), tag.removeprefix("invalid_"))}
         else:
             err = {**err, "loc": error_location(err), "msg": error_message(err)}
@@ -52,6 +55,15 @@ def _located(errors, body: Any) -> list:
             err["field"] = field
         out.append(err)
     return out
+
+
+def _json_type(value: Any) -> str:
+    """The JSON type of a parsed value, for a message: "a list", "a string", …"""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return {list: "a list", str: "a string", type(None): "null"}.get(type(value), type(value).__name__)
 
 
 class _StreamsClosedAtStop(logging.Filter):

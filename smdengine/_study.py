@@ -295,7 +295,8 @@ def _leave_replaced_defaults(base: Any, data: dict[str, Any], values: Mapping[st
 def field_path(data: Any, loc: Sequence[Any]) -> list[Any]:
     """A pydantic error location (:func:`error_location`) as the path into the spec ``data`` that a user wrote:
     the union tags pydantic inserts (the kind, an sde model, a dataset name: ``sde.params.normalized_linear.lr``
-    for ``params.lr``) are not keys of the data but values of its objects, and are dropped."""
+    for ``params.lr``) are not keys of the data but values of its objects, and are dropped, as is the form
+    an axis's values are written in (``grid.params.lr.span.num`` is ``grid.params.lr.num``)."""
     out, node = [], data
     for part in loc:
         if isinstance(node, dict) and part in node:
@@ -304,6 +305,8 @@ def field_path(data: Any, loc: Sequence[Any]) -> list[Any]:
             node = node[part]
         elif isinstance(node, dict) and isinstance(part, str) and part in node.values():
             continue   # the tag of a union member (kind, model, dataset name): a value of this object
+        elif isinstance(part, str) and part == _axis_form(node):
+            continue   # the form an axis is written in (AxisValues' "list" or "span"): no key of the data
         out.append(part)
     return out
 

@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from store import clock, jobs
+from store import workers as worker_rows
 from store.clock import db_now
 from store.db import transaction
 from store.models import ACTIVE, QUEUES, Experiment, Status, as_utc
@@ -23,6 +24,7 @@ class QueueState:
     queued: int                              # claimable jobs, every user's
     running: int
     workers: int                             # distinct worker names holding a live lease on this queue
+    processes: int                           # worker processes serving this queue seen within live_seconds, idle or not
     mean_duration_seconds: float | None   # over the last DURATION_HISTORY succeeded jobs; None if none
 
 
@@ -137,14 +139,18 @@ def busy_seconds(spans: dict[str | None, list[tuple[datetime, datetime]]]) -> fl
 
 
 @transaction
-def queue_state(session: Session, queue: str) -> QueueState:
+def queue_state(session: Session, queue: str, live_seconds: float) -> QueueState:
+    """The queue's counts now; ``processes`` counts the worker processes whose row (store.workers) was renewed
+    within ``live_seconds`` (worker.presence.live_seconds): those up, idle or busy."""
     queued = session.scalar(select(func.count()).select_from(Experiment).where(jobs.claimable([queue])))
     running = session.scalar(select(func.count()).select_from(Experiment)
                              .where(Experiment.queue == queue, Experiment.status == Status.running))
     workers = session.scalar(select(func.count(Experiment.worker.distinct()))
                              .where(Experiment.queue == queue, Experiment.status == Status.running,
                                     Experiment.lease_owner.is_not(None), Experiment.lease_expires_at > db_now()))
-    return QueueState(queue, int(queued or 0), int(running or 0), int(workers or 0), mean_duration(session, queue))
+    processes = len(worker_rows.live(session, queue, live_seconds))
+    return QueueState(queue, int(queued or 0), int(running or 0), int(workers or 0), processes,
+                      mean_duration(session, queue))
 
 
 def estimate_starts(count: int, running_ends: list[datetime], slots: int, mean_seconds: float | None,
@@ -181,13 +187,14 @@ def running_end(started: datetime, pace_started: datetime | None, step: int, pac
 
 @transaction
 def snapshot(session: Session, owner_id: str | None = None, *, everyone: bool = False,
-             now: datetime | None = None) -> Snapshot:
+             now: datetime | None = None, live_seconds: float) -> Snapshot:
     """The state of every queue, and the queued and running jobs of ``owner_id`` (of every user
     with ``everyone``), running ones first, then queued ones in the order they would start (their
     estimated starts: :func:`estimate_starts`, from ``now``, by default the database's: the running jobs'
-    starts are its times)."""
+    starts are its times). ``live_seconds``: how recently a worker process's row must have been renewed to
+    count as up (worker.presence.live_seconds)."""
     now = now or clock.now(session)
-    states = {queue: queue_state(session, queue) for queue in QUEUES}
+    states = {queue: queue_state(session, queue, live_seconds) for queue in QUEUES}
     orders = {queue: jobs.queue_order(session, queue) for queue in QUEUES}
     positions = {experiment_id: index + 1 for queue in QUEUES for index, experiment_id in enumerate(orders[queue])}
     starts: dict[str, list[datetime | None]] = {}

@@ -6,11 +6,12 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel, Field
 
-from api.deps import CurrentUserDep, DbDep
+from api.deps import CurrentUserDep, DbDep, SettingsDep
 from api.responses import UNAUTHORIZED
 from api.schemas import ErrorOut, Priority, UtcTime
 from store import queue_stats
 from store.models import Status
+from worker import presence
 
 router = APIRouter(prefix="/v1/queue", tags=["queue"])
 
@@ -21,7 +22,10 @@ class QueueInfo(BaseModel):
     queued: int = Field(..., description="Jobs waiting to start on this queue, every user's.")
     running: int = Field(..., description="Jobs running on this queue, every user's.")
     workers: int = Field(..., description="Distinct workers holding a lease on a job of this queue now (idle "
-                                          "workers are not counted).")
+                                          "workers are not counted: see processes).")
+    processes: int = Field(..., description="Worker processes serving this queue that are up now, idle or busy "
+                                            "(their presence renewed within a lease): 0 means no worker would start "
+                                            "a job queued here.")
     mean_duration_seconds: float | None = Field(
         ..., description=f"Mean run time (finished_at − started_at) of the last {queue_stats.DURATION_HISTORY} "
                          f"succeeded jobs of this queue; null when none has succeeded yet.")
@@ -66,15 +70,15 @@ def _job(state: queue_stats.JobState) -> QueuedJob:
 @router.get("", response_model=QueueOut, operation_id="getQueue",
             responses={**UNAUTHORIZED,
                        403: {"model": ErrorOut, "description": "all=true is for admins only."}})
-def get_queue(db: DbDep, user: CurrentUserDep,
+def get_queue(db: DbDep, user: CurrentUserDep, settings: SettingsDep,
               everyone: Annotated[bool, Query(alias="all", description="Every user's queued and running jobs "
                                                                         "(admins only).")] = False):
     """Queue lengths, workers and recent run times, and your queued and running jobs with their estimated start."""
     if everyone and not user.is_admin:
         raise HTTPException(status_code=403, detail=f"all=true lists every user's jobs and is for admins only; "
                                                     f"{user.name} is not an admin: leave it out to see your own jobs")
-    snap = queue_stats.snapshot(db, user.id, everyone=everyone)
-    return QueueOut(queues={name: QueueInfo(queued=q.queued, running=q.running, workers=q.workers,
+    snap = queue_stats.snapshot(db, user.id, everyone=everyone, live_seconds=presence.live_seconds(settings))
+    return QueueOut(queues={name: QueueInfo(queued=q.queued, running=q.running, workers=q.workers, processes=q.processes,
                                             mean_duration_seconds=q.mean_duration_seconds)
                             for name, q in snap.queues.items()},
                     jobs=[_job(j) for j in snap.jobs])

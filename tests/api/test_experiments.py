@@ -66,6 +66,20 @@ def test_a_422_names_the_field_as_the_body_wrote_it(client):
         assert [e["field"] for e in r.json()["detail"]] == [field], r.text
 
 
+@pytest.mark.parametrize("path, body, loc, got", [
+    ("/v1/experiments", [1, 2], ["body"], "a list"),
+    ("/v1/experiments", "nrq", ["body"], "a string"),
+    ("/v1/experiments", {"kind": "sde", "params": [1]}, ["body", "sde", "params"], "a list"),
+    ("/v1/studies", {"base": 3, "grid": {"params.lr": [0.1]}}, ["body", "base"], "a number"),
+])
+def test_a_spec_that_is_no_object_is_said_to_be_none(client, path, body, loc, got):
+    """Not a wrong kind or model (there is no field to name): "expected a JSON object, got a list"."""
+    r = client.post(path, json=body)
+    assert r.status_code == 422, r.text
+    [error] = r.json()["detail"]
+    assert error["loc"] == loc and error["msg"] == f"expected a JSON object, got {got}", error
+
+
 def test_work_quota_is_429_and_creates_nothing(tmp_path, database_url):
     from fastapi.testclient import TestClient
 

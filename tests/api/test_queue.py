@@ -46,13 +46,36 @@ def test_round_robin_positions(lab):
     assert job["position"] == 2 and job["owner"] == "bob" and job["status"] == "queued"
     assert job["queue"] == "cpu" and job["kind"] == "nrq" and job["priority"] == "normal"
     assert job["estimated_start"] is None   # no succeeded job yet: no duration history
-    assert mine["queues"]["cpu"] == {"queued": 5, "running": 0, "workers": 0, "mean_duration_seconds": None}
-    assert mine["queues"]["gpu"] == {"queued": 0, "running": 0, "workers": 0, "mean_duration_seconds": None}
+    assert mine["queues"]["cpu"] == {"queued": 5, "running": 0, "workers": 0, "processes": 0,
+                                     "mean_duration_seconds": None}
+    assert mine["queues"]["gpu"] == {"queued": 0, "running": 0, "workers": 0, "processes": 0,
+                                     "mean_duration_seconds": None}
 
     theirs = queue(client, keys.alice)
     assert [job["id"] for job in theirs["jobs"]] == a   # by position
     assert positions(theirs) == {a[0]: 1, a[1]: 3, a[2]: 4, a[3]: 5}
     assert {job["owner"] for job in theirs["jobs"]} == {"alice"}
+
+
+def test_processes_counts_the_workers_up_idle_or_busy(lab):
+    """workers counts those holding a job; processes those up (their presence row renewed within a lease), so
+    an idle worker is not read as none: the answer a user asks of the queue when a job waits."""
+    from sqlalchemy import update
+
+    from store import workers
+    from store.clock import db_now
+    from store.models import WorkerProcess
+
+    client, keys, settings = lab
+    workers.beat(settings.db_url, "idle/1", "cpu", busy=False)
+    workers.beat(settings.db_url, "both/2", "gpu,cpu", busy=False)
+    workers.beat(settings.db_url, "gone/3", "cpu", busy=False)
+    with session_scope(settings.db_url) as session:   # not renewed for two leases: a process that died
+        session.execute(update(WorkerProcess).where(WorkerProcess.id == "gone/3")
+                        .values(seen_at=db_now(-2 * settings.lease_seconds)))
+    body = queue(client, keys.bob)["queues"]
+    assert (body["cpu"]["processes"], body["cpu"]["workers"]) == (2, 0)
+    assert (body["gpu"]["processes"], body["gpu"]["workers"]) == (1, 0)
 
 
 def test_priority_orders_a_users_own_jobs(lab):

@@ -180,6 +180,19 @@ def test_bad_studies_are_422_and_store_nothing(sqlite_env, change, where, words)
     assert not list(settings.broker_folder.glob("*.msg"))
 
 
+@pytest.mark.parametrize("axes, field", [
+    ({"grid": {"params.lr": []}}, "grid.params.lr"),
+    ({"grid": {"params.lr": {"linspace": [0.1, 0.2]}}}, "grid.params.lr.num"),
+    ({"grid": {}, "zip": {"params.lr": {"linspace": [1, 2], "num": 0}}}, "zip.params.lr.num"),
+])
+def test_an_axis_error_field_is_the_path_the_request_wrote(sqlite_env, axes, field):
+    """``field`` leaves out the form pydantic names an axis by (its loc's "list" or "span"): no key of the body."""
+    client, _ = sqlite_env
+    r = client.post("/v1/studies", json=study_spec(**axes))
+    assert r.status_code == 422, r.text
+    assert [e.get("field") for e in r.json()["detail"]] == [field], r.text
+
+
 def test_a_points_check_across_fields_is_located_at_the_field_it_names(sqlite_env):
     """record_every > steps at one point: reported at that point's record_every (a form shows it on its axis),
     as a submission's is at its field; and a rerun's override at the override."""

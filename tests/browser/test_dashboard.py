@@ -546,8 +546,9 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
             modes = page.evaluate("document.getElementById('chart-au').data"
                                   ".filter(t => t.meta !== 'theory').map(t => [t.name, t.mode, t.x.length])")
             assert modes == [["au_rms", "lines+markers", 1], ["au_mean", "lines+markers", 1]], modes
-        if name == "queue":   # nothing queued or running: zeros, not blanks
-            assert page.locator("#queues tr").nth(1).locator("td").all_inner_texts()[:4] == ["cpu", "0", "0", "0"]
+        if name == "queue":   # nothing queued or running: zeros, not blanks; the service's worker is up, idle
+            cells = page.locator("#queues tr").nth(1).locator("td").all_inner_texts()
+            assert cells[:4] == ["cpu", "0", "0", "0"] and int(cells[4]) >= 1, cells
         if name == "presets":
             page.wait_for_function("document.querySelector('article.preset img.figure')?.naturalWidth > 0")
             assert page.locator("article.preset").count() == len(httpx.get(f"{service}/v1/presets").json())
@@ -563,6 +564,15 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         # no sideways scrolling of the page: tables scroll inside their card, the header wraps
         assert page.evaluate("document.documentElement.scrollWidth") <= 420, name
         screenshot(page, f"{name}-420px")
+    # the queue with a job of yours listed: its table scrolls in its card too (the page had scrolled sideways)
+    waiting = submit(service, {"kind": "nrq", "name": "a long one on the queue page",
+                               "params": {**SMALL, "steps": 5_000_000, "record_every": 100_000}})
+    page.goto(f"{service}/#/queue")
+    page.locator(f'#my-jobs a[href="#/experiments/{waiting}"]').wait_for()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 420
+    screenshot(page, "queue-with-a-job-420px")
+    assert httpx.post(f"{service}/v1/experiments/{waiting}/cancel", timeout=30).status_code in (200, 202)
+    wait_ended(service, f"/v1/experiments/{waiting}")
     assert page.console.errors == [], page.console.errors
 
 
