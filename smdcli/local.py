@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 from tqdm import tqdm
@@ -14,7 +15,15 @@ from store.models import Status
 from store.settings import get_settings
 
 
-def run_local(spec_path: Path, output: Path | None, quiet: bool = False) -> int:
+def local_document(kind: str, spec: dict[str, Any], document: dict[str, Any] | None) -> dict[str, Any]:
+    """A run's result in the keys of the service's results document (docs/measurements.md), without an id:
+    succeeded with the engine's ``document``, else failed (no points); layers {} for kinds without them."""
+    status = Status.succeeded if document is not None else Status.failed
+    return {"id": None, "kind": kind, "status": status, "progress": 1.0 if document is not None else 0.0, "spec": spec,
+            "series": {}, "layers": {}, "theory": {}, "summary": {}, "distributions": {}, **(document or {})}
+
+
+def run_local(spec_path: Path, output: Path | None, quiet: bool = False, no_limit: bool = False) -> int:
     data = read_object(spec_path, "smd run", "spec")
     if data is None:
         return 2
@@ -27,6 +36,12 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False) -> int:
             said = message if not where or message.startswith(f"{where}: ") else f"{where}: {message}"
             print(f"smd run: spec error: {said}", file=sys.stderr)
         return 2
+    limit = get_settings().max_work
+    if spec.work > limit and not no_limit:   # a typo's extra zeros: refused at once, as the service would
+        print(f"smd run: refused: this job's work is {spec.work:,} (trials·steps·dim; × 1/dt and × samples where "
+              f"they apply), over the per-job limit {limit:,} (SMD_MAX_WORK, the service's default quota): make it "
+              "smaller, or pass --no-limit to run it here anyway", file=sys.stderr)
+        return 3
     for warning in smdengine.spec_warnings(spec):   # even with quiet: they say what the results leave out
         print(f"smd run: warning: {warning['code']}: {warning['message']}", file=sys.stderr)
     # no bar into a file or pipe (its frames are carriage returns): as smd follow and smd study run
@@ -48,8 +63,7 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False) -> int:
         print(f"smd run: failed: {exc}", file=sys.stderr)
         return 1
     bar.close()
-    doc = {"id": None, "kind": spec.kind, "status": Status.succeeded, "spec": spec.model_dump(mode="json"),
-           **result.to_document()}
+    doc = local_document(spec.kind, spec.model_dump(mode="json"), result.to_document())
     document = json.dumps(doc, allow_nan=False)
     if output is None:
         print(document)

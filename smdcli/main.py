@@ -65,6 +65,9 @@ def _main(argv: list[str] | None) -> int:
     run.add_argument("spec", type=Path, help="experiment spec (JSON file, or - for stdin)")
     run.add_argument("-o", "--output", type=output_file, help="result document path (default: stdout)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--no-limit", action="store_true",
+                     help="run a job over the per-job work limit (SMD_MAX_WORK) too; without it such a job is refused "
+                          "(exit status 3)")
     from smdcli import admin, export, presets, remote, study
 
     admin.add_parsers(sub)
@@ -91,7 +94,7 @@ def _main(argv: list[str] | None) -> int:
     if args.command == "run":
         from smdcli.local import run_local
 
-        return run_local(args.spec, args.output, quiet=args.quiet)
+        return run_local(args.spec, args.output, quiet=args.quiet, no_limit=args.no_limit)
     if args.command == "study":
         data_dir = settings.data_dir
         return study.main(args, data_dir=str(data_dir) if data_dir else None)

@@ -163,12 +163,13 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
         print("smd study: interrupted", file=sys.stderr)
         return LocalRun(130)
     bar.close()
+    from smdcli.local import local_document
+
     docs: list[dict[str, Any]] = []
     for child in children:
         spec = child.spec.model_dump(mode="json")
         document, error = results[child.index]
-        doc: dict[str, Any] = {"id": None, "kind": child.spec.kind, "status": "succeeded" if error is None else "failed",
-                               "spec": spec, **(document or {})}
+        doc = local_document(child.spec.kind, spec, document if error is None else None)
         if error is not None:
             doc["error"] = error
             print(f"smd study: child {child.index} (point {child.point} {_point_text(child.values)}, "

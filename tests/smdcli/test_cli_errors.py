@@ -108,3 +108,24 @@ def test_smd_run_names_each_refused_field_once(smd_here, tmp_path, spec, said): 
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     done = smd_here(NOWHERE, "run", str(tmp_path / "spec.json"))
     assert done.returncode == 2 and done.stderr == said, done.stderr
+
+
+def test_smd_run_refuses_a_job_over_the_work_limit_unless_told(smd_here, tmp_path):  # noqa: F811
+    """A typo's extra zeros (10⁷ trials × 10⁸ steps) ran for minutes at 4 GB before it was killed; the service
+    refuses the same spec with a 429. Over SMD_MAX_WORK it is refused at once (exit status 3, nothing written)
+    unless --no-limit says to run it anyway."""
+    (tmp_path / "spec.json").write_text(json.dumps({"kind": "nrq", "params": {"trials": 8, "steps": 50, "record_every": 10}}))
+    out = tmp_path / "out.json"
+    done = smd_here({**NOWHERE, "SMD_MAX_WORK": "3999"}, "run", str(tmp_path / "spec.json"), "-o", str(out))
+    assert done.returncode == 3 and "work is 4,000 " in done.stderr and "over the per-job limit 3,999 " in done.stderr
+    assert "SMD_MAX_WORK" in done.stderr and "--no-limit" in done.stderr and not out.exists(), done.stderr
+    done = smd_here({**NOWHERE, "SMD_MAX_WORK": "3999"}, "run", str(tmp_path / "spec.json"), "-o", str(out),
+                    "--no-limit", "--quiet")
+    assert done.returncode == 0 and json.loads(out.read_text())["status"] == "succeeded", done.stderr
+    # the keys of the service's results document (docs/measurements.md): progress and layers were missing
+    document = json.loads(out.read_text())
+    assert set(document) == {"id", "kind", "status", "progress", "spec", "series", "layers", "theory", "summary",
+                             "distributions"}
+    assert document["progress"] == 1.0 and document["layers"] == {} and document["id"] is None
+    done = smd_here({**NOWHERE, "SMD_MAX_WORK": "4000"}, "run", str(tmp_path / "spec.json"), "-o", str(out), "--quiet")
+    assert done.returncode == 0, done.stderr   # at the limit: run
