@@ -490,6 +490,10 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
     wait_ended(service, f"/v1/experiments/{lone}")
     trained = submit(service, {"kind": "train", "name": "per layer", "params": {"steps": 20, "record_every": 10}})
     layers = wait_ended(service, f"/v1/experiments/{trained}")["summary"]["layers"]
+    # a run that fails before its first record (cifar10 with no SMD_DATA_DIR on the worker)
+    unrecorded = submit(service, {"kind": "train", "name": "no data dir", "params": {"dataset": {"name": "cifar10"},
+                                                                                     "steps": 10}})
+    assert wait_ended(service, f"/v1/experiments/{unrecorded}")["status"] == "failed"
     preset = httpx.post(f"{service}/v1/presets/nrq-equilibrium-tradeoff/run", timeout=30, json={
         "size": "quick", "seeds": [0, 1], "overrides": {"params.steps": 1500, "params.trials": 32,
                                                           "params.record_every": 50}})
@@ -508,6 +512,7 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         "train-experiment": (f"#/experiments/{trained}", "#summary-layers"),
         "sde-experiment": (f"#/experiments/{continuous}", "#chart-au .main-svg"),
         "one-record-experiment": (f"#/experiments/{lone}", "#chart-au .main-svg"),
+        "failed-experiment": (f"#/experiments/{unrecorded}", "#nothing-recorded"),
         "presets": ("#/presets", 'article.preset[data-preset="nrq-equilibrium-tradeoff"] img.figure[src]'),
         "queue": ("#/queue", "#queues"),
     }
@@ -531,10 +536,18 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
             assert page.locator('select[name="chart-x"]').input_value() == "params.lr"
             assert page.locator('#study-plot').get_attribute("data-type") == "scatter"
         if name == "train-experiment":   # each layer's summary values, as the README lists them
-            assert page.locator("#summary-layers tr").count() == 1 + len(layers)
+            # a column per layer, a row per value (a column per value overflowed the side, cut mid-word)
+            metrics = list(dict.fromkeys(m for values in layers.values() for m in values))
+            assert page.locator("#summary-layers tr").count() == 1 + len(metrics)
+            headers = page.locator("#summary-layers tr").first.locator("th").all_inner_texts()[1:]
+            assert [t.replace("\u200b", "").replace("\n", "") for t in headers] == list(layers), headers
+            row = page.locator("#summary-layers tr").nth(1 + metrics.index("au_rms"))
+            assert row.locator("th").inner_text() == "au_rms"
             first = next(iter(layers))
-            assert page.locator("#summary-layers tr").nth(1).locator("td").first.inner_text() == first
-            assert "au_rms" in page.locator("#summary-layers tr").first.inner_text()
+            assert row.locator("td").first.inner_text() != "—" and layers[first]["au_rms"] is not None
+            table = page.evaluate("(() => { const t = document.getElementById('summary-layers'); "
+                                  "return [t.scrollWidth, t.parentElement.clientWidth]; })()")
+            assert table[0] <= table[1], table   # no sideways scrolling at 1400 px
         if name == "sde-experiment":   # two black theory lines on one chart, told apart by their dashes
             dashes = page.evaluate("document.getElementById('chart-au')._fullData"
                                    ".filter(t => t.meta === 'theory').map(t => [t.name, t.line.dash])")
@@ -546,6 +559,15 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
             modes = page.evaluate("document.getElementById('chart-au').data"
                                   ".filter(t => t.meta !== 'theory').map(t => [t.name, t.mode, t.x.length])")
             assert modes == [["au_rms", "lines+markers", 1], ["au_mean", "lines+markers", 1]], modes
+        if name == "studies":   # a preset study links to its preset's card, not the top of a long gallery
+            page.locator('#studies-table a[href="#/presets?preset=nrq-equilibrium-tradeoff"]').first.click()
+            page.locator('article.preset.target[data-preset="nrq-equilibrium-tradeoff"]').wait_for()
+            page.goto(f"{service}/{fragment}")
+            page.locator(ready).first.wait_for()
+        if name == "failed-experiment":   # one line for the charts, and no empty tables or blank images offered
+            assert page.locator(".chart").count() == 0
+            assert page.locator(".downloads button").all_inner_texts() == ["JSON"]
+            assert "failed before its first record" in page.locator("#nothing-recorded").inner_text()
         if name == "queue":   # nothing queued or running: zeros, not blanks; the service's worker is up, idle
             cells = page.locator("#queues tr").nth(1).locator("td").all_inner_texts()
             assert cells[:4] == ["cpu", "0", "0", "0"] and int(cells[4]) >= 1, cells

@@ -68,7 +68,21 @@ export function render(main, [id]) {
   function redraw() {
     clearTimeout(redrawTimer);
     redrawTimer = null;
+    if (TERMINAL.has(doc?.status) && !doc.series?.step?.length) { showNothingRecorded(); return; }
     for (const chart of chartList) if (!chart.zoomed) chart.draw(doc);
+  }
+
+  // A run that ended before its first record: one line instead of a "no data" card per plot, and no
+  // downloads of empty tables and blank images.
+  let nothingRecorded = false;
+  function showNothingRecorded() {
+    if (nothingRecorded) return;
+    nothingRecorded = true;
+    chartList = [];
+    const how = doc.status === "cancelled" ? "was cancelled" : doc.status === "failed" ? "failed" : "ended";
+    charts.replaceChildren(h("section.card#nothing-recorded", h("p.muted",
+      `No points were recorded: the run ${how} before its first record, so there is nothing to chart.`)));
+    drawSide();
   }
 
   function onState(state, streamed) {
@@ -150,14 +164,18 @@ export function render(main, [id]) {
 
   function drawSummary() {
     const rows = Object.entries(doc?.summary || {}).filter(([, v]) => typeof v === "number");
-    // a network's per-layer values (summary.layers: {layer: {metric: value}}), one row per layer
+    // a network's per-layer values (summary.layers: {layer: {metric: value}})
     const layers = Object.entries(doc?.summary?.layers ?? {});
     const metrics = [...new Set(layers.flatMap(([, m]) => Object.keys(m ?? {})))];
     const cell = (v) => (typeof v === "number" ? fmtNumber(v) : v === null || v === undefined ? "—" : String(v));
     summaryBox.replaceChildren(rows.length ? h("table.kv", rows.map(([k, v]) => h("tr", h("th", k),
       h("td", fmtNumber(v))))) : h("p.muted", NO_SUMMARY[experiment.status] ?? "No summary yet."),
-    layers.length ? h("div.scroll", h("table.list.compact#summary-layers", h("tr", h("th", "layer"), metrics.map((m) => h("th", m))),
-      layers.map(([name, m]) => h("tr", h("td", name), metrics.map((k) => h("td", cell(m?.[k]))))))) : "");
+    // a row per value and a column per layer: a network's few layers fit the side's width, where a column per
+    // value (eight of them) showed three, cut mid-word
+    layers.length ? h("div.scroll", h("table.list.compact#summary-layers", h("tr", h("th", "per layer"),
+      // a long name ("layers.0.weight") may wrap after its dots
+      layers.map(([name]) => h("th", { title: name }, name.replaceAll(".", ".\u200b")))),
+    metrics.map((k) => h("tr", h("th", k), layers.map(([, m]) => h("td", cell(m?.[k]))))))) : "");
   }
 
   // Tags and note, shown and edited in place (PATCH; the owner or an admin: a 403 is shown here).
@@ -200,7 +218,8 @@ export function render(main, [id]) {
   async function drawSide() {
     const e = experiment;
     const name = e.name || e.id;
-    const files = [["JSON", "results", "json"], ["CSV", "results.csv", "csv"], ["Parquet", "results.parquet", "parquet"]];
+    const files = nothingRecorded ? [["JSON", "results", "json"]]   // the tables would be empty
+      : [["JSON", "results", "json"], ["CSV", "results.csv", "csv"], ["Parquet", "results.parquet", "parquet"]];
     if (!editingNotes) showNotes();
     side.replaceChildren(
       h("section.card", h("h3", "Summary"), summaryBox),

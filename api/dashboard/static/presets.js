@@ -3,7 +3,7 @@
 
 import { api, imageUrl } from "./api.js";
 import { checksTable } from "./studies.js";
-import { errorBox, fmtDuration, fmtNumber, h, progressBar, statusBadge } from "./util.js";
+import { errorBox, fmtDuration, fmtNumber, h, progressBar, routeQuery, statusBadge } from "./util.js";
 
 const DONE = new Set(["succeeded", "failed", "cancelled", "partial"]);
 
@@ -13,6 +13,8 @@ export function render(main) {
   main.append(h("h1", "Presets"), h("p.muted", "The seed papers' figures as studies: run one at its quick (CPU) size; "
     + "its checks compare what was measured with what the theory predicts."), message, grid);
   let timer;
+  let shown = false;
+  const wanted = routeQuery().preset;
 
   async function load() {
     let presets, studies;
@@ -25,6 +27,12 @@ export function render(main) {
     const latest = new Map(); // newest study of each preset (the list is newest first)
     for (const s of studies.items) if (s.preset && !latest.has(s.preset)) latest.set(s.preset, s);
     grid.replaceChildren(...presets.map((p) => card(p, latest.get(p.id))));
+    if (!shown && wanted) {   // a link to one preset (#/presets?preset=ID, from a study): its card, once
+      const target = grid.querySelector(`article.preset[data-preset="${CSS.escape(wanted)}"]`);
+      target?.classList.add("target");
+      target?.scrollIntoView({ block: "start" });
+    }
+    shown = true;
     if ([...latest.values()].some((s) => !DONE.has(s.status))) timer = setTimeout(load, 3000);
   }
 

@@ -12,15 +12,16 @@ export function renderList(main) {
   const message = h("div");
   main.append(h("div.page-head", h("h1", "Studies"), h("a.button#new-study", { href: "#/studies/new" }, "New study")),
     message, h("div.scroll", h("table.list#studies-table", h("thead", h("tr", h("th", "name"),
-    h("th", "status"), h("th", "progress"), h("th", "points × seeds"), h("th", "preset"), h("th", "created"))), body)));
+    h("th", "status"), h("th", "progress"), h("th", "runs"), h("th", "preset"), h("th", "created"))), body)));
   let timer;
   async function load() {
     try {
       const page = await api("/v1/studies?limit=100");
       body.replaceChildren(...page.items.map((s) => h("tr", { dataset: { id: s.id } },
         h("td", h("a", { href: `#/studies/${s.id}` }, s.name || s.id.slice(0, 12))), h("td", statusBadge(s.status)),
-        h("td", progressBar(s.progress)), h("td", `${s.points} → ${s.children_count} runs`),
-        h("td", s.preset ? h("a", { href: `#/presets` }, `${s.preset} (${s.preset_size})`) : ""),
+        h("td", progressBar(s.progress)),
+        h("td", s.points === s.children_count ? `${s.children_count}` : `${s.points} points → ${s.children_count}`),
+        h("td", s.preset ? h("a", { href: `#/presets?preset=${encodeURIComponent(s.preset)}` }, `${s.preset} (${s.preset_size})`) : ""),
         h("td", fmtTime(s.created_at)))));
       if (!page.items.length) body.append(h("tr", h("td.muted", { colSpan: 6 }, "No studies yet.")));
       if (page.items.some((s) => !STUDY_DONE.has(s.status))) timer = setTimeout(load, 3000);
@@ -172,7 +173,9 @@ export function renderStudy(main, [id]) {
     }
     const controls = [pick("type", types), pick("metric", metrics)];
     if (choice.type === "overlay") {
-      controls.push(pick("time", options.overlay_x), pick("seeds", ["mean", "all"], { mean: "mean ± SE", all: "each seed" }),
+      // a compared experiment is one run: no seeds to average
+      controls.push(pick("time", options.overlay_x),
+        ...(compared ? [] : [pick("seeds", ["mean", "all"], { mean: "mean ± SE", all: "each seed" })]),
         pick("log", ["true", "false"], { true: "log", false: "linear" }));
     }
     if (choice.type !== "overlay" && choice.type !== "parallel") controls.push(pick("x", axes));
@@ -180,7 +183,8 @@ export function renderStudy(main, [id]) {
       pick("view", ["side", "ratio"], { side: "theory beside", ratio: "measured / theory" }));
     if ((choice.type === "overlay" || choice.type === "scatter") && !compared) controls.push(pick("by", colourBy));
     chartCard.replaceChildren(h("h3", "Chart"), h("div.toolbar", controls),
-      h("div.chart#study-plot", { dataset: { type: choice.type } }), h("p.muted.caption", CAPTIONS[choice.type]));
+      h("div.chart#study-plot", { dataset: { type: choice.type } }),
+      h("p.muted.caption", (compared && CAPTIONS[`compared ${choice.type}`]) || CAPTIONS[choice.type]));
     drawChart();
   }
 
@@ -245,6 +249,8 @@ export function renderStudy(main, [id]) {
     const cell = (r, c) => {
       if (c === "index") return h("a", { href: `#/experiments/${r.experiment_id}` }, r[c]);
       if (c === "status") return statusBadge(r[c]);
+      // a compare study's member (its axis "experiment"): a link to it, not a bare 32-character id
+      if (c === "experiment" && typeof r[c] === "string") return h("a", { href: `#/experiments/${r[c]}` }, r[c].slice(0, 12));
       return r[c] !== null && typeof r[c] === "object" ? h("code.small", JSON.stringify(r[c])) : fmtNumber(r[c]);
     };
     const body = rows.map((r) => h("tr", columns.map((c) => h("td", cell(r, c)))));
@@ -275,6 +281,7 @@ export function renderStudy(main, [id]) {
 
 const LABELS = { by: "colour by", time: "x", log: "y", view: "theory" };
 const CAPTIONS = {
+  "compared overlay": "Each compared experiment in its colour, its theory dashed in the same colour.",
   overlay: "Each point in its colour: the mean over its seeds with a band of ± one standard error (or each seed), "
     + "its theory dashed in the same colour.",
   scatter: "Each point: the mean over its seeds ± one standard error (filled), its theory (open circle); dashed: the "
