@@ -25,7 +25,8 @@ class PlotDef:
     ``lr_time`` and ``tau``; ``layers``: the per-layer metric ``series`` of every layer, one colour per
     layer, ``layer_theory`` (per-layer theory metrics) dashed in the layer's colour. ``theory_labels``: what
     a theory line is, ``(name, words)`` pairs, for its legend where one plot draws several of one kind
-    (the sde nrq model's two angular updates)."""
+    (the sde nrq model's two angular updates). ``xlabel``: the x axis's title where it is not the step (a
+    histogram's variable)."""
 
     title: str
     ylabel: str
@@ -37,6 +38,7 @@ class PlotDef:
     sparse: tuple[str, ...] = ()
     layer_theory: tuple[str, ...] = ()
     theory_labels: tuple[tuple[str, str], ...] = ()
+    xlabel: str | None = None
 
 
 @dataclass(frozen=True)

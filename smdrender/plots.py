@@ -173,7 +173,7 @@ def _histogram(ax, plot: PlotDef, doc: dict[str, Any]) -> None:
         if hist.get("density_theory"):
             ax.stairs(_nan(hist["density_theory"]), edges, ls="--", color="k", lw=1.2, label="ρ*(f) (theory)")
         ax.set_xlim(edges[0], edges[-1])
-    ax.set_xlabel("f")
+    ax.set_xlabel(plot.xlabel or plot.series[0])
     ax.set_ylabel(plot.ylabel)
     _finish(ax)
 

@@ -37,6 +37,8 @@ class PlotOut(BaseModel):
     layer_theory: list[str] = Field(..., description="Per-layer theory metrics, dashed in their layer's colour.")
     theory_labels: dict[str, str] = Field(..., description="What a theory line is, by name, for its legend "
                                                            "(au_theory: 'along the run: …'); only some have one.")
+    xlabel: str | None = Field(None, description="The x axis's title where it is not the step (a histogram's "
+                                                 "variable); null: the step (or the time an angles plot names).")
 
 
 class PlotFormat(StrEnum):

@@ -59,6 +59,7 @@ OUTPUTS = Outputs(
                                      ("au_equilibrium", "at equilibrium: √(2λη/(1+α))"))),
         "norm": NORM_PLOT,
         "f_histogram": PlotDef("Stationary law of f = X̄₁² (tail of the run)", "density", ("f_histogram",),
+                               xlabel="f = X̄₁² (the progress index)",
                                style="histogram"),
     },
 )

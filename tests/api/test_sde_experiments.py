@@ -93,6 +93,10 @@ def test_each_model_runs_and_serves_results_and_plots(client, settings, model):
         assert sorted(labels) == ["au_equilibrium", "au_theory"] and listed["risk"]["theory_labels"] == {}
         svg = client.get(f"/v1/experiments/{exp['id']}/plots/au.svg").text   # matplotlib keeps each text as a comment
         assert all(f"{name} (theory {words})" in svg for name, words in labels.items()), labels
+        # the histogram's x axis is its variable, named (not the distribution's key), in the list and the image
+        xlabel = listed["f_histogram"]["xlabel"]
+        assert xlabel.startswith("f = ") and listed["risk"]["xlabel"] is None
+        assert xlabel in client.get(f"/v1/experiments/{exp['id']}/plots/f_histogram.svg").text
 
 
 def test_nrq_model_distribution_and_field_selection(client, settings):

@@ -141,7 +141,7 @@ export class Chart {
   }
 
   layout(shapes, xtitle) {
-    const xLabel = xtitle || (this.plot.style === "histogram" ? this.plot.series[0] : "step");
+    const xLabel = xtitle || this.plot.xlabel || (this.plot.style === "histogram" ? this.plot.series[0] : "step");
     return {
       margin: { l: 60, r: 10, t: 10, b: 45 }, height: 320, hovermode: "closest", shapes,
       xaxis: { title: { text: xLabel }, autorange: !this.zoomed, range: this.zoomed ? this.range : undefined },
