@@ -585,6 +585,11 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         page.wait_for_timeout(300)
         # no sideways scrolling of the page: tables scroll inside their card, the header wraps
         assert page.evaluate("document.documentElement.scrollWidth") <= 420, name
+        if name == "study":   # its heatmap's theory under the measured cells, not beside them
+            page.wait_for_function("document.getElementById('study-plot')?.data?.[0]?.type === 'heatmap'")
+            layout = page.evaluate("(() => { const l = document.getElementById('study-plot').layout; "
+                                   "return [l.yaxis.domain, l.yaxis2?.domain, l.xaxis2?.matches]; })()")
+            assert layout == [[0.58, 1], [0, 0.42], "x"], layout
         screenshot(page, f"{name}-420px")
     # the queue with a job of yours listed: its table scrolls in its card too (the page had scrolled sideways)
     waiting = submit(service, {"kind": "nrq", "name": "a long one on the queue page",

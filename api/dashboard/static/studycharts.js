@@ -207,22 +207,36 @@ export async function drawHeatmap(div, data, { mode = "side" } = {}) {
     Object.assign(layout, { xaxis: { title: { text: data.x }, type: "category" }, yaxis: { title: { text: data.y }, type: "category" } });
   } else {
     const side = Boolean(data.theory_z);
-    traces.push({ ...cell, z: data.z, text: text(data.z, data.se), zmin, zmax, name: "measured",
-      colorbar: { title: { text: data.metric } },
+    // a phone: the theory under the measured cells, not beside them (side by side at 420 px the titles ran
+    // together and each cell's label was ~7 px), and no ± in the cells (in the hover still)
+    const narrow = div.clientWidth > 0 && div.clientWidth < 600;
+    const stacked = side && narrow;
+    traces.push({ ...cell, z: data.z, text: text(data.z, narrow ? null : data.se), zmin, zmax, name: "measured",
+      colorbar: { title: { text: data.metric }, ...(narrow ? { thickness: 12 } : {}),
+        ...(stacked ? { y: 0.5, len: 1 } : {}) },
       hovertemplate: `${data.x} %{x}<br>${data.y} %{y}<br>${data.metric} %{z}<extra>measured</extra>` });
     if (side) traces.push({ ...cell, z: data.theory_z, text: text(data.theory_z), zmin, zmax, xaxis: "x2", yaxis: "y2",
       showscale: false, name: "theory", hovertemplate: `${data.x} %{x}<br>${data.y} %{y}<br>${data.theory} %{z}<extra>theory</extra>` });
-    Object.assign(layout, {
-      xaxis: { title: { text: data.x }, type: "category", domain: side ? [0, 0.44] : [0, 1] },
-      yaxis: { title: { text: data.y }, type: "category" },
-      ...(side ? { xaxis2: { title: { text: data.x }, type: "category", domain: [0.5, 0.94] },
-        yaxis2: { type: "category", anchor: "x2", matches: "y", showticklabels: false } } : {}),
-    });
-    const narrow = div.clientWidth > 0 && div.clientWidth < 600;   // a phone: the two titles overlapped
-    layout.annotations.push({ text: "measured", x: side ? 0.22 : 0.5, y: 1.0, yanchor: "bottom", xref: "paper",
-      yref: "paper", showarrow: false });
-    if (side) layout.annotations.push({ text: narrow ? "theory" : `theory: ${data.theory}`, x: 0.72, y: 1.0,
-      yanchor: "bottom", xref: "paper", yref: "paper", showarrow: false });
+    if (stacked) {
+      Object.assign(layout, {
+        height: 820,
+        xaxis: { title: { text: data.x }, type: "category", anchor: "y" },
+        yaxis: { title: { text: data.y }, type: "category", domain: [0.58, 1] },
+        xaxis2: { title: { text: data.x }, type: "category", anchor: "y2", matches: "x" },
+        yaxis2: { title: { text: data.y }, type: "category", anchor: "x2", matches: "y", domain: [0, 0.42] },
+      });
+    } else {
+      Object.assign(layout, {
+        xaxis: { title: { text: data.x }, type: "category", domain: side ? [0, 0.44] : [0, 1] },
+        yaxis: { title: { text: data.y }, type: "category" },
+        ...(side ? { xaxis2: { title: { text: data.x }, type: "category", domain: [0.5, 0.94] },
+          yaxis2: { type: "category", anchor: "x2", matches: "y", showticklabels: false } } : {}),
+      });
+    }
+    layout.annotations.push({ text: "measured", x: side && !stacked ? 0.22 : 0.5, y: 1.0, yanchor: "bottom",
+      xref: "paper", yref: "paper", showarrow: false });
+    if (side) layout.annotations.push({ text: narrow ? "theory" : `theory: ${data.theory}`, x: stacked ? 0.5 : 0.72,
+      y: stacked ? 0.42 : 1.0, yanchor: "bottom", xref: "paper", yref: "paper", showarrow: false });
   }
   // a third axis whose settings share a cell: the cell is their mean, which the chart says
   const averaged = Object.entries(data.averaged_over ?? {});
