@@ -598,8 +598,17 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
     page.locator(f'#my-jobs a[href="#/experiments/{waiting}"]').wait_for()
     assert page.evaluate("document.documentElement.scrollWidth") <= 420
     screenshot(page, "queue-with-a-job-420px")
-    assert httpx.post(f"{service}/v1/experiments/{waiting}/cancel", timeout=30).status_code in (200, 202)
-    wait_ended(service, f"/v1/experiments/{waiting}")
+    # cancelled from its page, which asks first (one click had stopped a long run): dismissed, nothing happens
+    asked = []
+    page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    page.goto(f"{service}/#/experiments/{waiting}")
+    page.click("#cancel")
+    page.wait_for_timeout(500)
+    assert len(asked) == 1 and asked[0].startswith("Cancel this ") and "points so far are kept" in asked[0], asked
+    assert httpx.get(f"{service}/v1/experiments/{waiting}", timeout=30).json()["cancel_requested"] is False
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("#cancel")
+    assert wait_ended(service, f"/v1/experiments/{waiting}")["status"] == "cancelled"
     assert page.console.errors == [], page.console.errors
 
 

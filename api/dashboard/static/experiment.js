@@ -152,6 +152,9 @@ export function render(main, [id]) {
   }
 
   async function cancel() {
+    // one click stopped a long run (a study asks first, too); its partial series are kept either way
+    const step = experiment.status === "running" ? ` at step ${experiment.step ?? 0} of ${experiment.total_steps ?? "?"}` : "";
+    if (!window.confirm(`Cancel this ${experiment.status} run${step}? Its points so far are kept; it cannot be resumed.`)) return;
     try {
       experiment = { ...experiment, ...(await api(`${base}/cancel`, { method: "POST" })) };
       drawHead();
