@@ -380,9 +380,21 @@ def _unknown_path(base: AnySpec, path: str) -> dict[str, Any] | None:
     paths = valid_paths(base)
     if path in paths or path == "seed":
         return None
+    parts = path.split(".")
+    for k in range(len(parts) - 1, 0, -1):   # an entry past the end of a list of the base (its schedule)
+        if parts[k].isdigit() and ".".join(parts[:k]) in paths and ".".join(parts[:k + 1]) not in paths:
+            entries = sum(1 for p in paths if p.count(".") == k and p.startswith(".".join(parts[:k]) + "."))
+            return {"loc": ["axis", path], "type": "unknown_path",
+                    "msg": f"{path}: the base spec's {'.'.join(parts[:k])} has no entry {parts[k]} (it has {entries}): "
+                           f"give the base that entry, or vary the whole {'.'.join(parts[:k])} on this axis"}
     leaves = [p for p in paths if p not in ("kind",)]
-    near = difflib.get_close_matches(path, leaves, n=3, cutoff=0.5) or [
-        p for p in leaves if p.rsplit(".", 1)[-1] == path.rsplit(".", 1)[-1]][:3]
+    # the name among its siblings first, then whole paths as deep as it: on every path the shared "params." made
+    # params and params.dim look near params.lrr
+    parent, _, name = path.rpartition(".")
+    siblings = {p.rpartition(".")[2]: p for p in leaves if p.rpartition(".")[0] == parent and "." in p}
+    near = ([siblings[n] for n in difflib.get_close_matches(name, list(siblings), n=3, cutoff=0.6)]
+            or difflib.get_close_matches(path, [p for p in leaves if p.count(".") == path.count(".")], n=3, cutoff=0.5)
+            or [p for p in leaves if p.rsplit(".", 1)[-1] == name][:3])
     hint = f"; nearest valid paths: {', '.join(near)}" if near else ""
     return {"loc": ["axis", path], "type": "unknown_path",
             "msg": f"{path}: not a field of the base spec ({base.kind}){hint}"}
