@@ -51,6 +51,8 @@ def predicates(items: Iterable[tuple[str, str]], kind: str | None) -> list[Predi
             generic = ".".join("*" if p.isdigit() else p for p in parts)
             paths = smdengine.spec_paths(kind)
             if generic not in paths:
+                head = ".".join("*" if p.isdigit() else p for p in parts[:-1])
+                _refuse_operator(key, parts, _is_value(head, paths))
                 _refuse(key, f"{'.'.join(parts)!r} is not a field of {kind or 'any'} specs" + _nearest(generic, paths))
             inner = sorted(p for p in paths if p.startswith(generic + "."))
             if inner:
@@ -61,6 +63,10 @@ def predicates(items: Iterable[tuple[str, str]], kind: str | None) -> list[Predi
                                  raw if isinstance(value, float) else None))
         else:
             name = ".".join(parts)
+            known = smdengine.summary_names(kind)
+            if name not in known and not _PHASE.fullmatch(name):
+                head = ".".join(parts[:-1])
+                _refuse_operator(key, parts, head in known or bool(_PHASE.fullmatch(head)))
             _check_summary(key, name, kind)
             out.append(Predicate("summary", (name,), op, value, raw if isinstance(value, float) else None))
     return out
@@ -106,6 +112,20 @@ def refuse_unknown(keys: Iterable[str], declared: set[str]) -> None:
         hint = f"; did you mean param.{key}?" if key.startswith("params.") else _nearest(key, declared)
         _refuse(key, f"not a parameter of this list: expected one of {', '.join(sorted(declared))}, "
                      f"param.<spec path>[.<op>] or summary.<name>[.<op>]{hint}")
+
+
+def _is_value(path: str, paths: Iterable[str]) -> bool:
+    """``path`` is a spec path to a value (not to an object or a list, whose entries are paths too)."""
+    paths = set(paths)
+    return path in paths and not any(p.startswith(path + ".") for p in paths)
+
+
+def _refuse_operator(key: str, parts: list[str], head_is_a_value: bool) -> None:
+    """A 422 when all but the last part name a value (``head_is_a_value``): the last is then a mistyped
+    operator (``param.params.lr.xx``), not part of a path that "is not a field"."""
+    if len(parts) > 1 and not parts[-1].isdigit() and head_is_a_value:
+        _refuse(key, f"{parts[-1]!r} is not an operator: expected one of {', '.join(OPS)} after "
+                     f"{'.'.join(parts[:-1])} (or none, for eq)")
 
 
 def _nearest(name: str, choices: Iterable[str]) -> str:

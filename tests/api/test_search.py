@@ -85,7 +85,13 @@ def test_unknown_paths_and_names_are_422_naming_the_parameter(env):
             ({"order_by": "-summary.accuracy", "kind": "nrq"}, "order_by", "not a summary value of nrq"),
             # a parameter the list does not take was ignored, and the whole list looked filtered by it
             ({"params.lr": 0.1}, "params.lr", "did you mean param.params.lr?"),
-            ({"stauts": "queued"}, "stauts", "nearest: status")):
+            ({"stauts": "queued"}, "stauts", "nearest: status"),
+            # a mistyped operator after a value's path is said so (it was "'params.lr.xx' is not a field")
+            ({"param.params.lr.xx": 1}, "param.params.lr.xx", "'xx' is not an operator: expected one of eq, ne"),
+            ({"param.params.lr_schedule.0.step.gx": 1}, "param.params.lr_schedule.0.step.gx", "'gx' is not an operator"),
+            ({"summary.au_rms.lx": 1}, "summary.au_rms.lx", "'lx' is not an operator"),
+            # after an object's path it is a field that is not there
+            ({"param.params.dataset.nam": "digits"}, "param.params.dataset.nam", "nearest: params.dataset.name")):
         for path in ("/v1/experiments", "/v1/experiments.csv"):
             r = client.get(path, params=params)
             assert r.status_code == 422, (params, r.text)
