@@ -49,7 +49,13 @@ def _located(errors, body: Any) -> list:
         elif tag in ("invalid_kind", "invalid_model", "invalid_name"):
             err = {**err, "loc": (*err.get("loc", ()), tag.removeprefix("invalid_"))}
         else:
-            err = {**err, "loc": error_location(err), "msg": error_message(err)}
+            placed = error_location(err)
+            given = err.get("input")
+            for part in placed[len(tuple(err.get("loc", ()))):]:   # a check across fields, placed at one of them:
+                given = given.get(part) if isinstance(given, dict) else None   # its input is that field's value
+            err = {**err, "loc": placed, "msg": error_message(err), **({"input": given} if "input" in err else {})}
+            if isinstance((err.get("ctx") or {}).get("error"), Exception):   # JSON wrote the check's exception as {}:
+                err = {k: v for k, v in err.items() if k != "ctx"}            # the message says it
         field = ".".join(map(str, field_path(body, err["loc"][1:]))) if tuple(err["loc"][:1]) == ("body",) else ""
         if field and tag != "json_invalid":   # (a JSON syntax error's loc is a character offset)
             err["field"] = field

@@ -53,6 +53,14 @@ def test_invalid_spec_is_422_naming_field(client, params, field, reason):
     assert client.get("/v1/experiments").json()["total"] == 0
 
 
+def test_a_check_across_fields_gives_that_fields_input_and_no_empty_ctx(client):
+    """record_every > steps is a check over params, placed at record_every: its input is 20 (it was the whole params
+    object), and ctx's exception, which JSON wrote as {}, is left out."""
+    r = client.post("/v1/experiments", json=small_spec(steps=10, record_every=20))
+    [error] = r.json()["detail"]
+    assert error["field"] == "params.record_every" and error["input"] == 20 and "ctx" not in error, error
+
+
 def test_a_422_names_the_field_as_the_body_wrote_it(client):
     """loc is pydantic's, union tags and all (an sde model's lr at ["body", "sde", "params", "normalized_linear",
     "lr"], which the client printed as params.normalized_linear.lr); field is the path in the request."""
