@@ -11,7 +11,7 @@ import time
 from celery import shared_task, signals
 
 import smdengine
-from store.settings import get_settings
+from store.settings import Settings, get_settings
 from worker import presence
 from worker.celery_app import RUN_NEXT_TASK
 from worker.runner import execute_next, running, shutting_down
@@ -79,6 +79,18 @@ def _load_simulators(**_) -> None:
     log.info("simulators loaded in %.1f s", time.monotonic() - start)
 
 
+def torch_threads(settings: Settings) -> int:
+    """Set this pool process's torch CPU threads (SMD_WORKER_TORCH_THREADS; 0: the cores this process may use
+    over the pool's processes, at least 1): with torch's default every process of a pool of N takes every core,
+    and N × cores threads contend for the cores. Returns the number set."""
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = settings.worker_torch_threads or max(1, cores // settings.worker_concurrency)
+    torch.set_num_threads(threads)
+    return threads
+
+
 @signals.worker_process_init.connect
 def _init_process(**_) -> None:
     """In each pool process, after the fork: pin a GPU before anything touches CUDA, and make
@@ -89,6 +101,7 @@ def _init_process(**_) -> None:
 
         index = getattr(current_process(), "index", 0) or 0
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for_process(index, settings.worker_gpus, settings.worker_concurrency)
+    torch_threads(settings)
     signal.signal(HAND_BACK, _on_hand_back)
     presence.register(settings, worker_name(settings))   # the idle capacity fused batches are sized by
 

@@ -50,3 +50,15 @@ def test_the_filesystem_broker_is_polled_as_set(tmp_path):
         settings = Settings(state_dir=tmp_path / "state", **({} if poll is None else {"broker_poll_seconds": poll}))
         with create_celery(settings).connection_for_read() as connection:
             assert connection.transport.polling_interval == settings.broker_poll_seconds == (poll or 0.1)
+
+
+def test_each_pool_process_takes_its_share_of_the_cores():
+    """torch's default gives every pool process every core; a pool of N takes cores // N threads each (at least
+    one), or SMD_WORKER_TORCH_THREADS. Run in a child: set_num_threads is for the whole process."""
+    code = ("import os, torch; from store.settings import Settings; from worker.tasks import torch_threads; "
+            "cores = len(os.sched_getaffinity(0)); "
+            "assert torch_threads(Settings(worker_concurrency=1)) == cores == torch.get_num_threads(); "
+            "assert torch_threads(Settings(worker_concurrency=cores * 4)) == 1 == torch.get_num_threads(); "
+            "assert torch_threads(Settings(worker_concurrency=1, worker_torch_threads=3)) == 3 == torch.get_num_threads()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
