@@ -70,16 +70,26 @@ def timed_runs(session: Session, queue: str, kind: str, model: str | None = None
                scan: int = DURATION_HISTORY * SCANNED_PER_TIMED, *, in_studies: bool = False) -> list[Run]:
     """The queue's succeeded jobs of ``kind`` (and of ``model``, for a kind with models: work units are a
     model's own) among its newest ``scan`` of the kind that ran at least MIN_TIMED_SECONDS, newest first;
-    ``in_studies``: only studies' children (which a worker fuses where it can, as it will a preset's)."""
-    query = (select(Experiment.spec, Experiment.worker, Experiment.started_at, Experiment.finished_at)
+    ``in_studies``: only the children of studies a worker fuses where it can, as it will a preset's (not those
+    submitted with ``"fuse": false``)."""
+    from store.models import Study
+
+    query = (select(Experiment.spec, Experiment.worker, Experiment.started_at, Experiment.finished_at,
+                    Experiment.study_id)
              .where(Experiment.queue == queue, Experiment.kind == kind, Experiment.status == Status.succeeded,
                     Experiment.started_at.is_not(None), Experiment.finished_at.is_not(None)))
     if in_studies:
         query = query.where(Experiment.study_id.is_not(None))
     rows = session.execute(query.order_by(Experiment.finished_at.desc(), Experiment.id.desc()).limit(scan)).all()
-    return [(dict(spec or {}), worker, as_utc(started), as_utc(done)) for spec, worker, started, done in rows
+    unfused: set[str] = set()
+    if in_studies and rows:   # a study submitted with "fuse": false ran child by child, slower per unit of work
+        ids = {study_id for *_, study_id in rows}
+        unfused = {study_id for study_id, spec in session.execute(select(Study.id, Study.spec).where(Study.id.in_(ids)))
+                   if (spec or {}).get("fuse") is False}
+    return [(dict(spec or {}), worker, as_utc(started), as_utc(done)) for spec, worker, started, done, study_id in rows
             if (as_utc(done) - as_utc(started)).total_seconds() >= MIN_TIMED_SECONDS
-            and (model is None or ((spec or {}).get("params") or {}).get("model") == model)]
+            and (model is None or ((spec or {}).get("params") or {}).get("model") == model)
+            and study_id not in unfused]
 
 
 PRESET_HISTORY = 5   # a preset's newest studies whose runs time it

@@ -90,3 +90,36 @@ def test_a_rate_is_taken_over_a_kinds_runs_that_took_a_second_or_more(database_u
     assert ran("train") == ([5.0], 5.0)
     assert ran("sde", "norm_map") == ([4.0], 4.0)   # a model's work units are its own
     assert timed_runs(database_url, "gpu", "nrq") == []
+
+
+def test_studies_rates_leave_out_studies_that_ran_unfused(database_url):
+    """A preset's "studies" estimate is timed by studies' children, which a worker fuses as it will the preset's;
+    a study submitted with "fuse": false ran child by child, slower per unit of work (an 8-child one moved a
+    preset's estimate from 345 to 591 s)."""
+    from sqlalchemy import select, update
+
+    from store import jobs
+    from store.models import Experiment, Status, Study, User
+    from store.queue_stats import timed_runs
+    from tests.conftest import make_users
+    from tests.dbutil import session_scope
+
+    make_users(database_url)
+    with session_scope(database_url) as session:
+        owner = session.scalar(select(User.id).where(User.name == "alice"))
+        studies = {}
+        for fuse in (True, False, None):
+            spec = {"base": {}, **({"fuse": fuse} if fuse is not None else {})}
+            study = Study(owner_id=owner, name=None, visibility="private", priority=0, spec=spec, axes=[], children=1,
+                          points=1, cancel_requested=False, created_at=T0, revision=0)
+            session.add(study)
+            session.flush()
+            studies[fuse] = study.id
+        for fuse, study_id in studies.items():
+            row = jobs.create(session, kind="nrq", name=None, spec={"kind": "nrq", "fuse": fuse}, total_steps=1)
+            session.execute(update(Experiment).where(Experiment.id == row.id).values(
+                status=Status.succeeded, worker="w", started_at=T0, finished_at=T0 + timedelta(seconds=3),
+                study_id=study_id))
+    fused = [spec["fuse"] for spec, *_ in timed_runs(database_url, "cpu", "nrq", in_studies=True)]
+    assert sorted(fused, key=str) == [None, True]   # the default fuses; "fuse": false is left out
+    assert len(timed_runs(database_url, "cpu", "nrq")) == 3   # any runs: all of them
