@@ -36,7 +36,9 @@ export function fmtNumber(value) {
   if (typeof value !== "number") return String(value);
   if (Number.isInteger(value) && Math.abs(value) < 1e7) return String(value);
   const abs = Math.abs(value);
-  return abs !== 0 && (abs < 1e-3 || abs >= 1e6) ? value.toExponential(3) : Number(value.toPrecision(4)).toString();
+  // 4 significant digits without trailing zeros: 5e-4 and 1.81e-7, not 5.000e-4 beside 0.1
+  return abs !== 0 && (abs < 1e-3 || abs >= 1e6) ? value.toExponential(3).replace(/\.?0+e/, "e")
+    : Number(value.toPrecision(4)).toString();
 }
 
 // Any value as the pages write it: a number by fmtNumber, a string as it is, anything else (a list such as a
