@@ -52,7 +52,9 @@ def _located(errors, body: Any) -> list:
             placed = error_location(err)
             given = err.get("input")
             for part in placed[len(tuple(err.get("loc", ()))):]:   # a check across fields, placed at one of them:
-                given = given.get(part) if isinstance(given, dict) else None   # its input is that field's value
+                given = (given.get(part) if isinstance(given, dict)   # its input is that field's value
+                         else given[part] if isinstance(given, list) and isinstance(part, int) and part < len(given)
+                         else None)
             err = {**err, "loc": placed, "msg": error_message(err), **({"input": given} if "input" in err else {})}
             if isinstance((err.get("ctx") or {}).get("error"), Exception):   # JSON wrote the check's exception as {}:
                 err = {k: v for k, v in err.items() if k != "ctx"}            # the message says it

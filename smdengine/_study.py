@@ -375,6 +375,18 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
+def _value_at(data: Any, parts: Sequence[str]) -> Any:
+    """The value at a dotted path's parts in JSON-like data (list entries by index); None where there is none."""
+    for part in parts:
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
+            data = data[int(part)]
+        else:
+            return None
+    return data
+
+
 def _unknown_path(base: AnySpec, path: str) -> dict[str, Any] | None:
     """None for a path an axis may set; else the error naming the axis and the nearest valid paths."""
     paths = valid_paths(base)
@@ -382,7 +394,8 @@ def _unknown_path(base: AnySpec, path: str) -> dict[str, Any] | None:
         return None
     parts = path.split(".")
     for k in range(len(parts) - 1, 0, -1):   # an entry past the end of a list of the base (its schedule)
-        if parts[k].isdigit() and ".".join(parts[:k]) in paths and ".".join(parts[:k + 1]) not in paths:
+        if (parts[k].isdigit() and ".".join(parts[:k]) in paths and ".".join(parts[:k + 1]) not in paths
+                and isinstance(_value_at(base.model_dump(mode="json"), parts[:k]), list)):
             entries = sum(1 for p in paths if p.count(".") == k and p.startswith(".".join(parts[:k]) + "."))
             return {"loc": ["axis", path], "type": "unknown_path",
                     "msg": f"{path}: the base spec's {'.'.join(parts[:k])} has no entry {parts[k]} (it has {entries}): "

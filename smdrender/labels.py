@@ -31,14 +31,15 @@ def point_label(values: Mapping[str, Any], paths: Sequence[str] | None = None, s
     if "name" in paths:
         return ", ".join([str(values["name"]), *([f"seed={seed}"] if seed is not None else [])])
     names = short_names(paths)
-    parts = [f"{names[p]}={value_text(values[p])}" for p in paths]
+    parts = [f"{names[p]}={legend_value(values[p])}" for p in paths]
     return ", ".join([*parts, *([f"seed={seed}"] if seed is not None else [])])
 
 
-def value_text(value: Any) -> str:
-    """An axis value as the dashboard writes it (util.js ``fmtValue``): a float to 4 significant digits, an int
-    or a string as it is, anything else (a schedule's list, a boolean, null) as compact JSON, as the study's
-    table shows it: ``[{"step":600,"lr_factor":0.1,"rescale":false}]``, not Python's repr."""
+def legend_value(value: Any) -> str:
+    """An axis value in a legend: a float to 4 significant digits, an int or a string as it is, anything else (a
+    schedule's list, a boolean, null) as compact JSON, as the study's table and the dashboard's legends write
+    lists and booleans: ``[{"step":600,"lr_factor":0.1,"rescale":false}]``, not Python's repr. (The preset
+    checks' tables shorten long values instead: smdrender.presets.value_text.)"""
     if isinstance(value, float) and math.isfinite(value):
         return f"{value:.4g}"
     if isinstance(value, (int, str)) and not isinstance(value, bool):

@@ -13,7 +13,7 @@ from store import clock, jobs
 from store import workers as worker_rows
 from store.clock import db_now
 from store.db import transaction
-from store.models import ACTIVE, QUEUES, Experiment, Status, as_utc
+from store.models import ACTIVE, QUEUES, Experiment, Status, Study, as_utc
 
 DURATION_HISTORY = 50   # succeeded jobs per queue the mean duration is taken over
 
@@ -72,8 +72,6 @@ def timed_runs(session: Session, queue: str, kind: str, model: str | None = None
     model's own) among its newest ``scan`` of the kind that ran at least MIN_TIMED_SECONDS, newest first;
     ``in_studies``: only the children of studies a worker fuses where it can, as it will a preset's (not those
     submitted with ``"fuse": false``)."""
-    from store.models import Study
-
     query = (select(Experiment.spec, Experiment.worker, Experiment.started_at, Experiment.finished_at,
                     Experiment.study_id)
              .where(Experiment.queue == queue, Experiment.kind == kind, Experiment.status == Status.succeeded,

@@ -90,8 +90,9 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=1, ge=1, description="Worker processes started by `smd worker` "
                                                         "(on a gpu worker: one per GPU).")
     worker_torch_threads: int = Field(default=0, ge=0, le=1024, description="CPU threads of each worker process's "
-                                      "torch; 0: the CPU cores over worker_concurrency (at least 1), so that the pool's "
-                                      "processes do not each take every core.")
+                                      "torch; 0: OMP_NUM_THREADS where it is set, else the CPU cores over "
+                                      "worker_concurrency (at least 1), so that the pool's processes do not each take "
+                                      "every core.")
     worker_gpus: str = Field(default="", pattern=r"^(\d+(,\d+)*)?$",
                              description="GPU indices a gpu worker spreads its processes over (e.g. 0,1); "
                                          "default 0..worker_concurrency-1.")

