@@ -325,8 +325,7 @@ def set_path(data: Any, path: str, value: Any) -> None:
         last = i == len(parts) - 1
         if isinstance(node, list):
             if not part.isdigit() or int(part) >= len(node):
-                raise IndexError(f"{'.'.join(parts[:i + 1])}: the base has {len(node)} entries here "
-                                 f"(indices 0 to {len(node) - 1})")
+                raise IndexError(f"the base spec's {'.'.join(parts[:i])} has no entry {part} (it has {len(node)})")
             key: Any = int(part)
         elif isinstance(node, dict):
             key = part
@@ -375,31 +374,18 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
-def _value_at(data: Any, parts: Sequence[str]) -> Any:
-    """The value at a dotted path's parts in JSON-like data (list entries by index); None where there is none."""
-    for part in parts:
-        if isinstance(data, dict):
-            data = data.get(part)
-        elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
-            data = data[int(part)]
-        else:
-            return None
-    return data
-
-
 def _unknown_path(base: AnySpec, path: str) -> dict[str, Any] | None:
     """None for a path an axis may set; else the error naming the axis and the nearest valid paths."""
     paths = valid_paths(base)
     if path in paths or path == "seed":
         return None
-    parts = path.split(".")
-    for k in range(len(parts) - 1, 0, -1):   # an entry past the end of a list of the base (its schedule)
-        if (parts[k].isdigit() and ".".join(parts[:k]) in paths and ".".join(parts[:k + 1]) not in paths
-                and isinstance(_value_at(base.model_dump(mode="json"), parts[:k]), list)):
-            entries = sum(1 for p in paths if p.count(".") == k and p.startswith(".".join(parts[:k]) + "."))
-            return {"loc": ["axis", path], "type": "unknown_path",
-                    "msg": f"{path}: the base spec's {'.'.join(parts[:k])} has no entry {parts[k]} (it has {entries}): "
-                           f"give the base that entry, or vary the whole {'.'.join(parts[:k])} on this axis"}
+    try:   # on a copy: set_path says where a path runs past the end of a list of the base (its schedule)
+        set_path(base.model_dump(mode="json"), path, None)
+    except IndexError as exc:
+        return {"loc": ["axis", path], "type": "unknown_path",
+                "msg": f"{path}: {exc}: give the base that entry, or vary the whole list on this axis"}
+    except TypeError:   # through a value (params.lr.0): not a field, said below
+        pass
     leaves = [p for p in paths if p not in ("kind",)]
     # the name among its siblings first, then whole paths as deep as it: on every path the shared "params." made
     # params and params.dim look near params.lrr
