@@ -47,6 +47,13 @@ def query_error(key: str, reason: str) -> HTTPException:
     return HTTPException(status_code=422, detail=[{"loc": ["query", key], "msg": reason, "type": "value_error"}])
 
 
+def data_unavailable_message(problem: dict[str, str]) -> str:
+    """The 422 message of a spec whose dataset this server does not have (``ExperimentSpec.missing_data``):
+    refused at submission, where its run would fail seconds after it started."""
+    return (f"{problem['field']}: not available on this server: {problem['message']} (the API checks its own "
+            "SMD_DATA_DIR; the workers read the same one)")
+
+
 # Which quota a 429 is about. ``work``: the request itself is too big, so waiting never helps (a client
 # should not retry); ``active_jobs``: room comes as jobs end, and Retry-After estimates when.
 QUOTA_HEADER = "SMD-Quota"

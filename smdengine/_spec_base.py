@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, model_validator
@@ -60,6 +61,11 @@ class SpecBase(StrictModel):
     def work(self) -> int:
         """Size of the job in elementary updates, compared against the service's work limit."""
         raise NotImplementedError
+
+    def missing_data(self, data_dir: str | Path | None) -> dict[str, str] | None:
+        """``{"field", "message"}`` when the spec reads data that ``data_dir`` does not hold (checked on
+        disk, without reading the files), else None. Only the ``train`` kind reads data from disk."""
+        return None
 
 
 def tagged_union(field: str, members: dict[str, type]) -> Any:

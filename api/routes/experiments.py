@@ -15,7 +15,16 @@ from api import cursors, etag, rendered, search
 from api.cursors import SortedCursorQuery
 from api.deps import CurrentUserDep, DbDep, ExperimentDep, ManagedExperimentDep, SettingsDep
 from api.provenance import provenance_of
-from api.responses import FORBIDDEN, NOT_FOUND, NOT_MODIFIED, UNAUTHORIZED, invalid, over_quota, quota_response
+from api.responses import (
+    FORBIDDEN,
+    NOT_FOUND,
+    NOT_MODIFIED,
+    UNAUTHORIZED,
+    data_unavailable_message,
+    invalid,
+    over_quota,
+    quota_response,
+)
 from api.results import result_document
 from api.schemas import (
     SERVICE_FIELDS,
@@ -77,6 +86,10 @@ def _queue(db: str, settings: Settings, user: User, response: Response, parsed: 
     its queue, set Location: submit and rerun."""
     if priority == "high" and not user.is_admin:
         raise HTTPException(status_code=403, detail="priority: 'high' is for admins only; use 'low' or 'normal'")
+    if (problem := parsed.missing_data(settings.data_dir)) is not None:
+        raise HTTPException(status_code=422, detail=[{"loc": ["body", *problem["field"].split(".")],
+                                                      "type": "data_unavailable",
+                                                      "msg": data_unavailable_message(problem)}])
     max_work = user.max_work or settings.max_work
     if parsed.work > max_work:
         raise over_quota(f"quota: work per job is limited to {max_work} for {user.name} "

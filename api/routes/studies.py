@@ -27,6 +27,7 @@ from api.responses import (
     STUDY_NOT_FOUND,
     UNAUTHORIZED,
     Responses,
+    data_unavailable_message,
     over_quota,
     query_error,
     quota_response,
@@ -178,12 +179,20 @@ def _expand(submission: StudySubmission, settings: Settings) -> list[Any]:
     # the base as given (smdengine.expand_study): what its validators filled in is not the user's
     engine["base"] = submission.base.model_dump(mode="json", exclude_unset=True)   # type: ignore[attr-defined]
     try:
-        return expand_study(engine, max_children=settings.max_study_points)
+        children = expand_study(engine, max_children=settings.max_study_points)
     except StudyError as exc:
         raise HTTPException(status_code=422, detail=_body_errors(exc.errors)) from None
     except ValidationError as exc:  # the model above already validated it: a study the engine reads otherwise
         raise HTTPException(status_code=422, detail=_body_errors(
             [{"loc": list(error_location(e)), "msg": error_message(e), "type": e["type"]} for e in exc.errors()])) from None
+    missing = {c.point: (c, problem) for c in children
+               if (problem := c.spec.missing_data(settings.data_dir)) is not None}
+    if missing:   # each point once, as the engine names a point's invalid field
+        raise HTTPException(status_code=422, detail=_body_errors([
+            {"loc": ["point", point, *problem["field"].split(".")], "type": "data_unavailable",
+             "msg": data_unavailable_message(problem), "point": {"index": point, "values": child.values}}
+            for point, (child, problem) in sorted(missing.items())]))
+    return children
 
 
 @plan_router.post("", response_model=StudyPlan, operation_id="planStudy",

@@ -28,20 +28,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from smdengine.train.files import CIFAR10_TEST_FILE, CIFAR10_TRAIN_FILES, DatasetUnavailable, cifar10_folder
 from smdengine.train.shapes import INPUT
 
 if TYPE_CHECKING:
     from smdengine.train.spec import TrainParams
 
-CIFAR10_FOLDER = "cifar-10-batches-py"
-CIFAR10_TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
-CIFAR10_TEST_FILE = "test_batch"
 (CIFAR10_SHAPE, CIFAR10_CLASSES), (DIGITS_SHAPE, DIGITS_CLASSES) = INPUT["cifar10"], INPUT["digits"]
 _CHUNK = 4096                   # rows standardized at a time (bounds the float64 working copy)
-
-
-class DatasetUnavailable(RuntimeError):
-    """The data files are absent or unreadable (a deployment problem, not a bad spec)."""
 
 
 @dataclass
@@ -221,7 +215,7 @@ def _cifar10(spec, data_dir) -> _Raw:
     files needed) and the first test_samples test images, as (n, 3, 32, 32). Pixels are scaled to
     [0, 1] and standardized per channel with train statistics (the result is the same as
     standardizing the raw 0..255 values, which is what is computed)."""
-    folder = _cifar10_folder(data_dir)
+    folder = cifar10_folder(data_dir)
     raw_train, y_train = _read_rows(folder, CIFAR10_TRAIN_FILES, spec.train_samples, "train_samples")
     raw_test, y_test = _read_rows(folder, (CIFAR10_TEST_FILE,), spec.test_samples, "test_samples")
     raw_train = raw_train.reshape(-1, *CIFAR10_SHAPE)             # row-major: 1024 R, 1024 G, 1024 B
@@ -235,21 +229,6 @@ def _cifar10(spec, data_dir) -> _Raw:
         stds.append(math.sqrt(counts @ (values - mean) ** 2 / counts.sum()))
     return _Raw(raw_train, y_train, raw_test, y_test, mean=np.array(means)[:, None, None],
                 std=np.array(stds)[:, None, None], classes=CIFAR10_CLASSES)
-
-
-def _cifar10_folder(data_dir) -> Path:
-    """``<data_dir>/cifar-10-batches-py``, or ``data_dir`` itself when it holds the batch files."""
-    if data_dir is None:
-        raise DatasetUnavailable("dataset: cifar10 needs a data directory: set SMD_DATA_DIR to a folder containing "
-                                 f"{CIFAR10_FOLDER}/ (the python version of CIFAR-10); nothing is downloaded")
-    root = Path(data_dir)
-    nested = root / CIFAR10_FOLDER
-    if nested.is_dir():
-        return nested
-    if (root.name == CIFAR10_FOLDER and root.is_dir()) or (root / CIFAR10_TRAIN_FILES[0]).is_file():
-        return root
-    raise DatasetUnavailable(f"dataset: cifar10 expected the folder {nested} (the python version of CIFAR-10), "
-                             "not found; nothing is downloaded")
 
 
 def _read_rows(folder: Path, names: tuple[str, ...], n: int, field: str) -> tuple[np.ndarray, np.ndarray]:

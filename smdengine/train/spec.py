@@ -3,6 +3,7 @@ angular update of every scale-invariant weight tracked against its theory."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, model_validator
@@ -20,6 +21,7 @@ from smdengine._science import (
 )
 from smdengine._spec_base import SpecBase, StrictModel, tagged_union
 from smdengine.train import shapes
+from smdengine.train.files import cifar10_missing
 
 DIGITS_SAMPLES = 1797          # scikit-learn's bundled 8×8 digits
 CIFAR10_TRAIN, CIFAR10_TEST = 50_000, 10_000
@@ -203,6 +205,12 @@ class TrainSpec(SpecBase):
         """trials · steps · batch_size · forward multiply-adds per sample ÷ 10⁴."""
         p = self.params
         return p.trials * p.total_steps * p.batch_size * shapes.forward_macs(p) // 10_000
+
+    def missing_data(self, data_dir: str | Path | None) -> dict[str, str] | None:
+        if self.params.dataset.name != "cifar10":
+            return None    # digits and synthetic are bundled or generated
+        problem = cifar10_missing(data_dir)
+        return None if problem is None else {"field": "params.dataset.name", "message": problem}
 
 
 GLOBAL_METRICS = ("train_loss", "train_acc", "test_loss", "test_acc", "lr", "weight_decay")

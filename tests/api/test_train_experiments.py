@@ -1,7 +1,8 @@
 """The ``train`` kind through the API (SQLite and PostgreSQL, real engine run by the worker's runner):
-validation, the result document with per-layer series, plots, and a clear failure without data."""
+validation, the result document with per-layer series, plots, and a clear refusal or failure without data."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.api.test_experiments import submit
@@ -51,9 +52,59 @@ def test_train_runs_and_serves_layers_summary_and_plots(client, settings):
         assert r.status_code == 200 and r.content[:4] == b"\x89PNG", name
 
 
-def test_cifar10_without_a_data_dir_fails_with_the_reason(client, settings):
-    exp = submit(client, train_spec(dataset={"name": "cifar10", "train_samples": 100, "test_samples": 10},
-                                    model="cnn", depth=2, width=4))
+CIFAR10 = {"name": "cifar10", "train_samples": 40, "test_samples": 10}
+
+
+def test_cifar10_without_its_data_is_refused_at_submission(client):
+    """A server without CIFAR-10 says so at submission (experiment, study, plan), where the run would fail
+    seconds after it started; nothing is stored. The study names each point that needs it, and only those."""
+    r = client.post("/v1/experiments", json=train_spec(dataset=CIFAR10, model="cnn", depth=2, width=4))
+    assert r.status_code == 422, r.text
+    [error] = r.json()["detail"]
+    assert error["loc"] == ["body", "params", "dataset", "name"] and error["type"] == "data_unavailable"
+    assert error["msg"].startswith("params.dataset.name: not available on this server: ")
+    assert "SMD_DATA_DIR" in error["msg"] and "cifar-10-batches-py" in error["msg"]
+    study = {"base": train_spec(model="cnn", depth=2, width=4),
+             "grid": {"params.dataset": [{"name": "digits"}, CIFAR10]}}
+    for path in ("/v1/studies", "/v1/study-plans"):
+        r = client.post(path, json=study)
+        assert r.status_code == 422, (path, r.text)
+        [error] = r.json()["detail"]
+        assert error["loc"] == ["body", "point", 1, "params", "dataset", "name"], error
+        assert error["point"] == {"index": 1, "values": {"params.dataset": CIFAR10}}
+        assert "SMD_DATA_DIR" in error["msg"]
+    assert client.get("/v1/experiments").json()["total"] == 0
+    assert client.get("/v1/studies").json()["total"] == 0
+
+
+@pytest.fixture
+def cifar_client(tmp_path, settings):
+    """(client, settings, the CIFAR-10 folder): a server whose SMD_DATA_DIR holds a small CIFAR-10 (the
+    engine tests' format: two training batches of 20 random images, a test batch of 10)."""
+    from fastapi.testclient import TestClient
+
+    from api.main import create_app
+    from tests.engine.test_train_data import write_batch
+
+    folder = tmp_path / "data" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    for name, rows in (("data_batch_1", 20), ("data_batch_2", 20), ("test_batch", 10)):
+        write_batch(folder / name, rng.integers(0, 256, size=(rows, 3072), dtype=np.uint8),
+                    rng.integers(0, 10, size=rows).tolist())
+    settings = settings.model_copy(update={"data_dir": tmp_path / "data"})
+    with TestClient(create_app(settings)) as client:
+        yield client, settings, folder
+
+
+def test_cifar10_runs_where_the_server_has_it_and_a_vanished_file_fails_with_its_path(cifar_client):
+    client, settings, folder = cifar_client
+    spec = train_spec(dataset=CIFAR10, model="cnn", depth=2, width=4, steps=20, record_every=10, eval_every=10)
+    exp = submit(client, spec)
+    assert execute(settings, exp["id"]) == "succeeded"
+    assert client.get(f"/v1/experiments/{exp['id']}/results").json()["summary"]["train_samples"] == 40
+    exp = submit(client, spec)
+    (folder / "data_batch_2").unlink()    # after the check at submission: the run still says what is missing
     assert execute(settings, exp["id"]) == "failed"
-    row = client.get(f"/v1/experiments/{exp['id']}").json()
-    assert "SMD_DATA_DIR" in row["error"] and "cifar-10-batches-py" in row["error"]
+    error = client.get(f"/v1/experiments/{exp['id']}").json()["error"]
+    assert f"{folder / 'data_batch_2'} not found" in error, error

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.procs import TEARDOWN_SECONDS, spawn, stop, wait_http
+from tests.integration.procs import TEARDOWN_SECONDS, spawn, stop, unreadable_cifar10, wait_http
 from tests.servers import free_port
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
@@ -81,5 +81,6 @@ def serve(tmp: Path, **settings: str) -> Iterator[tuple[str, dict]]:
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     """A dashboard with auth off: its base URL."""
-    with serve(tmp_path_factory.mktemp("dashboard"), SMD_AUTH="off") as (base, _):
+    tmp = tmp_path_factory.mktemp("dashboard")   # its CIFAR-10 is unreadable: a run that fails at its start
+    with serve(tmp, SMD_AUTH="off", SMD_DATA_DIR=unreadable_cifar10(tmp / "data")) as (base, _):
         yield base

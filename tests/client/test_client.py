@@ -16,7 +16,7 @@ import pytest
 
 from smdlab import Client, QuotaExceeded, SMDValidationError
 from tests.conftest import small_spec
-from tests.integration.procs import serve_for_alice_and_bob, smd, smd_cli
+from tests.integration.procs import serve_for_alice_and_bob, smd, smd_cli, unreadable_cifar10
 
 pytestmark = pytest.mark.integration
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -26,7 +26,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     # a short Retry-After while nothing has run long enough to estimate the time to room (the 429 test waits it)
-    with serve_for_alice_and_bob(tmp_path_factory.mktemp("serve"), SMD_QUOTA_RETRY_SECONDS="2") as service:
+    # its CIFAR-10 files are unreadable: a cifar10 spec is accepted and its run fails
+    tmp = tmp_path_factory.mktemp("serve")
+    with serve_for_alice_and_bob(tmp, SMD_QUOTA_RETRY_SECONDS="2",
+                                 SMD_DATA_DIR=unreadable_cifar10(tmp / "data")) as service:
         yield service
 
 
@@ -222,7 +225,7 @@ def test_cli_commands_and_follow_exit_codes(service, tmp_path):
         assert unread.returncode == 2 and "cannot read the spec" in unread.stderr and words in unread.stderr
         assert "Traceback" not in unread.stderr
 
-    failing = tmp_path / "failing.json"   # valid, but its dataset is not on this machine: fails when run
+    failing = tmp_path / "failing.json"   # valid, but the server's CIFAR-10 files are unreadable: fails when run
     failing.write_text(json.dumps({"kind": "train", "params": {"dataset": {"name": "cifar10"}, "steps": 10,
                                                                "record_every": 5}}))
     failed = smd(alice, "submit", str(failing), "--follow", "--quiet")

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from smdengine import parse_spec
 from smdengine.train.data import Dataset, DatasetUnavailable, load_dataset
 from smdengine.train.spec import TrainParams
 
@@ -278,6 +279,25 @@ def test_cifar10_accepts_the_batches_folder_itself_and_reads_only_needed_files(c
     assert torch.equal(via_root.x_train, via_folder.x_train) and torch.equal(via_root.y_test, via_folder.y_test)
     with pytest.raises(DatasetUnavailable, match="data_batch_4 not found"):
         load(cifar_spec(train_samples=70), data_dir=root)
+
+
+def test_the_submission_check_finds_what_the_run_would_not(cifar, tmp_path):
+    """ExperimentSpec.missing_data: None where the run finds its folder and first files, else the run's own
+    reason, at params.dataset.name; other datasets never miss anything."""
+    root, *_ = cifar
+    spec = parse_spec({"kind": "train", "params": {"model": "cnn", "dataset": cifar_spec()}})
+    assert spec.missing_data(root) is None and spec.missing_data(root / "cifar-10-batches-py") is None
+    problem = spec.missing_data(None)
+    assert problem["field"] == "params.dataset.name"
+    with pytest.raises(DatasetUnavailable) as info:
+        load(cifar_spec())
+    assert problem["message"] == str(info.value)
+    assert str(tmp_path / "elsewhere" / "cifar-10-batches-py") in spec.missing_data(tmp_path / "elsewhere")["message"]
+    (root / "cifar-10-batches-py" / "test_batch").unlink()
+    assert spec.missing_data(root)["message"] == f"dataset: cifar10 file {root / 'cifar-10-batches-py' / 'test_batch'} not found"
+    digits = parse_spec({"kind": "train", "params": {"dataset": {"name": "digits"}}})
+    nrq = parse_spec({"kind": "nrq"})
+    assert digits.missing_data(None) is None and nrq.missing_data(None) is None
 
 
 def test_cifar10_needs_a_data_dir():

@@ -276,3 +276,14 @@ def wait_checkpoint(stack, exp_id: str, timeout: float = 60) -> int:
 def results(stack, exp_id: str) -> dict:
     doc = httpx.get(f"{stack.base}/v1/experiments/{exp_id}/results", timeout=30).json()
     return {k: doc[k] for k in ("series", "theory", "summary")}
+
+
+def unreadable_cifar10(root: Path) -> str:
+    """A data directory whose CIFAR-10 files are present but not pickles: a server with it as SMD_DATA_DIR
+    accepts a cifar10 spec (its check at submission finds the files) and the run fails at its start, before
+    its first record, naming the file."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    for name in ("data_batch_1", "test_batch"):
+        (folder / name).write_bytes(b"not a pickle")
+    return str(root)
