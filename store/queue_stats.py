@@ -76,18 +76,13 @@ def timed_runs(session: Session, queue: str, kind: str, model: str | None = None
                     Experiment.study_id)
              .where(Experiment.queue == queue, Experiment.kind == kind, Experiment.status == Status.succeeded,
                     Experiment.started_at.is_not(None), Experiment.finished_at.is_not(None)))
-    if in_studies:
-        query = query.where(Experiment.study_id.is_not(None))
+    if in_studies:   # a study submitted with "fuse": false ran child by child, slower per unit of work: left out
+        # in the query, before the scan's limit (JSON false is SQLite's 0, PostgreSQL's false; an absent key NULL)
+        query = query.join(Study, Study.id == Experiment.study_id).where(Study.spec["fuse"].as_boolean().is_not(False))
     rows = session.execute(query.order_by(Experiment.finished_at.desc(), Experiment.id.desc()).limit(scan)).all()
-    unfused: set[str] = set()
-    if in_studies and rows:   # a study submitted with "fuse": false ran child by child, slower per unit of work
-        ids = {study_id for *_, study_id in rows}
-        unfused = {study_id for study_id, spec in session.execute(select(Study.id, Study.spec).where(Study.id.in_(ids)))
-                   if (spec or {}).get("fuse") is False}
-    return [(dict(spec or {}), worker, as_utc(started), as_utc(done)) for spec, worker, started, done, study_id in rows
+    return [(dict(spec or {}), worker, as_utc(started), as_utc(done)) for spec, worker, started, done, _ in rows
             if (as_utc(done) - as_utc(started)).total_seconds() >= MIN_TIMED_SECONDS
-            and (model is None or ((spec or {}).get("params") or {}).get("model") == model)
-            and study_id not in unfused]
+            and (model is None or ((spec or {}).get("params") or {}).get("model") == model)]
 
 
 PRESET_HISTORY = 5   # a preset's newest studies whose runs time it
@@ -98,8 +93,6 @@ def preset_runs(session: Session, preset: str, size: str, queue: str, last: int 
     """The runs of the newest ``last`` studies of ``preset`` at ``size`` on ``queue`` whose every child
     succeeded: what its own earlier studies took, fused as the worker fused them. A kind's runs at large
     mix in single runs, slower per unit of work than a fused sweep (a preset run in 25 s was put at 33 min)."""
-    from store.models import Study
-
     ids = session.scalars(select(Study.id).where(Study.preset == preset, Study.preset_size == size)
                           .order_by(Study.created_at.desc(), Study.id.desc()).limit(4 * last)).all()
     by_study: dict[str, list] = {}

@@ -122,4 +122,9 @@ def test_studies_rates_leave_out_studies_that_ran_unfused(database_url):
                 study_id=study_id))
     fused = [spec["fuse"] for spec, *_ in timed_runs(database_url, "cpu", "nrq", in_studies=True)]
     assert sorted(fused, key=str) == [None, True]   # the default fuses; "fuse": false is left out
+    # before the scan's limit: the newest run (the unfused study's) does not take the one place
+    with session_scope(database_url) as session:
+        session.execute(update(Experiment).where(Experiment.study_id == studies[False])
+                        .values(finished_at=T0 + timedelta(seconds=9)))
+    assert [spec["fuse"] for spec, *_ in timed_runs(database_url, "cpu", "nrq", scan=1, in_studies=True)] in ([None], [True])
     assert len(timed_runs(database_url, "cpu", "nrq")) == 3   # any runs: all of them
