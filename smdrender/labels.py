@@ -66,3 +66,10 @@ def curve_label(served: Sequence[Mapping[str, Any]], fixed: Sequence[str],
 def shared_values(served: Sequence[Mapping[str, Any]], fixed: Sequence[str]) -> dict[str, Any]:
     """The values of the ``fixed`` axes on which every one of ``served`` agrees."""
     return {a: served[0].get(a) for a in fixed if served and all(s.get(a) == served[0].get(a) for s in served)}
+
+
+def theory_label(name: str, detail: str = "") -> str:
+    """A theory line's legend entry: the quantity it predicts, then ``(theory…)`` with ``detail`` (" at
+    equilibrium", ", layer's colour"): ``norm_sq_theory`` is "norm_sq (theory)", not "norm_sq_theory (theory)".
+    The dashboard's charts.js ``theoryLabel`` writes the same."""
+    return f"{name.removesuffix('_theory') or name} (theory{detail})"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import smdengine
 from smdengine import PlotDef
 from smdrender.downsample import downsample_indices
+from smdrender.labels import theory_label
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -104,7 +105,7 @@ def _theory(ax, plot: PlotDef, doc: dict[str, Any], steps: list) -> None:
     words = dict(plot.theory_labels)
     for key in plot.theory:
         value = doc["theory"].get(key)
-        label = f"{key} (theory {words[key]})" if key in words else f"{key} (theory)"
+        label = theory_label(key, f" {words[key]}" if key in words else "")
         if isinstance(value, list) and value:
             ax.plot(steps[: len(value)], _nan(value), next(styles), color="k", lw=1.2, label=label)
         elif isinstance(value, (int, float)):
@@ -112,7 +113,7 @@ def _theory(ax, plot: PlotDef, doc: dict[str, Any], steps: list) -> None:
     for key in plot.times:
         value = doc["theory"].get(key)
         if isinstance(value, (int, float)):
-            ax.axvline(value, ls=":", color="k", lw=1.2, label=f"{key} (theory)")
+            ax.axvline(value, ls=":", color="k", lw=1.2, label=theory_label(key))
 
 
 def _layers(fig, ax, plot: PlotDef, doc: dict[str, Any]) -> None:
@@ -143,7 +144,7 @@ def _layers(fig, ax, plot: PlotDef, doc: dict[str, Any]) -> None:
     _theory(ax, plot, doc, steps)
     for key in plot.layer_theory:  # one legend entry for the dashed per-layer theory
         if any(key in metrics for metrics in layers.values()):
-            ax.plot([], [], "--", color="0.4", lw=1.0, label=f"{key} (theory, layer's colour)")
+            ax.plot([], [], "--", color="0.4", lw=1.0, label=theory_label(key, ", layer's colour"))
     if not layers:
         _note(ax, "no layer recorded yet")
     else:

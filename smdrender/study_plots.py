@@ -27,11 +27,13 @@ from matplotlib.cm import ScalarMappable
 from matplotlib.colors import LogNorm, Normalize
 from matplotlib.figure import Figure
 from matplotlib.layout_engine import PlaceHolderLayoutEngine
-from matplotlib.ticker import MaxNLocator, NullFormatter, NullLocator
+from matplotlib.patheffects import withStroke
+from matplotlib.ticker import LogFormatter, MaxNLocator, NullFormatter, NullLocator
 
 from smdrender.grid import cell_means, mixed_axes
 from smdrender.grid import levels as _levels
 from smdrender.grid import numeric as _numeric
+from smdrender.labels import legend_value, theory_label
 from smdrender.plots import MEDIA_TYPES, _nan, _note, encode
 
 __all__ = ["MEDIA_TYPES", "X_LABELS", "draw_lines", "figure", "heatmap", "overlay", "scatter"]
@@ -225,13 +227,26 @@ def heatmap(rows: list[dict], x: str, y: str, metric: str, theory: str | None, f
     if finite.size:
         bar = fig.colorbar(ScalarMappable(norm, cmap), ax=list(axes), pad=0.02, shrink=0.9)
         bar.set_label(f"{metric} (tail mean)" + (", same scale" if theory else ""), fontsize=8)
-        bar.ax.tick_params(labelsize=7)
+        bar.ax.tick_params(labelsize=7, which="both")
+        if isinstance(norm, LogNorm):   # every tick as the cells write values (0.04, 0.006): a log colour bar
+            # would mix 4×10⁻², 10⁻² (its major ticks' smaller type) and 6×10⁻³; matplotlib still picks the
+            # minor ticks it labels
+            bar.ax.yaxis.set_major_formatter(_PlainLog(labelOnlyBase=False))
+            bar.ax.yaxis.set_minor_formatter(_PlainLog(labelOnlyBase=False))
     mixed = mixed_axes(rows, x, y, study_axes)
-    averaged = "; ".join(f"{a} ∈ {{{', '.join(f'{v:g}' if _number(v) else str(v) for v in values)}}}"
+    averaged = "; ".join(f"{a} ∈ {{{', '.join(f'{v:g}' if _number(v) else legend_value(v) for v in values)}}}"
                          for a, values in mixed.items())
     fig.suptitle(f"{metric} over {x} × {y}" + (f", beside {theory}" if theory else "")
                  + (f"\neach cell: the mean over {averaged}" if averaged else ""), fontsize=10)
     return encode(fig, fmt)
+
+
+class _PlainLog(LogFormatter):
+    """A log axis's ticks written as plain numbers (0.04, 0.006, 1e-05: three significant digits), on the
+    ticks matplotlib's own log formatter labels."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"{x:.3g}" if super().__call__(x, pos) else ""
 
 
 def _grid(rows: list[dict], x: str, y: str, column: str, xs: list, ys: list) -> np.ndarray:
@@ -286,8 +301,12 @@ def _cell_text(ax, grid, xs, ys, xe, ye, norm, cmap) -> None:
             if not math.isfinite(value):
                 continue
             shade = norm(value)
-            color = "white" if (np.ma.is_masked(shade) or float(shade) < 0.55) else "black"
-            ax.text(xv, yv, f"{value:.3g}", ha="center", va="center", fontsize=7, color=color)
+            dark = np.ma.is_masked(shade) or float(shade) < 0.55
+            # outlined in the cell's own colour, so that an iso-ηλ diagonal through the cell's centre (a
+            # grid of matching ratios) stops at the number instead of crossing it
+            outline = [withStroke(linewidth=3, foreground=cmap(0.0 if np.ma.is_masked(shade) else float(shade)))]
+            ax.text(xv, yv, f"{value:.3g}", ha="center", va="center", fontsize=7, color="white" if dark else "black",
+                    zorder=4, path_effects=outline)
 
 
 def _iso_diagonals(ax, xs: list, ys: list, xe: np.ndarray, ye: np.ndarray, x_is_lr: bool) -> None:
@@ -330,14 +349,14 @@ def scatter(rows: list[dict], x: str, metric: str, theory: str | None,
         tpoints = sorted((r[x], r[theory]) for r in rows if _number(r.get(x)) and _number(r.get(theory)))
         if tpoints:
             ax.plot([p[0] for p in tpoints], [p[1] for p in tpoints], "o", mfc="none", mec="k", ms=8, mew=1.2,
-                    label=f"{theory} (theory, per point)")
+                    label=theory_label(theory, ", per point"))
             xs_all += [p[0] for p in tpoints]
             ys_all += [p[1] for p in tpoints]
     for k, (name, cx, cy) in enumerate(curves):
         pairs = sorted((a, b) for a, b in zip(cx, cy, strict=False) if _number(a))
         if pairs:
             ax.plot([p[0] for p in pairs], _nan([p[1] for p in pairs]), "--", color="k" if name is None else f"C{k + 1}",
-                    lw=1.2, label=f"{theory or metric} (theory curve{'' if name is None else ', ' + name})")
+                    lw=1.2, label=theory_label(theory or metric, f" curve{'' if name is None else ', ' + name}"))
             xs_all += [p[0] for p in pairs]
             ys_all += [p[1] for p in pairs if p[1] is not None]
     if not points:
@@ -381,4 +400,4 @@ def _spans(values: Sequence[Any], decades: float) -> bool:
 
 
 def _fmt(value: Any) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
+    return f"{value:.3g}" if isinstance(value, float) else legend_value(value)

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from smdrender import labels, study_plots
+from smdrender import grid, labels, study_plots
 
 PNG = b"\x89PNG\r\n\x1a\n"
 LRS = [0.025, 0.05, 0.1, 0.2]
@@ -129,3 +129,29 @@ def test_a_heatmap_title_says_which_axes_its_cells_average(monkeypatch):
     assert titles == ["risk over params.lr × params.weight_decay\neach cell: the mean over params.momentum ∈ {0, 0.5}",
                       "risk over params.lr × params.momentum\neach cell: the mean over params.weight_decay ∈ {0.01, 0.02}",
                       "risk over params.lr × params.weight_decay"]
+
+
+def test_a_heatmap_writes_list_and_boolean_levels_as_the_table_does(monkeypatch):
+    """A schedule axis (list values) on a tick and in the averaged note, a boolean axis on a tick: compact JSON
+    (labels.legend_value), as the study's table and legends write them, not Python's repr."""
+    seen: list[tuple[list[str], str]] = []
+    real = study_plots.encode
+
+    def capture(fig, fmt):
+        ticks = [t.get_text() for ax in fig.axes for t in ax.get_xticklabels() + ax.get_yticklabels()]
+        seen.append((ticks, fig._suptitle.get_text()))
+        return real(fig, fmt)
+
+    monkeypatch.setattr(study_plots, "encode", capture)
+    schedules = [[], [{"step": 600, "lr_factor": 0.1}]]
+    rows = [{"params.lr_schedule": s, "params.nesterov": n, "params.lr": lr, "risk": lr + len(s) + n}
+            for s in schedules for n in (False, True) for lr in (0.1, 1.0)]
+    axes = ["params.lr_schedule", "params.nesterov", "params.lr"]
+    study_plots.heatmap(rows, "params.lr_schedule", "params.nesterov", "risk", None, "png", study_axes=axes)
+    study_plots.heatmap(rows, "params.lr", "params.nesterov", "risk", None, "png", study_axes=axes)
+    (ticks, title), (_, averaged) = seen
+    assert {"[]", '[{"step":600,"lr_factor":0.1}]', "false", "true"} <= set(ticks), ticks
+    assert not any("'" in t or t in ("False", "True") for t in ticks), ticks
+    assert averaged.endswith('each cell: the mean over params.lr_schedule ∈ {[], [{"step":600,"lr_factor":0.1}]}'), averaged
+    # the heatmap's JSON (GET …/charts/heatmap) takes its xs and ys from the same levels
+    assert grid.levels(rows, "params.lr_schedule") == ["[]", '[{"step":600,"lr_factor":0.1}]']

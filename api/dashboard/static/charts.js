@@ -65,11 +65,17 @@ function theoryDash(k) {
   return THEORY_DASHES[k % THEORY_DASHES.length];
 }
 
-// A theory line's legend name, with what it is where the engine says (the plot's theory_labels, as in the PNG):
-// the sde nrq model's two angular updates were "au_theory (theory)" and "au_equilibrium (theory)".
+// A theory line's legend entry: the quantity it predicts, then "(theory…)" with a detail, as smdrender.labels.
+// theory_label writes the PNG's: norm_sq_theory is "norm_sq (theory)", not "norm_sq_theory (theory)".
+export function theoryLabel(name, detail = "") {
+  return `${name.replace(/_theory$/, "") || name} (theory${detail})`;
+}
+
+// With what it is where the engine says (the plot's theory_labels, as in the PNG): the sde nrq model's two
+// angular updates were "au_theory (theory)" and "au_equilibrium (theory)".
 function theoryName(plot, name) {
   const words = plot.theory_labels?.[name];
-  return words ? `${name} (theory ${words})` : `${name} (theory)`;
+  return theoryLabel(name, words ? ` ${words}` : "");
 }
 
 function layerTraces(plot, doc) {
@@ -85,7 +91,7 @@ function layerTraces(plot, doc) {
     for (const name of plot.layer_theory) {
       // one legend entry says what the dashed lines are; each stays in its layer's group
       if (!metrics[name]) continue;
-      traces.push({ x: steps, y: metrics[name], name: `${name} (theory, dashed)`, legendgroup: layer,
+      traces.push({ x: steps, y: metrics[name], name: theoryLabel(name, ", dashed"), legendgroup: layer,
         showlegend: !legended.has(name), hovertemplate: `${layer} ${name}: %{y}<extra></extra>`, type: "scatter",
         mode: lineMode(metrics[name]), line: { color, dash: "dash", width: 1.2 }, meta: "theory" });
       legended.add(name);

@@ -4,7 +4,7 @@
 // heatmap (cell values, the theory beside it on one colour scale or measured/theory as a ratio, iso-ηλ
 // lines). Colours: one per point, or by an axis (a continuous scale for a numeric one), never repeating.
 
-import { LOG_TICKS, plotly } from "./charts.js";
+import { LOG_TICKS, plotly, theoryLabel } from "./charts.js";
 import { fmtNumber, fmtValue } from "./util.js";
 
 const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
@@ -100,7 +100,7 @@ export async function drawOverlay(div, data, { by = "point", seeds = "mean", var
       hovertemplate: `${name} ${data.theory}<br>%{x}: %{y}<extra></extra>` });
   }
   if (groups.some((g) => meanTheory(g.lines))) traces.push({ x: [null], y: [null], type: "scatter", mode: "lines",
-    name: `${data.theory} (theory, dashed in the point's colour)`, line: { color: "#555", dash: "dash" } });
+    name: theoryLabel(data.theory, ", dashed in the point's colour"), line: { color: "#555", dash: "dash" } });
   // a compare study may mix kinds: say who is not drawn, and why, rather than leave them out silently
   const absent = data.not_recorded ?? [];
   const annotations = absent.length ? [{ text: `not drawn (no ${data.metric} series in their kind): ${
@@ -175,7 +175,7 @@ export async function drawScatter(div, data, { by = "point", varying = [] } = {}
     const nth = sharing.get(colour) ?? 0;
     sharing.set(colour, nth + 1);
     traces.push({ x: curve.x, y: curve.y, type: "scatter", mode: "lines", meta: "theory",
-      name: `${data.theory} (theory${curve.label !== null ? `: ${curve.label}` : " curve"})`,
+      name: theoryLabel(data.theory, curve.label !== null ? `: ${curve.label}` : " curve"),
       line: { color: colour, dash: dashes[nth % dashes.length], width: 1.3 }, showlegend: k === 0 || curve.label !== null });
   });
   const xs = data.points.map((p) => p.x).filter((v) => v > 0);
@@ -247,21 +247,39 @@ export async function drawHeatmap(div, data, { mode = "side" } = {}) {
     x: 0, xanchor: "left", y: -0.3, yanchor: "top", xref: "paper", yref: "paper", showarrow: false,
     font: { color: "#a15c00", size: 12 }, name: "averaged" });
   }
-  if (data.iso) for (const axes of [["x", "y"], ["x2", "y2"]].slice(0, traces.length)) traces.push(...isoLines(data, xs, ys, axes));
+  if (data.iso) {
+    layout.shapes = [["x", "y"], ["x2", "y2"]].slice(0, traces.length).flatMap((axes) => isoSegments(data, axes));
+    // the legend's entry (shapes have none; a lone legend entry is shown only when asked for)
+    traces.push({ x: [null], y: [null], type: "scatter", mode: "lines", line: ISO_LINE, name: "iso-ηλ", meta: "iso",
+      showlegend: true, hoverinfo: "skip" });
+    layout.showlegend = true;
+  }
   await plotly(div, traces, layout);
 }
 
-// Lines through the cells of equal ηλ (x and y the learning rate and the weight decay, either way round).
-function isoLines(data, xs, ys, [xaxis, yaxis]) {
+const ISO_LINE = { color: "rgba(255,255,255,0.8)", dash: "dot", width: 1.2 };
+const ISO_CLEAR = 0.4;   // cells (category widths) left clear around each cell's centre, where its label is
+
+// Lines through the cells of equal ηλ (x and y the learning rate and the weight decay, either way round): from
+// cell to cell, stopping short of the centres so that they do not cross the cells' labels. Shapes, since a
+// category axis places them at fractional positions (its index) where a trace can only name a category.
+function isoSegments(data, [xref, yref]) {
   const byProduct = new Map();
   data.xs.forEach((x, i) => data.ys.forEach((y, j) => {
     const key = (x * y).toPrecision(6);
-    (byProduct.get(key) ?? byProduct.set(key, []).get(key)).push([xs[i], ys[j]]);
+    (byProduct.get(key) ?? byProduct.set(key, []).get(key)).push([i, j]);
   }));
-  return [...byProduct.entries()].filter(([, cells]) => cells.length > 1).map(([product, cells], k) => ({
-    x: cells.map((c) => c[0]), y: cells.map((c) => c[1]), xaxis, yaxis, type: "scatter", mode: "lines",
-    line: { color: "rgba(255,255,255,0.8)", dash: "dot", width: 1.2 }, hovertemplate: `ηλ = ${fmtNumber(Number(product))}<extra></extra>`,
-    name: "iso-ηλ", showlegend: k === 0 && xaxis === "x", meta: "iso" }));
+  const segments = [];
+  for (const cells of byProduct.values()) {
+    cells.sort((a, b) => a[0] - b[0]);
+    for (let k = 1; k < cells.length; k += 1) {
+      const [[x0, y0], [x1, y1]] = [cells[k - 1], cells[k]];
+      const trim = ISO_CLEAR / Math.hypot(x1 - x0, y1 - y0);
+      segments.push({ type: "line", xref, yref, line: ISO_LINE,
+        x0: x0 + trim * (x1 - x0), y0: y0 + trim * (y1 - y0), x1: x1 - trim * (x1 - x0), y1: y1 - trim * (y1 - y0) });
+    }
+  }
+  return segments;
 }
 
 // Parallel coordinates of a study of three or more axes: one line per point (means over seeds), an axis per
