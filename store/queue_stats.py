@@ -25,6 +25,7 @@ class QueueState:
     running: int
     workers: int                             # distinct worker names holding a live lease on this queue
     processes: int                           # worker processes serving this queue seen within live_seconds, idle or not
+    busy_processes: int                      # of those, the ones running a job or a fused batch
     mean_duration_seconds: float | None   # over the last DURATION_HISTORY succeeded jobs; None if none
 
 
@@ -142,16 +143,17 @@ def busy_seconds(spans: dict[str | None, list[tuple[datetime, datetime]]]) -> fl
 @transaction
 def queue_state(session: Session, queue: str, live_seconds: float) -> QueueState:
     """The queue's counts now; ``processes`` counts the worker processes whose row (store.workers) was renewed
-    within ``live_seconds`` (worker.presence.live_seconds): those up, idle or busy."""
+    within ``live_seconds`` (worker.presence.live_seconds): those up, idle or busy; ``busy_processes`` those of
+    them running a job or a fused batch (the same unit: a worker's pool counts each process)."""
     queued = session.scalar(select(func.count()).select_from(Experiment).where(jobs.claimable([queue])))
     running = session.scalar(select(func.count()).select_from(Experiment)
                              .where(Experiment.queue == queue, Experiment.status == Status.running))
     workers = session.scalar(select(func.count(Experiment.worker.distinct()))
                              .where(Experiment.queue == queue, Experiment.status == Status.running,
                                     Experiment.lease_owner.is_not(None), Experiment.lease_expires_at > db_now()))
-    processes = len(worker_rows.live(session, queue, live_seconds))
-    return QueueState(queue, int(queued or 0), int(running or 0), int(workers or 0), processes,
-                      mean_duration(session, queue))
+    live = worker_rows.live(session, queue, live_seconds)
+    return QueueState(queue, int(queued or 0), int(running or 0), int(workers or 0), len(live),
+                      sum(1 for _, busy, _ in live if busy), mean_duration(session, queue))
 
 
 def estimate_starts(count: int, running_ends: list[datetime], slots: int, mean_seconds: float | None,

@@ -26,6 +26,8 @@ class QueueInfo(BaseModel):
     processes: int = Field(..., description="Worker processes serving this queue that are up now, idle or busy "
                                             "(their presence renewed within a lease): 0 means no worker would start "
                                             "a job queued here.")
+    busy_processes: int = Field(..., description="Of those processes, the ones running a job or a fused batch now "
+                                                 "(processes − busy_processes are idle).")
     mean_duration_seconds: float | None = Field(
         ..., description=f"Mean run time (finished_at − started_at) of the last {queue_stats.DURATION_HISTORY} "
                          f"succeeded jobs of this queue; null when none has succeeded yet.")
@@ -79,6 +81,7 @@ def get_queue(db: DbDep, user: CurrentUserDep, settings: SettingsDep,
                                                     f"{user.name} is not an admin: leave it out to see your own jobs")
     snap = queue_stats.snapshot(db, user.id, everyone=everyone, live_seconds=presence.live_seconds(settings))
     return QueueOut(queues={name: QueueInfo(queued=q.queued, running=q.running, workers=q.workers, processes=q.processes,
+                                            busy_processes=q.busy_processes,
                                             mean_duration_seconds=q.mean_duration_seconds)
                             for name, q in snap.queues.items()},
                     jobs=[_job(j) for j in snap.jobs])

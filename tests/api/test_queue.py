@@ -46,9 +46,9 @@ def test_round_robin_positions(lab):
     assert job["position"] == 2 and job["owner"] == "bob" and job["status"] == "queued"
     assert job["queue"] == "cpu" and job["kind"] == "nrq" and job["priority"] == "normal"
     assert job["estimated_start"] is None   # no succeeded job yet: no duration history
-    assert mine["queues"]["cpu"] == {"queued": 5, "running": 0, "workers": 0, "processes": 0,
+    assert mine["queues"]["cpu"] == {"queued": 5, "running": 0, "workers": 0, "processes": 0, "busy_processes": 0,
                                      "mean_duration_seconds": None}
-    assert mine["queues"]["gpu"] == {"queued": 0, "running": 0, "workers": 0, "processes": 0,
+    assert mine["queues"]["gpu"] == {"queued": 0, "running": 0, "workers": 0, "processes": 0, "busy_processes": 0,
                                      "mean_duration_seconds": None}
 
     theirs = queue(client, keys.alice)
@@ -57,7 +57,7 @@ def test_round_robin_positions(lab):
     assert {job["owner"] for job in theirs["jobs"]} == {"alice"}
 
 
-def test_processes_counts_the_workers_up_idle_or_busy(lab):
+def test_processes_counts_the_workers_up_and_busy(lab):
     """workers counts those holding a job; processes those up (their presence row renewed within a lease), so
     an idle worker is not read as none: the answer a user asks of the queue when a job waits."""
     from sqlalchemy import update
@@ -68,14 +68,15 @@ def test_processes_counts_the_workers_up_idle_or_busy(lab):
 
     client, keys, settings = lab
     workers.beat(settings.db_url, "idle/1", "cpu", busy=False)
-    workers.beat(settings.db_url, "both/2", "gpu,cpu", busy=False)
-    workers.beat(settings.db_url, "gone/3", "cpu", busy=False)
+    workers.beat(settings.db_url, "both/2", "gpu,cpu", busy=True, study_id=None)
+    workers.beat(settings.db_url, "gone/3", "cpu", busy=True)
     with session_scope(settings.db_url) as session:   # not renewed for two leases: a process that died
         session.execute(update(WorkerProcess).where(WorkerProcess.id == "gone/3")
                         .values(seen_at=db_now(-2 * settings.lease_seconds)))
     body = queue(client, keys.bob)["queues"]
-    assert (body["cpu"]["processes"], body["cpu"]["workers"]) == (2, 0)
-    assert (body["gpu"]["processes"], body["gpu"]["workers"]) == (1, 0)
+    # busy in the same unit as up: each process (the stale busy one counts in neither)
+    assert (body["cpu"]["processes"], body["cpu"]["busy_processes"], body["cpu"]["workers"]) == (2, 1, 0)
+    assert (body["gpu"]["processes"], body["gpu"]["busy_processes"], body["gpu"]["workers"]) == (1, 1, 0)
 
 
 def test_priority_orders_a_users_own_jobs(lab):

@@ -13,15 +13,17 @@ export function render(main) {
       body.replaceChildren(
         h("div.scroll", h("table.list#queues", h("tr", h("th", "queue"), h("th", "queued"),
           h("th", { title: "jobs running: each child of a fused batch counts" }, "running"),
-          h("th", { title: "workers holding a running job (one runs a whole fused batch)" }, "busy workers"),
-          // processes, not workers: a worker's pool of N processes holds jobs under one name
-          h("th", { title: "worker processes serving this queue that are up now, idle or busy" }, "processes up"),
+          // processes, not workers: a worker's pool of N processes holds jobs under one name, and busy and up were
+          // told in those two units (a pool counted once among the busy, each of its processes among those up)
+          h("th", { title: "worker processes serving this queue: running a job or a fused batch, of those up" },
+            "processes busy / up"),
           h("th", "mean run time")),
         Object.entries(q.queues).map(([name, info]) => h("tr", h("td", name), h("td", info.queued), h("td", info.running),
-          h("td", info.workers), h("td", info.processes), h("td", fmtDuration(info.mean_duration_seconds)))))),
-        h("p.muted", "running counts jobs, each child of a fused batch included; busy workers counts the workers running "
-          + "them (a worker's pool of processes counts once), processes up every worker process serving the queue, idle "
-          + "or busy (none: a job queued there waits for one to start). "
+          h("td.processes", `${info.busy_processes} / ${info.processes}`),
+          h("td", fmtDuration(info.mean_duration_seconds)))))),
+        h("p.muted", "running counts jobs, each child of a fused batch included (a process runs a fused batch as "
+          + "one); processes: those running a job, of every worker process serving the queue (none up: a job queued "
+          + "there waits for one to start). "
           + "A start estimate: each slot frees when its job should end (at its pace, once it has done a tenth of its "
           + "steps; else at the mean run time), then each job ahead takes the mean run time."),
         h("h2", "Your queued and running jobs"),
