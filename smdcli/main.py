@@ -8,7 +8,7 @@
         | ls [--status S] [--tag T] | rerun ID --set PATH=VALUE [--follow]
                               experiments on the service (SMD_URL, default http://127.0.0.1:8000; SMD_KEY)
     smd study run STUDY.json -o DIR [-j N]   run a study here (children, tables, plots in DIR), no service
-    smd study submit STUDY.json [--follow] | status ID | table ID [--group point] [--csv] | cancel ID
+    smd study submit STUDY.json [--follow] | status ID | table ID [--group point] [--json | --csv] | cancel ID
                               a study on the service (SMD_URL, default http://127.0.0.1:8000; SMD_KEY)
     smd presets list | show ID | run ID [--size quick] [--seeds ...] [--set PATH=VALUE ...] [--follow]
     smd presets run ID --local -o DIR [-j N]   a seed's figure as a study with checks (service, or here)

@@ -63,3 +63,8 @@ def read_object(path: Path | str, prog: str, what: str) -> dict[str, Any] | None
         print(f"{prog}: the {what} {str(path)!r}: expected a JSON object, got {type(data).__name__}", file=sys.stderr)
         return None
     return data
+
+
+def count(n: int, one: str, many: str | None = None) -> str:
+    """``n`` and the noun that agrees with it: "1 child", "2 children", "1 seed", "4 seeds"."""
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"

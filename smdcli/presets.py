@@ -53,6 +53,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--local", action="store_true", help="run here with the engine, no service (needs -o)")
     run.add_argument("-o", "--output", type=output_dir, help="(--local) directory for the runs, tables, checks.json, figure.png")
     run.add_argument("-j", "--jobs", type=int, default=1, help="(--local) worker processes (default 1)")
+    run.add_argument("--no-limit", action="store_true", help="(--local) run it over the service's limits too "
+                                                             "(SMD_MAX_STUDY_POINTS, SMD_MAX_WORK); refused without it")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -68,7 +70,8 @@ def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
 
         refuse_non_finite("smd presets", overrides, "--set")
         # a flag of the other mode was silently dropped: -o without --local submitted the whole preset
-        wrong = ([f for f, given in (("-o", args.output), ("-j", args.jobs != 1)) if given] if not args.local else
+        wrong = ([f for f, given in (("-o", args.output), ("-j", args.jobs != 1), ("--no-limit", args.no_limit))
+                  if given] if not args.local else
                  [f for f, given in (("--follow", args.follow), ("--visibility", args.visibility),
                                      ("--priority", args.priority)) if given])
         if wrong:
@@ -81,7 +84,7 @@ def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
                 print("smd presets: run --local needs -o DIR", file=sys.stderr)
                 return 2
             return run_local(args.id, args.size, args.seeds, overrides, args.output, jobs=args.jobs,
-                             quiet=args.quiet, data_dir=data_dir)
+                             quiet=args.quiet, data_dir=data_dir, no_limit=args.no_limit)
     if command in ("list", "show") and not args.remote:
         return list_local(args.json) if command == "list" else show_local(args.id, args.json)
     from smdcli.service import call
@@ -225,7 +228,7 @@ def run_remote(client: Any, args: argparse.Namespace, overrides: dict[str, Any] 
 
 
 def run_local(preset_id: str, size: str, seeds: list[int] | None, overrides: dict[str, Any] | None, out_dir: Path,
-              jobs: int = 1, quiet: bool = False, data_dir: str | None = None) -> int:
+              jobs: int = 1, quiet: bool = False, data_dir: str | None = None, no_limit: bool = False) -> int:
     """Build the preset's study, run it here (`smd study run`), evaluate its checks on the results;
     write checks.json and figure.png into ``out_dir`` and print the verdicts."""
     import smdengine
@@ -243,7 +246,7 @@ def run_local(preset_id: str, size: str, seeds: list[int] | None, overrides: dic
         print(f"smd presets: {preset_id}: {exc}", file=sys.stderr)
         return 2
     out_dir = Path(out_dir)
-    run = studycli.run_study(spec, out_dir, jobs=jobs, quiet=quiet, data_dir=data_dir)
+    run = studycli.run_study(spec, out_dir, jobs=jobs, quiet=quiet, data_dir=data_dir, no_limit=no_limit)
     if run.study is None:
         return run.status
     checks = smdengine.json_safe(smdengine.evaluate_checks(

@@ -4,7 +4,7 @@
     smd study run STUDY.json -o DIR [-j N] [--quiet]
     smd study submit STUDY.json [--follow] [--visibility private|lab] [--priority low|normal|high]
     smd study status ID
-    smd study table ID [--group point] [--csv] [-o FILE]
+    smd study table ID [--group point] [--json | --csv] [-o FILE]
     smd study cancel ID
 
 `run` writes to DIR: ``children/<index>.json`` (result documents, as ``smd run -o`` writes them),
@@ -38,7 +38,8 @@ from typing import Any
 
 from tqdm import tqdm
 
-from smdcli.paths import output_dir, output_file, read_object, resource_id
+from smdcli.paths import count, output_dir, output_file, read_object, resource_id
+from store.settings import get_settings
 
 SERVICE_KEYS = ("visibility", "priority")   # study options of the service, not of the engine
 END_STATUSES = {"succeeded": 0, "failed": 1, "partial": 1, "cancelled": 2}
@@ -53,6 +54,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     run.add_argument("-o", "--output", type=output_dir, required=True, help="directory for children, tables and plots")
     run.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1: in this process)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--no-limit", action="store_true",
+                     help="run a study over the service's limits too (SMD_MAX_STUDY_POINTS children, SMD_MAX_WORK "
+                          "work in all); without it such a study is refused (exit 3), as the service would refuse it")
     submit = cmds.add_parser("submit", help="POST the study to the service; prints its id")
     submit.add_argument("study", type=Path, help="study spec (JSON file, or - for stdin)")
     submit.add_argument("--follow", action="store_true", help="then show its progress until it ends")
@@ -64,10 +68,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     status.add_argument("--json", action="store_true", help="print the service's JSON")
     status.add_argument("--follow", action="store_true", help="show its progress until it ends")
     status.add_argument("--quiet", action="store_true", help="with --follow: no progress bar")
-    table = cmds.add_parser("table", help="a study's table (JSON, or CSV with --csv)")
+    table = cmds.add_parser("table", help="a study's table: aligned text, or the service's JSON (--json) or CSV (--csv)")
     table.add_argument("id", type=resource_id)
     table.add_argument("--group", choices=["point"], help="one row per point: mean and standard error over seeds")
-    table.add_argument("--csv", action="store_true", help="CSV instead of JSON")
+    form = table.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="the service's JSON (columns, rows, checks) instead of text")
+    form.add_argument("--csv", action="store_true", help="CSV instead of text")
     table.add_argument("-o", "--output", type=output_file, help="file to write (default: stdout)")
     cancel = cmds.add_parser("cancel", help="cancel every unfinished child of a study")
     cancel.add_argument("id", type=resource_id)
@@ -75,7 +81,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
     if args.study_command == "run":
-        return run_local(args.study, args.output, jobs=args.jobs, quiet=args.quiet, data_dir=data_dir)
+        return run_local(args.study, args.output, jobs=args.jobs, quiet=args.quiet, data_dir=data_dir,
+                         no_limit=args.no_limit)
     from smdcli.service import call
 
     def remote(client: Any) -> int:
@@ -86,7 +93,7 @@ def main(args: argparse.Namespace, data_dir: str | None = None) -> int:
                 return follow(client, args.id, quiet=args.quiet)
             return show_status(client, args.id, raw=args.json)
         if args.study_command == "table":
-            return table(client, args.id, group=args.group, as_csv=args.csv, output=args.output)
+            return table(client, args.id, group=args.group, as_csv=args.csv, output=args.output, as_json=args.json)
         return cancel(client, args.id)
 
     return call("smd study", remote)
@@ -109,12 +116,13 @@ def read_study(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def run_local(path: Path, out_dir: Path, jobs: int = 1, quiet: bool = False, data_dir: str | None = None) -> int:
+def run_local(path: Path, out_dir: Path, jobs: int = 1, quiet: bool = False, data_dir: str | None = None,
+              no_limit: bool = False) -> int:
     """Expand, run every child (``jobs`` processes), write the documents, tables and plots."""
     data = read_study(path)
     if data is None:
         return 2
-    return run_study(data, out_dir, jobs=jobs, quiet=quiet, data_dir=data_dir).status
+    return run_study(data, out_dir, jobs=jobs, quiet=quiet, data_dir=data_dir, no_limit=no_limit).status
 
 
 @dataclass
@@ -129,9 +137,10 @@ class LocalRun:
 
 
 def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = False,
-              data_dir: str | None = None) -> LocalRun:
+              data_dir: str | None = None, no_limit: bool = False) -> LocalRun:
     """`smd study run` on a study given as a dict (`smd presets run --local` builds one): status 2
-    and nothing run for a bad study, else 0, or 1 when a child failed."""
+    and nothing run for a bad study, 3 for one over the service's limits (unless ``no_limit``), else 0, or 1
+    when a child failed."""
     from pydantic import ValidationError
 
     import smdengine
@@ -139,8 +148,14 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
     if jobs < 1:
         print("smd study: -j: expected at least 1", file=sys.stderr)
         return LocalRun(2)
+    settings = get_settings()
     try:
         study = smdengine.StudySpec.model_validate({k: v for k, v in data.items() if k not in SERVICE_KEYS})
+        if study.size() > settings.max_study_points and not no_limit:   # refused before 10⁶ children are built
+            print(f"smd study: refused: {count(study.size(), 'child', 'children')} (points × seeds), over the "
+                  f"service's limit of {settings.max_study_points:,} (SMD_MAX_STUDY_POINTS): make it smaller, or pass "
+                  "--no-limit to run it here anyway", file=sys.stderr)
+            return LocalRun(3)
         children = smdengine.expand_study(study)
     except ValidationError as exc:
         print_errors([{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()])
@@ -148,11 +163,18 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
     except smdengine.StudyError as exc:
         print_errors(exc.errors)
         return LocalRun(2)
+    work = sum(c.spec.work for c in children)
+    if work > settings.max_work and not no_limit:   # a typo's extra zeros: refused at once, as smd run and the service
+        print(f"smd study: refused: its {count(len(children), 'child', 'children')} need {work:,} work together "
+              f"(trials·steps·dim; × 1/dt and × samples where they apply), over the limit {settings.max_work:,} "
+              "(SMD_MAX_WORK, the service's default quota): make it smaller, or pass --no-limit to run it here anyway",
+              file=sys.stderr)
+        return LocalRun(3)
     out_dir = Path(out_dir)
     (out_dir / "children").mkdir(parents=True, exist_ok=True)
-    print(f"smd study: {len(children)} children ({len({c.point for c in children})} points × "
-          f"{len({c.seed for c in children})} seed(s)), {jobs} {'process' if jobs == 1 else 'processes'}",
-          file=sys.stderr)
+    points, seeds = len({c.point for c in children}), len({c.seed for c in children})
+    print(f"smd study: {count(len(children), 'child', 'children')} ({count(points, 'point')} × {count(seeds, 'seed')}), "
+          f"{count(jobs, 'process', 'processes')}", file=sys.stderr)
     bar = tqdm(total=len(children), unit="child", file=sys.stderr, disable=quiet or not sys.stderr.isatty(),
                dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.2f}/{total} children [{elapsed}<{remaining}]")
     specs = [(c.index, c.spec.model_dump(mode="json")) for c in children]
@@ -538,11 +560,14 @@ def follow(client: Any, study_id: str, quiet: bool = False, interval: float = 1.
 
 
 def table(client: Any, study_id: str, group: str | None = None, as_csv: bool = False,
-          output: Path | None = None) -> int:
+          output: Path | None = None, as_json: bool = False) -> int:
     path = f"/v1/studies/{study_id}/table" + (".csv" if as_csv else "")
     body = client.http.request("GET", path, params={"group": group} if group else None).content
-    if not as_csv:
+    if as_json:
         body = (json.dumps(json.loads(body), indent=2) + "\n").encode("utf-8")
+    elif not as_csv:
+        served = json.loads(body)
+        body = text_table(served["columns"], served["rows"]).encode("utf-8")
     if output is None:
         sys.stdout.buffer.write(body)
         sys.stdout.flush()
@@ -550,6 +575,25 @@ def table(client: Any, study_id: str, group: str | None = None, as_csv: bool = F
         Path(output).write_bytes(body)
         print(f"smd study: wrote {output}", file=sys.stderr)
     return 0
+
+
+def text_table(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    """The table aligned for a terminal: a header of the columns, numbers to 4 significant digits, "—" where a
+    child has no value (still running, failed, or not of that kind); the experiment ids left to --json and --csv."""
+    shown = [c for c in columns if c != "experiment_id"]
+
+    def cell(value: Any) -> str:
+        if value is None:
+            return "—"
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        if isinstance(value, (list, dict, bool)):
+            return json.dumps(value, separators=(",", ":"))
+        return str(value)
+
+    cells = [shown, *[[cell(row.get(c)) for c in shown] for row in rows]]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(shown))]
+    return "".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() + "\n" for line in cells)
 
 
 def cancel(client: Any, study_id: str) -> int:

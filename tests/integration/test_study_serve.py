@@ -41,10 +41,17 @@ def test_the_acceptance_grid_through_the_service_and_locally(service, tmp_path):
     assert "succeeded" in submitted.stderr
     status = smd(alice, "study", "status", study_id)
     assert status.returncode == 0 and "succeeded" in status.stdout and "succeeded 16" in status.stdout
-    table = smd(alice, "study", "table", study_id, "-o", str(tmp_path / "served.json"))
+    table = smd(alice, "study", "table", study_id, "--json", "-o", str(tmp_path / "served.json"))
     assert table.returncode == 0, table.stderr
     served = json.loads((tmp_path / "served.json").read_text())["rows"]
     assert len(served) == 16 and {row["status"] for row in served} == {"succeeded"}
+    # for a terminal (the default): a header and a line per point, aligned, numbers to 4 digits, no ids
+    text = smd(alice, "study", "table", study_id, "--group", "point")
+    header, *lines = text.stdout.splitlines()
+    assert text.returncode == 0 and header.startswith("point ") and len(lines) == 16, text.stdout
+    assert "experiment_id" not in header and f"{served[0]['risk']:.4g}" in text.stdout
+    at = header.index("params.lr ")   # every value starts under its column's name
+    assert all(line[at] != " " and line[at - 2:at] == "  " for line in lines), text.stdout
     for row in served:   # acceptance 1: every point at the stationary risk, within 3 standard errors
         assert abs(row["risk"] - row["risk_stationary"]) <= risk_tolerance(row), row
     diagonals: dict[int, list[dict]] = {}

@@ -129,3 +129,29 @@ def test_smd_run_refuses_a_job_over_the_work_limit_unless_told(smd_here, tmp_pat
     assert document["progress"] == 1.0 and document["layers"] == {} and document["id"] is None
     done = smd_here({**NOWHERE, "SMD_MAX_WORK": "4000"}, "run", str(tmp_path / "spec.json"), "-o", str(out), "--quiet")
     assert done.returncode == 0, done.stderr   # at the limit: run
+
+
+def test_smd_study_and_presets_run_refuse_a_study_over_the_limits_unless_told(smd_here, tmp_path):  # noqa: F811
+    """The local study commands hold to smd run's guard and the service's study limits: its children's work
+    together over SMD_MAX_WORK, or more children than SMD_MAX_STUDY_POINTS, is refused at once (exit status 3,
+    nothing run or written) unless --no-limit says to run it anyway. A 2000-child study ran to the end, and two
+    children of 10¹² work each started, where `smd study submit` refused both."""
+    base = {"kind": "nrq", "params": {"trials": 8, "steps": 50, "record_every": 10}}   # work 4,000 a child
+    (tmp_path / "study.json").write_text(json.dumps({"base": base, "grid": {"params.lr": [0.1, 0.2]}}))
+    out = tmp_path / "out"
+    done = smd_here({**NOWHERE, "SMD_MAX_WORK": "7999"}, "study", "run", str(tmp_path / "study.json"), "-o", str(out))
+    assert done.returncode == 3 and "its 2 children need 8,000 work together" in done.stderr, done.stderr
+    assert "over the limit 7,999 (SMD_MAX_WORK" in done.stderr and "--no-limit" in done.stderr
+    assert not (out / "children").exists()
+    done = smd_here({**NOWHERE, "SMD_MAX_STUDY_POINTS": "1"}, "study", "run", str(tmp_path / "study.json"), "-o", str(out))
+    assert done.returncode == 3 and "2 children (points × seeds), over the service's limit of 1 " in done.stderr
+    assert "SMD_MAX_STUDY_POINTS" in done.stderr and not (out / "children").exists(), done.stderr
+    done = smd_here({**NOWHERE, "SMD_MAX_STUDY_POINTS": "1", "SMD_MAX_WORK": "7999"}, "study", "run",
+                    str(tmp_path / "study.json"), "-o", str(out), "--no-limit", "--quiet")
+    assert done.returncode == 0 and "2 children (2 points × 1 seed), 1 process" in done.stderr, done.stderr
+    done = smd_here({**NOWHERE, "SMD_MAX_WORK": "1000", "SMD_MAX_STUDY_POINTS": "1000"}, "presets", "run",
+                    "nrq-equilibrium-tradeoff", "--local",
+                    "-o", str(tmp_path / "preset"))
+    assert done.returncode == 3 and "SMD_MAX_WORK" in done.stderr and not (tmp_path / "preset").exists(), done.stderr
+    done = smd_here(NOWHERE, "presets", "run", "nrq-equilibrium-tradeoff", "--no-limit")
+    assert done.returncode == 2 and "--no-limit is for a --local run only" in done.stderr, done.stderr

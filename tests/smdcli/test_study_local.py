@@ -44,7 +44,7 @@ def test_grid_tables_plots_and_independent_of_jobs(tmp_path):
     proc = subprocess.run([str(smd), "study", "run", str(study), "-o", str(two), "-j", "2"], capture_output=True,
                           text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert "8 children (4 points × 2 seed(s)), 2 processes" in proc.stderr
+    assert "8 children (4 points × 2 seeds), 2 processes" in proc.stderr
 
     table = _table(one)
     rows = table["rows"]
