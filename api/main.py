@@ -47,7 +47,7 @@ def _located(errors, body: Any) -> list:
             # not an object at all (a list for a spec): no tag field to point at, and not a wrong tag
             err = {**err, "type": "object_type", "msg": f"expected a JSON object, got {_json_type(err.get('input'))}"}
         elif tag in ("invalid_kind", "invalid_model", "invalid_name"):
-            err = {**err, "loc": (*err.get("loc", ()), tag.removeprefix("invalid_"))}
+            err = {**err, "loc": (*err.get("loc", ()), tag.removeprefix("invalid_")), "msg": error_message(err)}
         else:
             placed = error_location(err)
             given = err.get("input")

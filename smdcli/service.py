@@ -60,7 +60,7 @@ def error_line(loc: list[Any], reason: str, point: dict[str, Any] | None = None,
     """One refused field as `smd` says it, alike for a study refused here (`smd study run`) and by the service:
     where (``axis PATH``, ``point I, FIELD``, else ``field`` or the dotted ``loc``), the reason, and for a
     point its axis values (the index alone does not say which values were refused)."""
-    from smdlab.errors import at_point
+    from smdlab.errors import at_point, field_said
 
     parts = [str(part) for part in loc]
     if parts[:1] == ["axis"]:
@@ -69,7 +69,7 @@ def error_line(loc: list[Any], reason: str, point: dict[str, Any] | None = None,
         where = f"point {parts[1]}" + (f", {'.'.join(parts[2:])}" if len(parts) > 2 else "")
     else:
         where = field if field is not None else ".".join(parts)
-    return (f"{where}: " if where else "") + f"{reason}{at_point({'point': point})}"
+    return f"{field_said(where, reason)}{at_point({'point': point})}"
 
 
 def non_finite(value: Any, path: str = "") -> str | None:

@@ -101,6 +101,13 @@ def error_location(error: Mapping[str, Any]) -> tuple[Any, ...]:
 
 def error_message(error: Mapping[str, Any]) -> str:
     """A spec validation error's message without pydantic's "Value error, " before the engine's own messages,
-    which say the field and the reason themselves ("record_every: expected ≤ steps (100), got 1000")."""
-    return str(error.get("msg", "")).removeprefix("Value error, ")
+    which say the field and the reason themselves ("record_every: expected ≤ steps (100), got 1000"); a union's
+    missing or unknown tag (:func:`tagged_union`) with what was given: "kind: expected one of 'nrq', 'sde',
+    'train', got 'nrqq'"."""
+    message = str(error.get("msg", "")).removeprefix("Value error, ")
+    kind, given = str(error.get("type", "")), error.get("input")
+    if kind.startswith("invalid_") and isinstance(given, dict):   # the tag's own field holds what was given
+        tag = kind.removeprefix("invalid_")
+        message += f", got {given[tag]!r}" if tag in given else f", got none (no {tag} given)"
+    return message
 

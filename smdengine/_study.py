@@ -325,7 +325,8 @@ def set_path(data: Any, path: str, value: Any) -> None:
         last = i == len(parts) - 1
         if isinstance(node, list):
             if not part.isdigit() or int(part) >= len(node):
-                raise IndexError(f"the base spec's {'.'.join(parts[:i])} has no entry {part} (it has {len(node)})")
+                held = "is empty" if not node else f"has entries 0 to {len(node) - 1}"
+                raise IndexError(f"the base spec's {'.'.join(parts[:i])} has no entry {part} (it {held})")
             key: Any = int(part)
         elif isinstance(node, dict):
             key = part

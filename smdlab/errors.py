@@ -78,9 +78,23 @@ def at_point(error: dict[str, Any]) -> str:
     return f" (at {values_text(values)})" if isinstance(values, dict) and values else ""
 
 
+def error_text(error: dict[str, Any]) -> str:
+    """``field: reason`` of one 422 error, the field said once where the service's message already starts with
+    it ("kind: expected one of …", not "kind: kind: expected one of …"), and the point's values for a study's."""
+    return f"{field_said(field_of_error(error), str(error.get('msg')))}{at_point(error)}"
+
+
+def field_said(where: str, reason: str) -> str:
+    """``where: reason``, ``where`` said once: the engine's messages often start with their field, in full
+    ("kind: expected …") or by its last part ("record_every: expected …" at params.record_every)."""
+    name = where.rsplit(".", 1)[-1].rsplit(" ", 1)[-1]
+    if not where or reason.startswith(f"{where}: "):
+        return reason
+    return f"{where}: {reason.removeprefix(f'{name}: ') if name else reason}"
+
+
 def message_of(status: int, detail: Any) -> str:
     if isinstance(detail, list):
-        lines = [f"{field_of_error(e)}: {e.get('msg')}{at_point(e)}" if isinstance(e, dict) else str(e)
-                 for e in detail]
+        lines = [error_text(e) if isinstance(e, dict) else str(e) for e in detail]
         return f"HTTP {status}: " + "; ".join(lines)
     return f"HTTP {status}: {detail}"

@@ -145,7 +145,10 @@ def _override_error(error: dict[str, Any]) -> dict[str, Any]:
     """A study error of the one-point expansion as a 422 item located at the override's field."""
     loc = [str(part) for part in error.get("loc", [])]
     field = ".".join(loc[1:]) if loc[:1] == ["axis"] else ".".join(loc[2:]) if loc[:1] == ["point"] else ".".join(loc)
-    return {"loc": ["body", "overrides", field], "msg": error.get("msg", ""), "type": error.get("type", "value_error")}
+    # in a rerun's words: its base is the experiment, and an override is no axis
+    msg = (str(error.get("msg", "")).replace("the base spec's ", "the experiment's ")
+           .replace("give the base that entry, or vary the whole list on this axis", "override the whole list instead"))
+    return {"loc": ["body", "overrides", field], "msg": msg, "type": error.get("type", "value_error")}
 
 
 FILTERS_DESCRIPTION = (

@@ -92,7 +92,9 @@ def test_each_model_runs_and_serves_results_and_plots(client, settings, model):
         labels = listed["au"]["theory_labels"]
         assert sorted(labels) == ["au_equilibrium", "au_theory"] and listed["risk"]["theory_labels"] == {}
         svg = client.get(f"/v1/experiments/{exp['id']}/plots/au.svg").text   # matplotlib keeps each text as a comment
-        assert all(f"{name} (theory {words})" in svg for name, words in labels.items()), labels
+        # the quantity named once: "au (theory along the run: …)", not "au_theory (theory along the run: …)"
+        assert all(f"{name.removesuffix('_theory')} (theory {words})" in svg for name, words in labels.items()), labels
+        assert "au_theory (theory" not in svg
         # the histogram's x axis is its variable, named (not the distribution's key), in the list and the image
         xlabel = listed["f_histogram"]["xlabel"]
         assert xlabel.startswith("f = ") and listed["risk"]["xlabel"] is None

@@ -204,6 +204,12 @@ def test_a_points_check_across_fields_is_located_at_the_field_it_names(sqlite_en
     done = client.post("/v1/experiments", json=small_spec(trials=4, steps=40, record_every=10)).json()["id"]
     r = client.post(f"/v1/experiments/{done}/rerun", json={"overrides": {"params.record_every": 100}})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "overrides", "params.record_every"], r.text
+    # an entry past the end of the experiment's list, in a rerun's words (no base, no axis)
+    r = client.post(f"/v1/experiments/{done}/rerun", json={"overrides": {"params.lr_schedule.0.lr_factor": 0.5}})
+    [error] = r.json()["detail"]
+    assert error["loc"] == ["body", "overrides", "params.lr_schedule.0.lr_factor"], error
+    assert error["msg"] == ("params.lr_schedule.0.lr_factor: the experiment's params.lr_schedule has no entry 0 (it is "
+                            "empty): override the whole list instead"), error
 
 
 @pytest.mark.parametrize("axes", [{"grid": {"params.lr": [0.05, 0.1], "seed": [5, 6]}},

@@ -61,7 +61,7 @@ def test_errors_name_the_axis_the_point_the_field_and_the_reason():
     assert unknown["msg"].endswith("nearest valid paths: params.lr")   # not params and params.dim besides
     # an entry the base's list lacks is said so (it was "not a field of the base spec")
     [entry] = _errors({"base": BASE, "grid": {"params.lr_schedule.0.lr_factor": [0.1]}})
-    assert "the base spec's params.lr_schedule has no entry 0 (it has 0)" in entry["msg"], entry
+    assert "the base spec's params.lr_schedule has no entry 0 (it is empty)" in entry["msg"], entry
     [bad] = _errors({"base": BASE, "grid": {"params.lr": [0.1, 5000.0]}})
     assert bad["loc"] == ["point", 1, "params", "lr"]
     assert bad["point"] == {"index": 1, "values": {"params.lr": 5000.0}}

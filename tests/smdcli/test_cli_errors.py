@@ -101,7 +101,7 @@ def test_an_unreachable_tracking_server_is_said_at_once(smd_here):  # noqa: F811
 
 
 @pytest.mark.parametrize("spec, said", [
-    ({"kind": "nope"}, "smd run: spec error: kind: expected one of 'nrq', 'sde', 'train'\n"),   # not "at : kind: kind"
+    ({"kind": "nope"}, "smd run: spec error: kind: expected one of 'nrq', 'sde', 'train', got 'nope'\n"),   # not "at : kind: kind"
     ({"kind": "nrq", "params": {"lr": -1}}, "smd run: spec error: params.lr: Input should be greater than 0\n"),
 ])
 def test_smd_run_names_each_refused_field_once(smd_here, tmp_path, spec, said):  # noqa: F811
@@ -155,3 +155,20 @@ def test_smd_study_and_presets_run_refuse_a_study_over_the_limits_unless_told(sm
     assert done.returncode == 3 and "SMD_MAX_WORK" in done.stderr and not (tmp_path / "preset").exists(), done.stderr
     done = smd_here(NOWHERE, "presets", "run", "nrq-equilibrium-tradeoff", "--no-limit")
     assert done.returncode == 2 and "--no-limit is for a --local run only" in done.stderr, done.stderr
+
+
+def test_a_refused_field_is_named_once_in_the_clients_words():
+    """The service's messages often start with their field ("kind: …", or "record_every: …" at
+    params.record_every): the client and smd said "kind: kind: expected one of …"."""
+    from smdcli.service import error_line
+    from smdlab.errors import message_of
+
+    detail = [{"loc": ["body", "kind"], "field": "kind", "msg": "kind: expected one of 'nrq', 'sde', 'train', got 'x'"},
+              {"loc": ["body", "nrq", "params", "record_every"], "field": "params.record_every",
+               "msg": "record_every: expected ≤ steps (100), got 1000"},
+              {"loc": ["body", "nrq", "params", "lr"], "field": "params.lr", "msg": "Input should be greater than 0"}]
+    assert message_of(422, detail) == ("HTTP 422: kind: expected one of 'nrq', 'sde', 'train', got 'x'; "
+                                       "params.record_every: expected ≤ steps (100), got 1000; "
+                                       "params.lr: Input should be greater than 0")
+    assert error_line(["point", 1, "params", "lr"], "lr: expected > 0", {"index": 1, "values": {"params.lr": -1}}) \
+        == "point 1, params.lr: expected > 0 (at params.lr=-1)"
