@@ -14,7 +14,7 @@ from pydantic import ValidationError
 import smdengine
 from api.deps import CurrentUserDep, DbDep, SettingsDep
 from api.responses import UNAUTHORIZED, quota_response
-from api.routes.studies import _body_errors, submit
+from api.routes.studies import _body_errors, stored_spec, submit
 from api.schemas import (
     ErrorOut,
     PresetDetailOut,
@@ -64,6 +64,12 @@ def get_preset(user: CurrentUserDep, db: DbDep, preset_id: Annotated[str, PRESET
 COMPARABLE_WORK = 0.1
 
 
+def preset_as_stored(preset_id: str, size: str) -> dict[str, Any]:
+    """The spec a study of the preset at ``size`` is stored with when run as it is (no seeds or overrides). Only
+    such studies time the preset."""
+    return stored_spec(StudySubmission.model_validate(smdengine.preset_study(preset_id, size)))
+
+
 class _Rates:
     """Work per second of busy time of a queue's workers over their recent succeeded runs of a kind, and model
     for a kind with models, of a comparable size (store.queue_stats.timed_runs; None without such history): the
@@ -79,7 +85,8 @@ class _Rates:
         (store.queue_stats.preset_runs): fused as its next study will be; None before one succeeded."""
         if (preset_id, size, queue) not in self.own:
             self.own[preset_id, size, queue] = _rate(
-                [(work, run) for run in queue_stats.preset_runs(self.db, preset_id, size, queue)
+                [(work, run) for run in queue_stats.preset_runs(self.db, preset_id, size, queue,
+                                                                spec=preset_as_stored(preset_id, size))
                  if (work := _work(run[0])) is not None])
         return self.own[preset_id, size, queue]
 

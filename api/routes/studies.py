@@ -217,6 +217,11 @@ def plan_study(submission: StudySubmission, settings: SettingsDep, user: Current
                      max_work=user.max_work or settings.max_work, warnings=list(warnings.values()))
 
 
+def stored_spec(submission: StudySubmission) -> dict[str, Any]:
+    """What a study's row keeps of its submission: the study as the user wrote it, without the service's fields."""
+    return submission.model_dump(mode="json", exclude=SERVICE_FIELDS, exclude_unset=True)
+
+
 def submit(submission: StudySubmission, db: str, settings: Settings, user: User, *, preset: str | None = None,
            preset_size: str | None = None) -> StudyView:
     """POST /v1/studies, shared with POST /v1/presets/{id}/run: 403 for priority high unless admin;
@@ -236,7 +241,7 @@ def submit(submission: StudySubmission, db: str, settings: Settings, user: User,
     try:  # committed when this returns: the rows exist before any worker can see a message
         study = studies.create(db, owner_id=user.id, name=submission.name, visibility=submission.visibility,
                                priority=PRIORITIES[submission.priority],
-                               spec=submission.model_dump(mode="json", exclude=SERVICE_FIELDS, exclude_unset=True),
+                               spec=stored_spec(submission),
                                axes=submission.axes(), points=len({c.point for c in expanded}), children=children,
                                max_active_jobs=max_active, max_work=max_work,
                                default_retry_seconds=settings.quota_retry_seconds, preset=preset,

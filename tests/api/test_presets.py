@@ -94,12 +94,13 @@ def test_a_size_is_timed_by_runs_of_a_comparable_size_only(tmp_path):
 
 def test_a_preset_is_timed_by_its_own_earlier_studies_first(tmp_path):
     """Its study runs fused: a kind's runs at large (single runs, slower per unit of work) put a preset that ran
-    in 25 s at 33 min. Its own studies whose every child succeeded time it; one with a failed child does not."""
+    in 25 s at 33 min. Its own studies whose every child succeeded time it; one with a failed child does not, nor
+    one run with seeds or overrides of its own (one seed of eight with more steps fused less: 1553 s for 32)."""
     from datetime import timedelta
 
     from sqlalchemy import update
 
-    from api.routes.presets import _Rates
+    from api.routes.presets import _Rates, preset_as_stored
     from store import jobs
     from store.migrate import upgrade_head
     from store.models import Experiment, Status, Study, utcnow
@@ -109,11 +110,13 @@ def test_a_preset_is_timed_by_its_own_earlier_studies_first(tmp_path):
     upgrade_head(url)
     t0 = utcnow()
     spec = {"kind": "nrq", "params": {"dim": 10, "trials": 1000, "steps": 10_000}}   # work 1e8
+    preset, other = "nrq-equilibrium-tradeoff", "nrq-momentum-risk"
+    as_is = preset_as_stored(preset, "quick")
 
-    def study(children: list[tuple[str, float, float]], size: str = "quick") -> None:   # (status, start, end) s
-        with session_scope(url) as session:
-            row = Study(spec={}, axes=[], children=len(children), points=len(children), preset="p1",
-                        preset_size=size)
+    def study(children: list[tuple[str, float, float]], size: str = "quick", stored: dict | None = None) -> None:
+        with session_scope(url) as session:   # children: (status, start, end) in s
+            row = Study(spec=as_is if stored is None else stored, axes=[], children=len(children),
+                        points=len(children), preset=preset, preset_size=size)
             session.add(row)
             session.flush()
             for status, start, end in children:
@@ -122,15 +125,17 @@ def test_a_preset_is_timed_by_its_own_earlier_studies_first(tmp_path):
                     study_id=row.id, status=status, worker="w1", started_at=t0 + timedelta(seconds=start),
                     finished_at=t0 + timedelta(seconds=end)))
 
-    assert _Rates(url).preset("p1", "quick", "cpu") is None                     # no study of it yet
+    assert _Rates(url).preset(preset, "quick", "cpu") is None                     # no study of it yet
     study([(Status.succeeded, 0, 10), (Status.failed, 0, 10)])          # not every child succeeded: left out
-    assert _Rates(url).preset("p1", "quick", "cpu") is None
+    assert _Rates(url).preset(preset, "quick", "cpu") is None
+    study([(Status.succeeded, 0, 100)], stored={**as_is, "seeds": [0]})   # its own seeds: left out
+    assert _Rates(url).preset(preset, "quick", "cpu") is None
     study([(Status.succeeded, 0, 5), (Status.succeeded, 0, 5), (Status.succeeded, 0, 5), (Status.succeeded, 5, 10)])
     # four runs of 1e8 in 10 s of the worker's time (three fused, then one)
-    assert _Rates(url).preset("p1", "quick", "cpu") == pytest.approx(4e8 / 10)
-    assert _Rates(url).preset("p1", "quick", "gpu") is None and _Rates(url).preset("p2", "quick", "cpu") is None
+    assert _Rates(url).preset(preset, "quick", "cpu") == pytest.approx(4e8 / 10)
+    assert _Rates(url).preset(preset, "quick", "gpu") is None and _Rates(url).preset(other, "quick", "cpu") is None
     # another size is not timed by it (a small size's runs are mostly their start)
-    assert _Rates(url).preset("p1", "paper", "cpu") is None
+    assert _Rates(url).preset(preset, "paper", "cpu") is None
 
 
 def test_a_first_study_is_timed_by_studies_of_its_kind_before_single_runs(tmp_path):
@@ -165,18 +170,18 @@ def test_a_first_study_is_timed_by_studies_of_its_kind_before_single_runs(tmp_pa
                 study_id=study_id, status=Status.succeeded, worker="w1", started_at=t0 + timedelta(seconds=start),
                 finished_at=t0 + timedelta(seconds=end)))
 
-    assert _rate_of(_Rates(url), "p1", "quick", "cpu", "nrq", 10**8) is None
+    assert _rate_of(_Rates(url), "nrq-equilibrium-tradeoff", "quick", "cpu", "nrq", 10**8) is None
     finished(0, 20, study=False)   # a single run: 1e8 in 20 s
-    assert _rate_of(_Rates(url), "p1", "quick", "cpu", "nrq", 10**8) == ("runs", pytest.approx(1e8 / 20))
+    assert _rate_of(_Rates(url), "nrq-equilibrium-tradeoff", "quick", "cpu", "nrq", 10**8) == ("runs", pytest.approx(1e8 / 20))
     for _ in range(4):             # four study children fused in one batch: 4e8 in 10 s of the worker's time
         finished(30, 40, study=True)
-    assert _rate_of(_Rates(url), "p1", "quick", "cpu", "nrq", 10**8) == ("studies", pytest.approx(4e8 / 10))
+    assert _rate_of(_Rates(url), "nrq-equilibrium-tradeoff", "quick", "cpu", "nrq", 10**8) == ("studies", pytest.approx(4e8 / 10))
     # a batch larger than the history (DURATION_HISTORY runs) counts whole: cut at its 50th run, its busy time
     # was taken for 50 runs' work (0.78 of its rate for 64)
     batch = queue_stats.DURATION_HISTORY + 14
     for _ in range(batch):
         finished(50, 60, study=True)
-    assert _rate_of(_Rates(url), "p1", "quick", "cpu", "nrq", 10**8) == ("studies", pytest.approx(batch * 1e8 / 10))
+    assert _rate_of(_Rates(url), "nrq-equilibrium-tradeoff", "quick", "cpu", "nrq", 10**8) == ("studies", pytest.approx(batch * 1e8 / 10))
 
 
 def test_unknown_preset_is_404_listing_the_ids(sqlite_env):
