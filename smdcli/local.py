@@ -11,6 +11,7 @@ from tqdm import tqdm
 
 import smdengine
 from smdcli.paths import read_object
+from smdlab.errors import field_said
 from store.models import Status
 from store.settings import get_settings
 
@@ -33,7 +34,7 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False, no_limi
         for err in exc.errors():   # the engine's messages name their field first ("kind: expected one of …")
             loc = smdengine.field_path(data, smdengine.error_location(err))   # without the unions' tags
             where, message = ".".join(map(str, loc)), smdengine.error_message(err)
-            said = message if not where or message.startswith(f"{where}: ") else f"{where}: {message}"
+            said = field_said(where, message)
             print(f"smd run: spec error: {said}", file=sys.stderr)
         return 2
     limit = get_settings().max_work
@@ -42,6 +43,10 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False, no_limi
               f"they apply), over the per-job limit {limit:,} (SMD_MAX_WORK, the service's default quota): make it "
               "smaller, or pass --no-limit to run it here anyway", file=sys.stderr)
         return 3
+    data_dir = get_settings().data_dir
+    if (problem := spec.missing_data(data_dir)) is not None:   # said now, not seconds into the run
+        print(f"smd run: {problem['field']}: not available here: {problem['message']}", file=sys.stderr)
+        return 2
     for warning in smdengine.spec_warnings(spec):   # even with quiet: they say what the results leave out
         print(f"smd run: warning: {warning['code']}: {warning['message']}", file=sys.stderr)
     # no bar into a file or pipe (its frames are carriage returns): as smd follow and smd study run
@@ -52,7 +57,6 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False, no_limi
         bar.update(progress.step - bar.n)
 
     try:
-        data_dir = get_settings().data_dir
         result = smdengine.run(spec, on_progress=on_progress, data_dir=str(data_dir) if data_dir else None)
     except KeyboardInterrupt:
         bar.close()

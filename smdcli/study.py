@@ -163,6 +163,11 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
     except smdengine.StudyError as exc:
         print_errors(exc.errors)
         return LocalRun(2)
+    missing = {c.point: (c, problem) for c in children if (problem := c.spec.missing_data(data_dir)) is not None}
+    if missing:   # said now, not child by child seconds into the run
+        print_errors([{"loc": ["point", point, *problem["field"].split(".")], "point": {"index": point, "values": c.values},
+                       "msg": f"not available here: {problem['message']}"} for point, (c, problem) in sorted(missing.items())])
+        return LocalRun(2)
     work = sum(c.spec.work for c in children)
     if work > settings.max_work and not no_limit:   # a typo's extra zeros: refused at once, as smd run and the service
         print(f"smd study: refused: its {count(len(children), 'child', 'children')} need {work:,} work together "

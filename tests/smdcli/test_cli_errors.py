@@ -103,6 +103,8 @@ def test_an_unreachable_tracking_server_is_said_at_once(smd_here):  # noqa: F811
 @pytest.mark.parametrize("spec, said", [
     ({"kind": "nope"}, "smd run: spec error: kind: expected one of 'nrq', 'sde', 'train', got 'nope'\n"),   # not "at : kind: kind"
     ({"kind": "nrq", "params": {"lr": -1}}, "smd run: spec error: params.lr: Input should be greater than 0\n"),
+    ({"kind": "train", "params": {"dataset": {"name": "digits"}, "batch_size": 5000}},   # not "params.batch_size:
+     "smd run: spec error: params.batch_size: expected at most the 1347 training samples, got 5000\n"),  # batch_size:"
 ])
 def test_smd_run_names_each_refused_field_once(smd_here, tmp_path, spec, said):  # noqa: F811
     (tmp_path / "spec.json").write_text(json.dumps(spec))
@@ -172,3 +174,22 @@ def test_a_refused_field_is_named_once_in_the_clients_words():
                                        "params.lr: Input should be greater than 0")
     assert error_line(["point", 1, "params", "lr"], "lr: expected > 0", {"index": 1, "values": {"params.lr": -1}}) \
         == "point 1, params.lr: expected > 0 (at params.lr=-1)"
+
+
+def test_smd_run_and_study_run_say_at_once_that_the_data_is_not_here(smd_here, tmp_path):  # noqa: F811
+    """A cifar10 spec without CIFAR-10 under SMD_DATA_DIR: exit 2 and the reason before anything runs, where
+    smd run failed (exit 1) with the engine's exception class and a study failed child by child."""
+    spec = {"kind": "train", "params": {"model": "cnn", "depth": 2, "width": 4, "steps": 10, "record_every": 5,
+                                        "batch_size": 8,
+                                        "dataset": {"name": "cifar10", "train_samples": 20, "test_samples": 10}}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    here = {**NOWHERE, "SMD_DATA_DIR": str(tmp_path / "data")}
+    done = smd_here(here, "run", str(tmp_path / "spec.json"), "-o", str(tmp_path / "out.json"))
+    assert done.returncode == 2 and done.stderr.startswith("smd run: params.dataset.name: not available here: "), done.stderr
+    assert str(tmp_path / "data" / "cifar-10-batches-py") in done.stderr and "DatasetUnavailable" not in done.stderr
+    study = {"base": {**spec, "params": {**spec["params"], "dataset": {"name": "digits"}}},
+             "grid": {"params.dataset": [{"name": "digits"}, spec["params"]["dataset"]]}}
+    (tmp_path / "study.json").write_text(json.dumps(study))
+    done = smd_here(here, "study", "run", str(tmp_path / "study.json"), "-o", str(tmp_path / "out"))
+    assert done.returncode == 2 and "point 1, params.dataset.name: not available here: " in done.stderr, done.stderr
+    assert "point 0" not in done.stderr and not (tmp_path / "out" / "children").exists()
