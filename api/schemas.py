@@ -203,6 +203,10 @@ class ExperimentOut(BaseModel):
     note: str | None = None
     summary: dict[str, Any] | None = Field(None, description="Its summary once it succeeded (in lists: only with "
                                                              "include=summary).")
+    queue_processes: int | None = Field(None, description="In the answer to a submission (submit, rerun, continue): "
+                                                          "the worker processes serving its queue that are up now; 0: "
+                                                          "it waits until one starts (a cuda job where no GPU worker "
+                                                          "runs). Null elsewhere: GET /v1/queue gives it live.")
 
     _warnings = field_validator("warnings", mode="before")(_no_warnings)
 

@@ -108,6 +108,7 @@ def _run(client: Any, args: argparse.Namespace) -> int:
         experiment = client.experiment(args.id).continue_(args.steps)
         data = experiment.data
         print(f"{experiment.id} {data['status']}: {data['total_steps']} steps in all", file=sys.stderr)
+        _warn("smd continue", {"queue": data.get("queue"), "queue_processes": data.get("queue_processes")})
         return follow(experiment, args.quiet) if args.follow else 0
     experiment_id = getattr(args, "id", None)
     if command == "status":
@@ -173,9 +174,13 @@ def _positive(text: str) -> int:
 
 
 def _warn(prog: str, data: dict[str, Any]) -> None:
-    """The spec's warnings (what its results leave out, a sparse summary tail), as smd run says them."""
+    """The spec's warnings (what its results leave out, a sparse summary tail), as smd run says them; and that no
+    worker serves its queue now (a cuda job where no GPU worker runs waited without a word)."""
     for warning in data.get("warnings") or []:
         print(f"{prog}: warning: {warning.get('code')}: {warning.get('message')}", file=sys.stderr)
+    if data.get("queue_processes") == 0:
+        print(f"{prog}: warning: no worker serves the {data.get('queue')} queue now: the job waits until one starts "
+              f"(smd worker with SMD_WORKER_QUEUES={data.get('queue')}; GET /v1/queue)", file=sys.stderr)
 
 
 def _assignment(item: str) -> tuple[str, Any]:

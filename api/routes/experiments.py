@@ -39,11 +39,12 @@ from api.schemas import (
     Submission,
 )
 from smdrender.tables import runs_csv
-from store import jobs, series
+from store import jobs, series, workers
 from store.clock import utc_iso
 from store.models import PRIORITIES, TERMINAL, Experiment, Status, User
 from store.search import Position
 from store.settings import Settings
+from worker import presence
 from worker.queue import queue_for, ring
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ def submit_experiment(submission: Submission, db: DbDep, settings: SettingsDep, 
 
 
 def _queue(db: str, settings: Settings, user: User, response: Response, parsed: Any, spec: dict[str, Any], *,
-           visibility: str, priority: str, keep_checkpoint: bool, tags: list[str], note: str | None) -> Experiment:
+           visibility: str, priority: str, keep_checkpoint: bool, tags: list[str], note: str | None) -> ExperimentOut:
     """Check the quotas, store the validated spec as a new queued experiment of ``user`` (committed), ring
     its queue, set Location: submit and rerun."""
     if priority == "high" and not user.is_admin:
@@ -114,7 +115,15 @@ def _queue(db: str, settings: Settings, user: User, response: Response, parsed: 
     except Exception as exc:  # the job is safe in the database: the sweeper rings once the broker is back
         log.warning("could not reach the broker for %s (%s); the sweeper will queue it", experiment.id, exc)
     response.headers["Location"] = f"/v1/experiments/{experiment.id}"
-    return experiment
+    return with_queue_processes(db, settings, experiment)
+
+
+def with_queue_processes(db: str, settings: Settings, experiment: Experiment) -> ExperimentOut:
+    """The answer to a submission, with how many worker processes serve its queue now: a cuda job on a service
+    without a GPU worker was accepted without a word and stayed queued."""
+    out = ExperimentOut.model_validate(experiment)
+    out.queue_processes = len(workers.live(db, experiment.queue, presence.live_seconds(settings)))
+    return out
 
 
 @router.post("/{experiment_id}/rerun", status_code=202, response_model=ExperimentOut, operation_id="rerunExperiment",
@@ -378,4 +387,4 @@ def continue_experiment(experiment: ManagedExperimentDep, body: ContinueIn, db: 
         ring(settings, continued.queue)
     except Exception as exc:  # safe in the database: the sweeper rings once the broker is back
         log.warning("could not reach the broker for %s (%s); the sweeper will queue it", continued.id, exc)
-    return continued
+    return with_queue_processes(db, settings, continued)

@@ -79,6 +79,23 @@ def test_processes_counts_the_workers_up_and_busy(lab):
     assert (body["gpu"]["processes"], body["gpu"]["busy_processes"], body["gpu"]["workers"]) == (1, 1, 0)
 
 
+def test_a_submission_says_how_many_processes_serve_its_queue(lab):
+    """A cuda job on a service without a GPU worker was accepted without a word and stayed queued: the answer to
+    a submission (and a rerun) gives queue_processes, 0 there; a later GET leaves it out (GET /v1/queue is live)."""
+    from store import workers
+
+    client, keys, settings = lab
+    workers.beat(settings.db_url, "cpu-only/1", "cpu", busy=False)
+    sent = {**small_spec(**QUICK), "device": "cuda"}
+    gpu = client.post("/v1/experiments", json=sent, headers=auth(keys.alice)).json()
+    assert gpu["queue"] == "gpu" and gpu["queue_processes"] == 0, gpu
+    cpu = client.post("/v1/experiments", json=small_spec(**QUICK), headers=auth(keys.alice)).json()
+    assert cpu["queue"] == "cpu" and cpu["queue_processes"] == 1, cpu
+    rerun = client.post(f"/v1/experiments/{gpu['id']}/rerun", json={}, headers=auth(keys.alice)).json()
+    assert rerun["queue_processes"] == 0, rerun
+    assert client.get(f"/v1/experiments/{gpu['id']}", headers=auth(keys.alice)).json()["queue_processes"] is None
+
+
 def test_priority_orders_a_users_own_jobs(lab):
     client, keys, _ = lab
     low = submit(client, keys.alice, "low")

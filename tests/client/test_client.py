@@ -231,6 +231,12 @@ def test_cli_commands_and_follow_exit_codes(service, tmp_path):
     failed = smd(alice, "submit", str(failing), "--follow", "--quiet")
     assert failed.returncode == 1 and "failed" in failed.stderr and "cifar10" in failed.stderr
 
+    gpu = tmp_path / "gpu.json"   # no worker serves the gpu queue here: said at once, not left to wait unsaid
+    gpu.write_text(json.dumps({**small_spec(trials=4, dim=4, steps=100, record_every=10), "device": "cuda"}))
+    waiting = smd(alice, "submit", str(gpu))
+    assert waiting.returncode == 0 and "warning: no worker serves the gpu queue now" in waiting.stderr, waiting.stderr
+    assert smd(alice, "cancel", waiting.stdout.strip()).returncode == 0
+
     long = tmp_path / "long.json"
     long.write_text(json.dumps(small_spec(trials=4, dim=4, steps=2_000_000, record_every=1000)))
     submitted = smd(alice, "submit", str(long))
