@@ -40,6 +40,19 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _version() -> str:
+    """The installed package's version and the engine's (what a result's provenance names)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from smdengine import engine_version
+
+    try:
+        package = version("smdlab")
+    except PackageNotFoundError:
+        package = "not installed"
+    return f"{package} (engine {engine_version()})"
+
+
 def _stdout_reader_gone() -> bool:
     """Whether stdout is a pipe whose reading end is closed (poll reports an error on the writing end)."""
     import select
@@ -56,11 +69,23 @@ def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="smd", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     from smdcli.paths import output_file
 
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("serve", help="API + an embedded worker process (SMD_* settings)")
-    sub.add_parser("api", help="the API server only")
-    sub.add_parser("worker", help="a Celery worker only")
-    sub.add_parser("migrate", help="alembic upgrade head")
+    settings_said = ("Settings are SMD_* environment variables (README, Configuration; every one with its default: "
+                     "store/settings.py). Auth is on unless SMD_AUTH=off (make run sets it off): give each user a key "
+                     "with `smd users create NAME` and `smd keys create NAME`.")
+    sub.add_parser("serve", help="API + an embedded worker process (SMD_* settings)", description=(
+        "The API on SMD_HOST:SMD_PORT (127.0.0.1:8000) and a worker process, on SMD_DATABASE_URL (default: SQLite "
+        "under SMD_STATE_DIR, ./.smd) with a filesystem broker unless SMD_BROKER_URL is set. " + settings_said))
+    sub.add_parser("api", help="the API server only", description=(
+        "The API on SMD_HOST:SMD_PORT with SMD_API_WORKERS processes, against SMD_DATABASE_URL and SMD_BROKER_URL; "
+        "workers run elsewhere (smd worker). " + settings_said))
+    sub.add_parser("worker", help="a Celery worker only", description=(
+        "A worker taking jobs from SMD_WORKER_QUEUES (default cpu; gpu,cpu on a GPU host) with SMD_WORKER_CONCURRENCY "
+        "processes, against SMD_DATABASE_URL and SMD_BROKER_URL; cifar10 runs read SMD_DATA_DIR. " + settings_said))
+    sub.add_parser("migrate", help="alembic upgrade head", description="Apply the database migrations to "
+                                                                         "SMD_DATABASE_URL (serve, api and worker "
+                                                                         "also do at their start).")
     run = sub.add_parser("run", help="run one spec locally with the engine")
     run.add_argument("spec", type=Path, help="experiment spec (JSON file, or - for stdin)")
     run.add_argument("-o", "--output", type=output_file, help="result document path (default: stdout)")

@@ -2,12 +2,17 @@
 from __future__ import annotations
 
 import fcntl
+import logging
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
+# Alembic logs a line per built-in plugin when it is imported ("setup plugin alembic.autogenerate.schemas", 7 of
+# them): before every `smd users create`'s one line of output, and 14 at `smd serve`'s start. Quiet before import.
+logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
-import migrations
+from alembic import command  # noqa: E402
+from alembic.config import Config  # noqa: E402
+
+import migrations  # noqa: E402
 
 
 def alembic_config(database_url: str) -> Config:

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from smdcli.main import main
 from tests.smdcli.test_admin import smd_here  # noqa: F401  (a fixture)
 
 # no service listens here: a command that sent a request would fail with "cannot reach", exit 1
@@ -193,3 +194,19 @@ def test_smd_run_and_study_run_say_at_once_that_the_data_is_not_here(smd_here, t
     done = smd_here(here, "study", "run", str(tmp_path / "study.json"), "-o", str(tmp_path / "out"))
     assert done.returncode == 2 and "point 1, params.dataset.name: not available here: " in done.stderr, done.stderr
     assert "point 0" not in done.stderr and not (tmp_path / "out" / "children").exists()
+
+
+def test_version_and_the_server_commands_help_say_their_settings(capsys):
+    """`smd --version` names the engine (what provenance records); serve/api/worker --help said only -h, where a
+    first `smd ls` then met auth it had not been told about."""
+    import smdengine
+
+    for args in (["--version"], ["serve", "--help"], ["worker", "--help"]):
+        with pytest.raises(SystemExit) as done:
+            main(args)
+        assert done.value.code == 0
+        out = capsys.readouterr().out
+        if args == ["--version"]:
+            assert out.startswith("smd ") and f"(engine {smdengine.engine_version()})" in out, out
+        else:
+            assert "SMD_DATABASE_URL" in out and "SMD_AUTH=off" in out and "smd keys create" in out, out
