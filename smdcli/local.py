@@ -15,6 +15,8 @@ from smdlab.errors import field_said
 from store.models import Status
 from store.settings import get_settings
 
+SERVICE_OPTIONS = ("visibility", "priority", "keep_checkpoint", "tags", "note")   # a submission's, beside the spec
+
 
 def local_document(kind: str, spec: dict[str, Any], document: dict[str, Any] | None) -> dict[str, Any]:
     """A run's result in the keys of the service's results document (docs/measurements.md), without an id:
@@ -28,6 +30,10 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False, no_limi
     data = read_object(spec_path, "smd run", "spec")
     if data is None:
         return 2
+    # a spec file written for smd submit runs here too (it was "tags: Extra inputs are not permitted")
+    if service := [key for key in SERVICE_OPTIONS if key in data]:
+        print(f"smd run: note: {', '.join(service)}: the service's options, not used here", file=sys.stderr)
+        data = {k: v for k, v in data.items() if k not in SERVICE_OPTIONS}
     try:
         spec = smdengine.parse_spec(data)
     except ValidationError as exc:

@@ -34,6 +34,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     submit.add_argument("--visibility", choices=["private", "lab"])
     submit.add_argument("--priority", choices=["low", "normal", "high"], help="default normal; high: admins")
     submit.add_argument("--keep-checkpoint", action="store_true", help="keep the final state (to continue it)")
+    submit.add_argument("--tag", dest="tags", action="append", metavar="TAG",
+                        help="repeatable: tags to find it by (smd ls --tag); added to the spec file's")
+    submit.add_argument("--note", help="a free-text note (replaces the spec file's)")
     _follow_flags(submit)
     status = sub.add_parser("status", help="an experiment's status and progress")
     status.add_argument("id", type=resource_id)
@@ -91,6 +94,11 @@ def _run(client: Any, args: argparse.Namespace) -> int:
                                      ("priority", args.priority)) if v is not None}
         if args.keep_checkpoint:
             options["keep_checkpoint"] = True
+        if args.tags:
+            given = spec.get("tags") if isinstance(spec.get("tags"), list) else []
+            options["tags"] = list(dict.fromkeys([*given, *args.tags]))
+        if args.note is not None:
+            options["note"] = args.note
         experiment = client.submit(spec, **options)
         print(experiment.id)
         _warn("smd submit", experiment.data)

@@ -65,9 +65,16 @@ class Client:
         self.close()
 
     # experiments
+    SUBMIT_OPTIONS = ("name", "visibility", "priority", "keep_checkpoint", "tags", "note")
+
     def submit(self, spec: dict[str, Any], **options: Any) -> Experiment:
-        """POST the spec (``options``: ``name``, ``visibility``, ``priority``, ``keep_checkpoint``, … are
-        merged into it); the queued :class:`Experiment`."""
+        """POST the spec with ``options`` merged into it (``name``, ``visibility``, ``priority``, ``keep_checkpoint``,
+        ``tags``, ``note``); the queued :class:`Experiment`. An option of another name is a TypeError here (it was
+        sent, and refused as a field of the spec)."""
+        unknown = sorted(set(options) - set(self.SUBMIT_OPTIONS))
+        if unknown:
+            raise TypeError(f"submit: unknown option {', '.join(unknown)}: expected {', '.join(self.SUBMIT_OPTIONS)} "
+                            "(spec fields go in the spec)")
         return Experiment(self, self.http.json("POST", "/v1/experiments", json={**spec, **options}))
 
     def experiment(self, experiment_id: str) -> Experiment:

@@ -233,8 +233,10 @@ def test_cli_commands_and_follow_exit_codes(service, tmp_path):
 
     gpu = tmp_path / "gpu.json"   # no worker serves the gpu queue here: said at once, not left to wait unsaid
     gpu.write_text(json.dumps({**small_spec(trials=4, dim=4, steps=100, record_every=10), "device": "cuda"}))
-    waiting = smd(alice, "submit", str(gpu))
+    waiting = smd(alice, "submit", str(gpu), "--tag", "waits", "--tag", "gpu", "--note", "no gpu here")
     assert waiting.returncode == 0 and "warning: no worker serves the gpu queue now" in waiting.stderr, waiting.stderr
+    tagged = client_of(alice).experiment(waiting.stdout.strip()).data
+    assert sorted(tagged["tags"]) == ["gpu", "waits"] and tagged["note"] == "no gpu here", tagged
     assert smd(alice, "cancel", waiting.stdout.strip()).returncode == 0
 
     long = tmp_path / "long.json"

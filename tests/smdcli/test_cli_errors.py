@@ -210,3 +210,19 @@ def test_version_and_the_server_commands_help_say_their_settings(capsys):
             assert out.startswith("smd ") and f"(engine {smdengine.engine_version()})" in out, out
         else:
             assert "SMD_DATABASE_URL" in out and "SMD_AUTH=off" in out and "smd keys create" in out, out
+
+
+def test_smd_run_takes_a_spec_written_for_smd_submit(smd_here, tmp_path):  # noqa: F811
+    """A spec file with the service's options (tags, note, visibility) ran on the service and was refused here
+    ("tags: Extra inputs are not permitted"): they are said to be unused, and the spec runs."""
+    spec = {"kind": "nrq", "tags": ["a"], "note": "n", "visibility": "lab",
+            "params": {"trials": 4, "steps": 20, "record_every": 10}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    done = smd_here(NOWHERE, "run", str(tmp_path / "spec.json"), "-o", str(tmp_path / "out.json"), "--quiet")
+    assert done.returncode == 0, done.stderr
+    assert "smd run: note: visibility, tags, note: the service's options, not used here" in done.stderr
+    assert json.loads((tmp_path / "out.json").read_text())["status"] == "succeeded"
+    from smdlab import Client
+
+    with pytest.raises(TypeError, match="submit: unknown option colour: expected name, visibility"):
+        Client("http://127.0.0.1:9").submit({"kind": "nrq"}, colour="red")   # refused before any request
