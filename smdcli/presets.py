@@ -153,11 +153,14 @@ def print_list(entries: list[dict[str, Any]], as_json: bool) -> int:
         print(json.dumps(entries, indent=2))
         return 0
     width = max([len(e["id"]) for e in entries] + [2])
-    print(f"{'id':<{width}}  tier  {'seed figure':<18}  title")
-    for e in entries:
+    # the figure without its parenthesis (smd presets show ID gives it whole): cut at 18 characters it read
+    # "004 App. E (text;" and "000 Thm 2 (no figu"
+    figures = [f"{e['seed']} {str(e['figure']).split(' (')[0]}" for e in entries]
+    column = max([len(f) for f in figures] + [len("seed figure")])
+    print(f"{'id':<{width}}  tier  {'seed figure':<{column}}  title")
+    for e, figure in zip(entries, figures, strict=True):
         flag = " (exploratory)" if e.get("exploratory") else ""
-        print(f"{e['id']:<{width}}  {e['tier']:>4}  {(str(e['seed']) + ' ' + str(e['figure']))[:18]:<18}  "
-              f"{e['title']}{flag}")
+        print(f"{e['id']:<{width}}  {e['tier']:>4}  {figure:<{column}}  {e['title']}{flag}")
         print(f"{'':<{width}}        {_sizes_text(e['sizes'])}")
     return 0
 

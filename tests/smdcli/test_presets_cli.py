@@ -22,7 +22,9 @@ def test_list_and_show(capsys):
     out = capsys.readouterr().out
     for preset in smdengine.PRESETS.values():
         assert preset.id in out and preset.title in out
-    assert "quick: " in out and " runs, work " in out
+        # its figure whole up to any parenthesis (cut at 18 characters it read "004 App. E (text;")
+        assert f" {preset.seed} {preset.figure.split(' (')[0]}  " in out, preset.figure
+    assert "quick: " in out and " runs, work " in out and "(text;" not in out
     assert main(["presets", "list", "--json"]) == 0
     assert {e["id"] for e in json.loads(capsys.readouterr().out)} == set(smdengine.PRESETS)
 
