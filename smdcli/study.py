@@ -1,7 +1,7 @@
 """`smd study`: run a study here without the service (`run`), or drive the service's studies over HTTP
 (`submit`, `status`, `table`, `cancel`).
 
-    smd study run STUDY.json -o DIR [-j N] [--quiet]
+    smd study run STUDY.json -o DIR [-j N] [--quiet] [--no-limit]
     smd study submit STUDY.json [--follow] [--visibility private|lab] [--priority low|normal|high]
     smd study status ID
     smd study table ID [--group point] [--json | --csv] [-o FILE]
@@ -12,7 +12,8 @@
 standard error over seeds), and the plots: ``overlay_<metric>.png`` for every metric with a theory,
 ``heatmap_<metric>.png`` over the first two numeric axes (when there are two), and
 ``scatter_<metric>_intrinsic_lr.png`` when ηλ varies. Each child is seeded by its own spec, so the
-results do not depend on N. Exit status: 0 all children succeeded, 1 one failed, 2 a bad study.
+results do not depend on N. Exit status: 0 all children succeeded, 1 one failed, 2 a bad study (or its data not
+here), 3 over the service's limits (SMD_MAX_STUDY_POINTS, SMD_MAX_WORK) without --no-limit.
 
 The remote commands talk to ``SMD_URL`` (default http://127.0.0.1:8000) with ``SMD_KEY`` as bearer
 key, through :class:`smdlab.Client` (:mod:`smdcli.service`).
@@ -163,11 +164,6 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
     except smdengine.StudyError as exc:
         print_errors(exc.errors)
         return LocalRun(2)
-    missing = {c.point: (c, problem) for c in children if (problem := c.spec.missing_data(data_dir)) is not None}
-    if missing:   # said now, not child by child seconds into the run
-        print_errors([{"loc": ["point", point, *problem["field"].split(".")], "point": {"index": point, "values": c.values},
-                       "msg": f"not available here: {problem['message']}"} for point, (c, problem) in sorted(missing.items())])
-        return LocalRun(2)
     work = sum(c.spec.work for c in children)
     if work > settings.max_work and not no_limit:   # a typo's extra zeros: refused at once, as smd run and the service
         print(f"smd study: refused: its {count(len(children), 'child', 'children')} need {work:,} work together "
@@ -175,6 +171,12 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
               "(SMD_MAX_WORK, the service's default quota): make it smaller, or pass --no-limit to run it here anyway",
               file=sys.stderr)
         return LocalRun(3)
+    missing = {c.point: (c, problem) for c in children if (problem := c.spec.missing_data(data_dir)) is not None}
+    if missing:   # said now (after the limits, as smd run), not child by child seconds into the run
+        print_errors([{"loc": ["point", point, *problem["field"].split(".")], "point": {"index": point, "values": c.values},
+                       "msg": f"not available here: {problem['message'].removeprefix('dataset: ')}"}
+                      for point, (c, problem) in sorted(missing.items())], "its data is not here")
+        return LocalRun(2)
     out_dir = Path(out_dir)
     (out_dir / "children").mkdir(parents=True, exist_ok=True)
     points, seeds = len({c.point for c in children}), len({c.seed for c in children})
@@ -208,10 +210,10 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
     return LocalRun(1 if failed else 0, study, list(children), docs)
 
 
-def print_errors(errors: list[dict[str, Any]]) -> None:
+def print_errors(errors: list[dict[str, Any]], heading: str = "the study is not valid") -> None:
     from smdcli.service import error_line
 
-    print("smd study: the study is not valid:", file=sys.stderr)
+    print(f"smd study: {heading}:", file=sys.stderr)
     for e in errors:
         print(f"  {error_line(list(e.get('loc', [])), str(e.get('msg')), e.get('point'))}", file=sys.stderr)
 
@@ -584,19 +586,20 @@ def table(client: Any, study_id: str, group: str | None = None, as_csv: bool = F
 
 def text_table(columns: list[str], rows: list[dict[str, Any]]) -> str:
     """The table aligned for a terminal: a header of the columns, numbers to 4 significant digits, "—" where a
-    child has no value (still running, failed, or not of that kind); the experiment ids left to --json and --csv."""
-    shown = [c for c in columns if c != "experiment_id"]
+    child has no value (still running, failed, or not of that kind), warnings by their codes in the last column;
+    the experiment ids and the warnings' messages left to --json and --csv."""
+    # the warnings by their codes, last (their messages, ~240 characters each, made 557-character lines)
+    shown = [c for c in columns if c not in ("experiment_id", "warnings")] + (["warnings"] if "warnings" in columns
+                                                                               else [])
 
-    def cell(value: Any) -> str:
-        if value is None:
-            return "—"
-        if isinstance(value, float):
-            return f"{value:.4g}"
-        if isinstance(value, (list, dict, bool)):
-            return json.dumps(value, separators=(",", ":"))
-        return str(value)
+    from smdrender.labels import legend_value
 
-    cells = [shown, *[[cell(row.get(c)) for c in shown] for row in rows]]
+    def cell(value: Any, column: str) -> str:   # as legends write values: floats to 4 digits, lists as JSON
+        if column == "warnings" and isinstance(value, str):
+            return ",".join(w.split(":", 1)[0] for w in value.split(" | ") if w) or "—"
+        return "—" if value is None else legend_value(value)
+
+    cells = [shown, *[[cell(row.get(c), c) for c in shown] for row in rows]]
     widths = [max(len(line[i]) for line in cells) for i in range(len(shown))]
     return "".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() + "\n" for line in cells)
 
