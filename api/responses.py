@@ -50,8 +50,8 @@ def query_error(key: str, reason: str) -> HTTPException:
 def data_unavailable_message(problem: dict[str, str]) -> str:
     """The 422 message of a spec whose dataset this server does not have (``ExperimentSpec.missing_data``):
     refused at submission, where its run would fail seconds after it started."""
-    return (f"{problem['field']}: not available on this server: {problem['message']} (the API checks its own "
-            "SMD_DATA_DIR; the workers read the same one)")
+    return (f"{problem['field']}: not available on this server: {problem['message'].removeprefix('dataset: ')} (the "
+            "API checks its own SMD_DATA_DIR; the workers need the data too)")
 
 
 # Which quota a 429 is about. ``work``: the request itself is too big, so waiting never helps (a client

@@ -40,6 +40,7 @@ def main() -> int:
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "smdcli.main", "presets", "run", preset_id, "--local",
                                "-o", str(out), "-j", str(args.jobs), "--size", args.size,
+                               "--no-limit",   # a reproduction runs each preset whole (one paper size is 6.9e10 work)
                                *(["--seeds", *map(str, args.seeds)] if args.seeds else [])],
                               capture_output=True, text=True)
         seconds = time.monotonic() - started

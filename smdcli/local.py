@@ -51,7 +51,8 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False, no_limi
         return 3
     data_dir = get_settings().data_dir
     if (problem := spec.missing_data(data_dir)) is not None:   # said now, not seconds into the run
-        print(f"smd run: {problem['field']}: not available here: {problem['message']}", file=sys.stderr)
+        print(f"smd run: {problem['field']}: not available here: {problem['message'].removeprefix('dataset: ')}",
+              file=sys.stderr)
         return 2
     for warning in smdengine.spec_warnings(spec):   # even with quiet: they say what the results leave out
         print(f"smd run: warning: {warning['code']}: {warning['message']}", file=sys.stderr)

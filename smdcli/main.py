@@ -7,11 +7,11 @@
     smd submit SPEC.json [--follow] | status ID | follow ID | results ID [-o F] [--csv] | cancel ID
         | ls [--status S] [--tag T] | rerun ID --set PATH=VALUE [--follow]
                               experiments on the service (SMD_URL, default http://127.0.0.1:8000; SMD_KEY)
-    smd study run STUDY.json -o DIR [-j N]   run a study here (children, tables, plots in DIR), no service
+    smd study run STUDY.json -o DIR [-j N] [--no-limit]   run a study here (children, tables, plots in DIR), no service
     smd study submit STUDY.json [--follow] | status ID | table ID [--group point] [--json | --csv] | cancel ID
                               a study on the service (SMD_URL, default http://127.0.0.1:8000; SMD_KEY)
     smd presets list | show ID | run ID [--size quick] [--seeds ...] [--set PATH=VALUE ...] [--follow]
-    smd presets run ID --local -o DIR [-j N]   a seed's figure as a study with checks (service, or here)
+    smd presets run ID --local -o DIR [-j N] [--no-limit]   a seed's figure as a study with checks (service, or here)
     smd export mlflow ID... | --study SID --tracking-uri URI [--experiment NAME]   runs into MLflow
     smd migrate               apply database migrations
     smd users create NAME [--admin] | list | quota NAME --max-active-jobs N --max-work N

@@ -1,6 +1,7 @@
 """The envelope every experiment spec shares."""
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from collections.abc import Mapping
@@ -108,6 +109,8 @@ def error_message(error: Mapping[str, Any]) -> str:
     kind, given = str(error.get("type", "")), error.get("input")
     if kind.startswith("invalid_") and isinstance(given, dict):   # the tag's own field holds what was given
         tag = kind.removeprefix("invalid_")
-        message += f", got {given[tag]!r}" if tag in given else f", got none (no {tag} given)"
+        value = given.get(tag)   # a string quoted as the choices are; anything else as JSON writes it (null, true)
+        shown = repr(value) if isinstance(value, str) else json.dumps(value, default=str)
+        message += f", got {shown}" if tag in given else f", got none (no {tag} given)"
     return message
 

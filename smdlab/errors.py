@@ -87,10 +87,13 @@ def error_text(error: dict[str, Any]) -> str:
 def field_said(where: str, reason: str) -> str:
     """``where: reason``, ``where`` said once: the engine's messages often start with their field, in full
     ("kind: expected …") or by its last part ("record_every: expected …" at params.record_every)."""
-    name = where.rsplit(".", 1)[-1].rsplit(" ", 1)[-1]
     if not where or reason.startswith(f"{where}: "):
         return reason
-    return f"{where}: {reason.removeprefix(f'{name}: ') if name else reason}"
+    path = where.rsplit(" ", 1)[-1]   # "point 1, params.lr" and "axis params.lrr" end with the field's path
+    for said in (path, path.rsplit(".", 1)[-1]):
+        if reason.startswith(f"{said}: "):
+            return f"{where}: {reason.removeprefix(f'{said}: ')}"
+    return f"{where}: {reason}"
 
 
 def message_of(status: int, detail: Any) -> str:

@@ -98,9 +98,17 @@ def preset_runs(session: Session, preset: str, size: str, queue: str, last: int 
     mix in single runs, slower per unit of work than a fused sweep (a preset run in 25 s was put at 33 min).
     ``spec``: only the studies stored with this spec, the preset's as it is run without seeds or overrides (a
     run of one seed of eight, with more steps, fused less and put the preset at 1553 s for 32)."""
-    found = session.execute(select(Study.id, Study.spec).where(Study.preset == preset, Study.preset_size == size)
-                            .order_by(Study.created_at.desc(), Study.id.desc()).limit(20 * last)).all()
-    ids = [study_id for study_id, stored in found if spec is None or stored == spec][:4 * last]
+    newest = (select(Study.id, Study.spec).where(Study.preset == preset, Study.preset_size == size)
+              .order_by(Study.created_at.desc(), Study.id.desc()))
+    ids: list[str] = []
+    page, offset = 20 * last, 0
+    while len(ids) < 4 * last:   # page on until enough match: runs with overrides must not push them out of sight
+        found = session.execute(newest.limit(page).offset(offset)).all()
+        ids += [study_id for study_id, stored in found if spec is None or stored == spec]
+        if len(found) < page:
+            break
+        offset += page
+    ids = ids[:4 * last]
     by_study: dict[str, list] = {}
     for row in session.execute(select(Experiment.study_id, Experiment.spec, Experiment.worker, Experiment.started_at,
                                       Experiment.finished_at, Experiment.status, Experiment.queue)

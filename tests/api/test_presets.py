@@ -136,6 +136,32 @@ def test_a_preset_is_timed_by_its_own_earlier_studies_first(tmp_path):
     assert _Rates(url).preset(preset, "quick", "gpu") is None and _Rates(url).preset(other, "quick", "cpu") is None
     # another size is not timed by it (a small size's runs are mostly their start)
     assert _Rates(url).preset(preset, "paper", "cpu") is None
+    # more newer runs with seeds of their own than a page of the scan: the as-is study is still found
+    from store.queue_stats import preset_runs
+    for _ in range(21):
+        study([(Status.succeeded, 20, 120)], stored={**as_is, "seeds": [0]})
+    assert len(preset_runs(url, preset, "quick", "cpu", last=1, spec=as_is)) == 4   # page of 20, then the next
+    assert len(preset_runs(url, preset, "quick", "cpu", last=1)) == 1               # any: the newest
+
+
+def test_a_preset_run_as_it_is_is_stored_as_preset_as_stored_says(sqlite_env):
+    """What times a preset is compared with what POST /v1/presets/{id}/run stores: equal for a run as it is (options
+    of the service's beside it), different with seeds or overrides of its own."""
+    from sqlalchemy import select
+
+    from api.routes.presets import preset_as_stored
+    from store.models import Study
+    from tests.dbutil import session_scope
+
+    client, settings = sqlite_env
+    preset = "nrq-equilibrium-tradeoff"
+    ids = [client.post(f"/v1/presets/{preset}/run", json=body).json()["id"]
+           for body in ({}, {"visibility": "lab", "overrides": {}}, {"seeds": [0, 1]},
+                        {"overrides": {"params.steps": 2000}})]
+    with session_scope(settings.db_url) as session:
+        stored = [session.scalar(select(Study.spec).where(Study.id == i)) for i in ids]
+    as_is = preset_as_stored(preset, "quick")
+    assert [spec == as_is for spec in stored] == [True, True, False, False]
 
 
 def test_a_first_study_is_timed_by_studies_of_its_kind_before_single_runs(tmp_path):

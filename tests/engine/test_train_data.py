@@ -285,7 +285,7 @@ def test_the_submission_check_finds_what_the_run_would_not(cifar, tmp_path):
     """ExperimentSpec.missing_data: None where the run finds its folder and first files, else the run's own
     reason, at params.dataset.name; other datasets never miss anything."""
     root, *_ = cifar
-    spec = parse_spec({"kind": "train", "params": {"model": "cnn", "dataset": cifar_spec()}})
+    spec = parse_spec({"kind": "train", "params": {"model": "cnn", "batch_size": 8, "dataset": cifar_spec()}})
     assert spec.missing_data(root) is None and spec.missing_data(root / "cifar-10-batches-py") is None
     problem = spec.missing_data(None)
     assert problem["field"] == "params.dataset.name"

@@ -247,14 +247,19 @@ export async function drawHeatmap(div, data, { mode = "side" } = {}) {
     x: 0, xanchor: "left", y: -0.3, yanchor: "top", xref: "paper", yref: "paper", showarrow: false,
     font: { color: "#a15c00", size: 12 }, name: "averaged" });
   }
-  if (data.iso) {
-    layout.shapes = [["x", "y"], ["x2", "y2"]].slice(0, traces.length).flatMap((axes) => isoSegments(data, axes));
+  const iso = data.iso ? [["x", "y"], ["x2", "y2"]].slice(0, traces.length).flatMap((axes) => isoSegments(data, axes)) : [];
+  if (iso.length) {   // (none where no two cells share a product: no legend entry for lines not drawn)
+    layout.shapes = iso;
     // the legend's entry (shapes have none; a lone legend entry is shown only when asked for)
     traces.push({ x: [null], y: [null], type: "scatter", mode: "lines", line: ISO_LINE, name: "iso-ηλ", meta: "iso",
       showlegend: true, hoverinfo: "skip" });
     layout.showlegend = true;
   }
   await plotly(div, traces, layout);
+}
+
+function gcd(a, b) {
+  return b ? gcd(b, a % b) : a;
 }
 
 const ISO_LINE = { color: "rgba(255,255,255,0.8)", dash: "dot", width: 1.2 };
@@ -273,10 +278,16 @@ function isoSegments(data, [xref, yref]) {
   for (const cells of byProduct.values()) {
     cells.sort((a, b) => a[0] - b[0]);
     for (let k = 1; k < cells.length; k += 1) {
-      const [[x0, y0], [x1, y1]] = [cells[k - 1], cells[k]];
-      const trim = ISO_CLEAR / Math.hypot(x1 - x0, y1 - y0);
-      segments.push({ type: "line", xref, yref, line: ISO_LINE,
-        x0: x0 + trim * (x1 - x0), y0: y0 + trim * (y1 - y0), x1: x1 - trim * (x1 - x0), y1: y1 - trim * (y1 - y0) });
+      const [[xa, ya], [xb, yb]] = [cells[k - 1], cells[k]];
+      // a line between cells that are not neighbours crosses the centres of the cells on it: cut there too
+      const parts = gcd(Math.abs(xb - xa), Math.abs(yb - ya)) || 1;
+      const [dx, dy] = [(xb - xa) / parts, (yb - ya) / parts];
+      const trim = ISO_CLEAR / Math.hypot(dx, dy);
+      for (let i = 0; i < parts; i += 1) {
+        const [x0, y0] = [xa + i * dx, ya + i * dy];
+        segments.push({ type: "line", xref, yref, line: ISO_LINE,
+          x0: x0 + trim * dx, y0: y0 + trim * dy, x1: x0 + (1 - trim) * dx, y1: y0 + (1 - trim) * dy });
+      }
     }
   }
   return segments;
