@@ -34,7 +34,11 @@ def call(prog: str, run: Callable[[Any], int], not_found: int = 1) -> int:
         print(f"{prog}: rejected (422):", file=sys.stderr)
         for error in exc.errors:
             loc = error["loc"][1:] if error["loc"][:1] == ["body"] else error["loc"]
-            print(f"  {error_line(loc, error['reason'], error['point'], error['field'] or '(body)')}", file=sys.stderr)
+            field = error["field"] or "(body)"
+            if error["loc"][:1] == ["query"] and len(error["loc"]) == 2:   # a command's option, not "query.status"
+                field = f"--{str(error['loc'][1]).replace('_', '-')}"
+                loc = [field]
+            print(f"  {error_line(loc, error['reason'], error['point'], field)}", file=sys.stderr)
         return 2
     except QuotaExceeded as exc:
         print(f"{prog}: {exc.detail}", file=sys.stderr)

@@ -316,8 +316,12 @@ class Study:
         return pd.DataFrame(table["rows"], columns=table["columns"])
 
     def checks(self) -> list[dict[str, Any]]:
-        """A preset study's checks (claim, predicted, measured, tolerance, verdict)."""
-        return list(self.refresh().data.get("checks") or [])
+        """A preset study's checks (claim, predicted, measured, tolerance, verdict); ``pending`` ones until every
+        child has ended. A study that is not a preset's has none: a ValueError says so (it was an empty list)."""
+        data = self.refresh().data
+        if data.get("preset") is None:
+            raise ValueError(f"study {self.id} is not a preset's: it has no checks (client.run_preset gives one)")
+        return list(data.get("checks") or [])
 
     def cancel(self) -> Study:
         self.data = self.client.http.json("POST", f"/v1/studies/{self.id}/cancel")

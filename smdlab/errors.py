@@ -90,7 +90,7 @@ def field_said(where: str, reason: str) -> str:
     if not where or reason.startswith(f"{where}: "):
         return reason
     path = where.rsplit(" ", 1)[-1]   # "point 1, params.lr" and "axis params.lrr" end with the field's path
-    for said in (path, path.rsplit(".", 1)[-1]):
+    for said in (path, path.rsplit(".", 1)[-1], path.lstrip("-").replace("-", "_")):   # (--status: the query's status)
         if reason.startswith(f"{said}: "):
             return f"{where}: {reason.removeprefix(f'{said}: ')}"
     return f"{where}: {reason}"

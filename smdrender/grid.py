@@ -3,10 +3,11 @@ another in each cell. The heatmap PNG (:mod:`smdrender.study_plots`) and the hea
 (``api/routes/study_charts.py``) both place points with these, so the two show the same cells."""
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from typing import Any
+
+from smdrender.labels import compact_json
 
 
 def levels(rows: list[dict], key: str) -> list[Any]:
@@ -20,8 +21,7 @@ def levels(rows: list[dict], key: str) -> list[Any]:
 def hashable(value: Any) -> Any:
     """A level as a key: a scalar as it is; a list or object (a schedule) as compact JSON, which is also how a
     tick, the heatmap's JSON and the study's table write it (``[{"step":600,"lr_factor":0.1}]``)."""
-    return value if isinstance(value, (int, float, str, bool)) else json.dumps(value, separators=(",", ":"),
-                                                                               allow_nan=True)
+    return value if isinstance(value, (int, float, str, bool)) else compact_json(value)
 
 
 def numeric(values: Sequence[Any]) -> bool:

@@ -35,6 +35,12 @@ def point_label(values: Mapping[str, Any], paths: Sequence[str] | None = None, s
     return ", ".join([*parts, *([f"seed={seed}"] if seed is not None else [])])
 
 
+def compact_json(value: Any) -> str:
+    """A list or object as the study's table, its legends and a heatmap's levels all write it: JSON without
+    spaces, ``[{"step":600,"lr_factor":0.1}]``."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=True)
+
+
 def legend_value(value: Any) -> str:
     """An axis value in a legend: a float to 4 significant digits, an int or a string as it is, anything else (a
     schedule's list, a boolean, null) as compact JSON, as the study's table and the dashboard's legends write
@@ -44,7 +50,7 @@ def legend_value(value: Any) -> str:
         return f"{value:.4g}"
     if isinstance(value, (int, str)) and not isinstance(value, bool):
         return str(value)
-    return json.dumps(value, separators=(",", ":"), allow_nan=True)
+    return compact_json(value)
 
 
 def curve_label(served: Sequence[Mapping[str, Any]], fixed: Sequence[str],

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from smdengine import LAYER_SEPARATOR
+from smdrender.labels import compact_json
 
 CSV_MEDIA_TYPE = "text/csv; charset=utf-8"
 PARQUET_MEDIA_TYPE = "application/vnd.apache.parquet"
@@ -113,7 +114,7 @@ def rows_to_parquet(columns: list[str], rows: list[dict[str, Any]]) -> bytes:
 
 
 def _scalar(value: Any) -> Any:
-    return json.dumps(value, separators=(",", ":")) if isinstance(value, list | dict) else value
+    return compact_json(value) if isinstance(value, list | dict) else value
 
 
 def _fit(values: Any, n: int) -> list:

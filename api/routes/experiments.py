@@ -156,6 +156,7 @@ def _override_error(error: dict[str, Any]) -> dict[str, Any]:
     field = ".".join(loc[1:]) if loc[:1] == ["axis"] else ".".join(loc[2:]) if loc[:1] == ["point"] else ".".join(loc)
     # in a rerun's words: its base is the experiment, and an override is no axis
     msg = (str(error.get("msg", "")).replace("the base spec's ", "the experiment's ")
+           .replace("not a field of the base spec", "not a field of the experiment's spec")
            .replace("give the base that entry, or vary the whole list on this axis", "override the whole list instead"))
     return {"loc": ["body", "overrides", field], "msg": msg, "type": error.get("type", "value_error")}
 

@@ -210,6 +210,9 @@ def test_a_points_check_across_fields_is_located_at_the_field_it_names(sqlite_en
     assert error["loc"] == ["body", "overrides", "params.lr_schedule.0.lr_factor"], error
     assert error["msg"] == ("params.lr_schedule.0.lr_factor: the experiment's params.lr_schedule has no entry 0 (it is "
                             "empty): override the whole list instead"), error
+    r = client.post(f"/v1/experiments/{done}/rerun", json={"overrides": {"params.lrr": 0.5}})
+    [error] = r.json()["detail"]
+    assert error["msg"].startswith("params.lrr: not a field of the experiment's spec (nrq)"), error
 
 
 @pytest.mark.parametrize("axes", [{"grid": {"params.lr": [0.05, 0.1], "seed": [5, 6]}},

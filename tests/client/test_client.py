@@ -102,6 +102,10 @@ def test_presets_through_the_client(service):
     with pytest.raises(TypeError, match="a study id alone"):
         client.study(study.id, seeds=[1])
     assert study.cancel().data["cancel_requested"] is True
+    plain = client.study(small_spec(trials=4, steps=100, record_every=20), grid={"params.lr": [0.1]})
+    with pytest.raises(ValueError, match="is not a preset's: it has no checks"):   # (it was an empty list)
+        plain.checks()
+    plain.cancel()
 
 
 def test_a_422_names_the_field(service):
@@ -238,6 +242,8 @@ def test_cli_commands_and_follow_exit_codes(service, tmp_path):
     tagged = client_of(alice).experiment(waiting.stdout.strip()).data
     assert sorted(tagged["tags"]) == ["gpu", "waits"] and tagged["note"] == "no gpu here", tagged
     assert smd(alice, "cancel", waiting.stdout.strip()).returncode == 0
+    refused = smd(alice, "ls", "--status", "done")   # said as the command's option, not the query's "query.status"
+    assert refused.returncode == 2 and "  --status: " in refused.stderr and "query." not in refused.stderr, refused.stderr
 
     long = tmp_path / "long.json"
     long.write_text(json.dumps(small_spec(trials=4, dim=4, steps=2_000_000, record_every=1000)))

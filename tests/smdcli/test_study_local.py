@@ -115,7 +115,7 @@ def test_a_failed_child_is_recorded_and_exits_1(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize(("change", "text"), [
-    ({"grid": {"params.learning_rate": [0.1, 0.2]}}, "axis params.learning_rate: params.learning_rate: not a field"),
+    ({"grid": {"params.learning_rate": [0.1, 0.2]}}, "axis params.learning_rate: not a field"),
     ({"grid": {"params.lr": [0.1, -0.2]}}, "point 1, params.lr: Input should be greater than 0 (at params.lr=-0.2)"),
     ({"grid": {}, "zip": {"params.lr": [0.1, 0.2], "params.weight_decay": [0.1]}}, "zip: expected axes of equal"),
     ({"grid": {"params.lr": [0.1], "seed": [5, 6]}},
