@@ -29,6 +29,8 @@ COLUMN = """column => {   // a column of the children table, top to bottom, as s
 EXPECTED_4XX = re.compile(r"Failed to load resource: the server responded with a status of 4\d\d")
 TICKS = "selector => [...document.querySelectorAll(selector)].map(t => t.textContent)"
 BARE_DIGIT = re.compile(r"^[2-9]$")   # a log axis's digit between decades, labelled alone: read as a value
+# a log axis's ticks as plain numbers (0.5, 0.02, 1e-5), as the cells and the PNGs write them: not 5×10⁻¹ beside 10⁻¹
+PLAIN_NUMBER = re.compile(r"^\d+(\.\d+)?(e[−-]?\d+)?$")
 
 
 def submit(base: str, spec: dict) -> str:
@@ -191,6 +193,14 @@ def test_a_study_page_shows_its_heatmap_and_sorts_its_table(service, page, grid_
     header.click()
     lrs = [float(v) for v in page.evaluate(COLUMN, "params.lr")]
     assert lrs == sorted(lrs, reverse=True)
+    # a warning as its code, the message on hover (messages made a short study's rows a column of words each)
+    warned = [(row["warnings"], row["index"]) for row in table["rows"] if row["warnings"]]
+    assert warned   # its slowest points (ηλ 2.5e-4, 5e-4) settle after their tail starts: unsettled_tail
+    shown = dict(zip(page.evaluate(COLUMN, "index"), page.evaluate(COLUMN, "warnings"), strict=True))
+    for message, index in warned:
+        assert shown[str(index)] == message.split(":")[0], (shown, message)
+    title = page.locator("#children-table .warning-codes").first.get_attribute("title")
+    assert title in {message for message, _ in warned}
     # its iso-ηλ lines are white over the cells; their legend entry sits on a background they show on
     iso = page.evaluate("document.getElementById('study-plot').data.find(t => t.meta === 'iso')?.line.color")
     legend = page.evaluate("document.getElementById('study-plot').layout.legend.bgcolor")
@@ -268,6 +278,7 @@ def test_a_study_page_shows_theory_grouped_seeds_and_colour_live_and_after(servi
     screenshot(page, "study-overlay")
     ticks = page.evaluate(TICKS, "#study-plot .ytick text")   # log y: no bare digits between the decades
     assert len(ticks) >= 2 and not any(BARE_DIGIT.match(t) for t in ticks), ticks
+    assert all(PLAIN_NUMBER.match(t) for t in ticks), ticks
 
     with page.expect_download() as download:
         page.locator("#study-csv").click()
@@ -525,6 +536,7 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         if name == "experiment":   # a log axis labels decades (and 1, 2, 5 written out), no bare digits between
             ticks = page.evaluate(TICKS, "#chart-risk .ytick text")
             assert len(ticks) >= 2 and not any(BARE_DIGIT.match(t) for t in ticks), ticks
+            assert all(PLAIN_NUMBER.match(t) for t in ticks), ticks
         if name == "broken-experiment":   # the line stops where the numbers broke, and the chart says so
             assert page.locator("#chart-risk .annotation-text").text_content() == f"non-finite from step {since}"
             assert page.locator("#chart-risk .annotation-text").count() == 1

@@ -21,9 +21,10 @@ function finite(v) { return typeof v === "number" && Number.isFinite(v); }
 
 // Log axes: Plotly labels the digits between decades with bare small numbers ("2", "5", or every one of 2…9),
 // which read as values. Asked for at most about three ticks, it shows decades where the span holds several,
-// the 1, 2 and 5 of each decade between one and two decades (written out, as 2×10⁻¹: "complete"), and plain
-// numbers under a decade; being Plotly's own choice, it follows zooming.
-export const LOG_TICKS = { nticks: 3, minorloglabels: "complete", exponentformat: "power" };
+// the 1, 2 and 5 of each decade between one and two decades ("complete"), and plain numbers under a decade;
+// being Plotly's own choice, it follows zooming. Every tick is written as the cells and the PNGs write numbers
+// (0.5, 0.02, 1e-5): in powers it mixed 1, 5×10⁻¹, 2×10⁻¹ and 10⁻¹ (its decades in a smaller type) on one axis.
+export const LOG_TICKS = { nticks: 3, minorloglabels: "complete", tickformat: ".3~g" };
 
 const FEW_POINTS = 2;   // as smdrender.plots.FEW_POINTS
 const few = (y) => y.filter((v) => v !== null).length <= FEW_POINTS;
@@ -196,7 +197,8 @@ export class Chart {
     this.toggle.textContent = log ? "linear y" : "log y";
     // nticks 0: Plotly's own count again on a linear axis
     window.Plotly.relayout(this.div, { "yaxis.type": log ? "log" : "linear", "yaxis.autorange": true,
-      "yaxis.nticks": log ? LOG_TICKS.nticks : 0 });
+      "yaxis.nticks": log ? LOG_TICKS.nticks : 0, "yaxis.tickformat": log ? LOG_TICKS.tickformat : "",
+      "yaxis.minorloglabels": LOG_TICKS.minorloglabels });
   }
 
   // Zooming on steps asks the API for the window at full resolution; a reset shows everything again.

@@ -249,6 +249,10 @@ export function renderStudy(main, [id]) {
     const cell = (r, c) => {
       if (c === "index") return h("a", { href: `#/experiments/${r.experiment_id}` }, r[c]);
       if (c === "status") return statusBadge(r[c]);
+      // a warning's code, its message on hover and on the child's page: messages (~240 characters) made each row
+      // of a short study's table a column of words
+      if (c === "warnings" && r[c]) return h("span.warning-codes", { title: r[c] },
+        r[c].split(" | ").map((w) => w.split(":")[0]).join(", "));
       // a compare study's member (its axis "experiment"): a link to it, not a bare 32-character id
       if (c === "experiment" && typeof r[c] === "string") return h("a", { href: `#/experiments/${r[c]}` }, r[c].slice(0, 12));
       return r[c] !== null && typeof r[c] === "object" ? h("code.small", JSON.stringify(r[c])) : fmtNumber(r[c]);
