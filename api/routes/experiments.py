@@ -93,9 +93,9 @@ def _queue(db: str, settings: Settings, user: User, response: Response, parsed: 
                                                       "msg": data_unavailable_message(problem)}])
     max_work = user.max_work or settings.max_work
     if parsed.work > max_work:
-        raise over_quota(f"quota: work per job is limited to {max_work} for {user.name} "
+        raise over_quota(f"quota: work per job is limited to {max_work:,} for {user.name} "
                          f"(trials·steps·dim; × 1/dt and × samples where they apply), this job needs "
-                         f"{parsed.work}: make it smaller, or ask an admin to raise the limit (smd users quota)",
+                         f"{parsed.work:,}: make it smaller, or ask an admin to raise the limit (smd users quota)",
                          quota="work", retry_after=None)   # no wait makes the job smaller
     max_active = user.max_active_jobs or settings.max_active_jobs
     try:  # committed when this returns: the row exists before any worker can see the message
@@ -372,7 +372,7 @@ def continue_experiment(experiment: ManagedExperimentDep, body: ContinueIn, db: 
     owner = experiment.owner
     max_work = (owner.max_work if owner is not None else None) or settings.max_work
     if parsed.work > max_work:
-        raise over_quota(f"quota: work per job is limited to {max_work}, the continued run needs {parsed.work}",
+        raise over_quota(f"quota: work per job is limited to {max_work:,}, the continued run needs {parsed.work:,}",
                          quota="work", retry_after=None)   # no wait makes the job smaller
     max_active = (owner.max_active_jobs if owner is not None else None) or settings.max_active_jobs
     try:

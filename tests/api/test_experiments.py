@@ -99,7 +99,7 @@ def test_work_quota_is_429_and_creates_nothing(tmp_path, database_url):
         r = c.post("/v1/experiments", json=small_spec(trials=10, steps=100, dim=2))  # work 2000
         # no Retry-After: no wait makes the job smaller
         assert r.status_code == 429 and "Retry-After" not in r.headers and r.headers["SMD-Quota"] == "work"
-        assert "work per job is limited to 1000" in r.json()["detail"] and "needs 2000" in r.json()["detail"]
+        assert "work per job is limited to 1,000 " in r.json()["detail"] and "needs 2,000" in r.json()["detail"]
         assert c.get("/v1/experiments").json()["total"] == 0
         assert c.post("/v1/experiments", json=small_spec(trials=5, steps=100, dim=2)).status_code == 202
 

@@ -274,7 +274,7 @@ def test_over_quota_is_429_and_stores_nothing(tmp_path):
     with TestClient(create_app(settings)) as client:
         r = client.post(f"/v1/presets/{PRESET}/run", json={"size": "quick"})
         assert r.status_code == 429 and "Retry-After" not in r.headers, r.text   # no wait makes it smaller
-        assert r.headers["SMD-Quota"] == "work" and "work is limited to 1000000" in r.json()["detail"]
+        assert r.headers["SMD-Quota"] == "work" and "work is limited to 1,000,000 " in r.json()["detail"]
         assert counts(settings.db_url) == (0, 0)
     settings = make_settings(tmp_path / "b", max_active_jobs=5)
     with TestClient(create_app(settings)) as client:

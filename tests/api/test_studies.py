@@ -245,7 +245,7 @@ def test_too_many_points_is_422(tmp_path):
 
 @pytest.mark.parametrize("quota, words", [
     ({"max_active_jobs": 10}, ["at most 10 queued + running jobs", "you have 3", "adds 8"]),
-    ({"max_work": 100_000}, ["work is limited to 100000", "need 256000"]),
+    ({"max_work": 100_000}, ["work is limited to 100,000 ", "need 256,000 "]),
 ])
 def test_quotas_apply_to_the_whole_study(tmp_path, quota, words):
     settings = make_settings(tmp_path, **quota)
