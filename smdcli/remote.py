@@ -50,8 +50,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     cancel = sub.add_parser("cancel", help="cancel an experiment")
     cancel.add_argument("id", type=resource_id)
     ls = sub.add_parser("ls", help="list experiments, newest first")
-    ls.add_argument("--status")
-    ls.add_argument("--kind")
+    ls.add_argument("--status", help="queued, running, succeeded, failed or cancelled")
+    ls.add_argument("--kind", help="nrq, sde or train")
     ls.add_argument("--tag", action="append", help="repeatable: all of them")
     ls.add_argument("--name", help="name contains (any case)")
     ls.add_argument("--limit", type=_positive, default=20, help="at most this many rows (default 20)")
@@ -135,6 +135,7 @@ def _run(client: Any, args: argparse.Namespace) -> int:
             body = (json.dumps(client.experiment(experiment_id).results(), indent=1) + "\n").encode()
         if args.output is not None:
             args.output.write_bytes(body)
+            print(f"smd results: wrote {args.output}", file=sys.stderr)   # as smd run -o and smd study table -o
         else:
             sys.stdout.buffer.write(body)
         return 0

@@ -146,6 +146,13 @@ def rerun_experiment(experiment: ExperimentDep, body: RerunIn, db: DbDep, settin
     spec = child.spec.model_dump(mode="json")
     spec["name"] = body.name if body.name is not None else experiment.name   # the current name: PATCH renames
     parsed = smdengine.parse_spec(spec)
+    if (problem := parsed.missing_data(settings.data_dir)) is not None:   # at the override that chose the data, if
+        # one did, else at the body: a rerun's body holds no params (the experiment's data went away)
+        path = next((p for p in body.overrides if problem["field"].startswith(p) or p.startswith("params.dataset")),
+                    None)
+        raise HTTPException(status_code=422, detail=[{
+            "loc": ["body", "overrides", path] if path else ["body"], "type": "data_unavailable",
+            "msg": data_unavailable_message(problem if path else {**problem, "field": f"the experiment's {problem['field']}"})}])
     return _queue(db, settings, user, response, parsed, spec, visibility=body.visibility, priority=body.priority,
                   keep_checkpoint=body.keep_checkpoint, tags=body.tags, note=body.note)
 

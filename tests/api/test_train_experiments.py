@@ -75,6 +75,11 @@ def test_cifar10_without_its_data_is_refused_at_submission(client):
         assert "SMD_DATA_DIR" in error["msg"]
     assert client.get("/v1/experiments").json()["total"] == 0
     assert client.get("/v1/studies").json()["total"] == 0
+    # a rerun that asks for it: refused at the override that did
+    digits = submit(client, train_spec(model="cnn", depth=2, width=4))["id"]
+    r = client.post(f"/v1/experiments/{digits}/rerun", json={"overrides": {"params.dataset": CIFAR10}})
+    [error] = r.json()["detail"]
+    assert r.status_code == 422 and error["loc"] == ["body", "overrides", "params.dataset"], error
 
 
 @pytest.fixture
@@ -108,3 +113,10 @@ def test_cifar10_runs_where_the_server_has_it_and_a_vanished_file_fails_with_its
     assert execute(settings, exp["id"]) == "failed"
     error = client.get(f"/v1/experiments/{exp['id']}").json()["error"]
     assert f"{folder / 'data_batch_2'} not found" in error, error
+    # the data gone from the server: a rerun of a run that read it is refused, said of the experiment's spec
+    for name in ("data_batch_1", "test_batch"):
+        (folder / name).unlink()
+    r = client.post(f"/v1/experiments/{exp['id']}/rerun", json={})
+    [refused] = r.json()["detail"]
+    assert r.status_code == 422 and refused["loc"] == ["body"], refused
+    assert refused["msg"].startswith("the experiment's params.dataset.name: not available on this server: "), refused

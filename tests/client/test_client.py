@@ -205,6 +205,7 @@ def test_cli_commands_and_follow_exit_codes(service, tmp_path):
     assert listed.returncode == 0 and listed.stdout.startswith("ID") and experiment_id in listed.stdout
     results = smd(alice, "results", experiment_id, "--csv", "-o", str(tmp_path / "r.csv"))
     assert results.returncode == 0 and (tmp_path / "r.csv").read_text().startswith("step,")
+    assert results.stderr == f"smd results: wrote {tmp_path / 'r.csv'}\n"   # said, as smd run -o says it
     rerun = smd(alice, "rerun", experiment_id, "--set", "params.lr=0.3", "--name", "cli rerun", "--follow", "--quiet")
     assert rerun.returncode == 0, rerun.stderr
     rerun_data = client_of(alice).experiment(rerun.stdout.strip()).data
