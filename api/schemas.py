@@ -143,22 +143,17 @@ class ValidationErrorOut(BaseModel):
 class WarningOut(BaseModel):
     """A condition of the spec worth knowing before its results are read (smdengine.spec_warnings): its rates leave
     the regime the theory describes (the experiment runs as asked, without the theory lines that do not apply
-    there), or its summary's tail holds fewer than two records, or starts before the run settles."""
+    there), or its summary's tail holds fewer than two records."""
 
-    code: Literal["no_equilibrium", "decay_not_positive", "continuous_time", "sparse_tail", "unsettled_tail"] = Field(
+    code: Literal["no_equilibrium", "decay_not_positive", "continuous_time", "sparse_tail"] = Field(
         ..., description="no_equilibrium: λη/(1+α) ≥ 2 (ηλ·dt for an Euler–Maruyama step), the weight norm has no "
                          "equilibrium; decay_not_positive: λη/(1+α) ≥ 1, the decay factor 1 − λη (1 + α − λη) is not "
                          "positive, each update reverses the weight; continuous_time: λη/(1−α) > 0.1, beyond the "
                          "small-ηλ regime of the continuous-time closed forms; sparse_tail: record_every leaves fewer "
                          "than two records (on train, whole windows) in the summary's tail (the last half of the final "
-                         "phase), so its tail summaries are one record's values (omits nothing); unsettled_tail "
-                         "(nrq, train): the tail starts before the angular update is predicted within ±10% of its "
-                         "equilibrium (from the relaxation time (1−α)/(4λη)), so its tail means are not equilibrium "
-                         "values (omits nothing).")
+                         "phase), so its tail summaries are one record's values (omits nothing).")
     message: str = Field(..., description="The phases and rates concerned, the condition, and what is omitted; for "
-                                          "sparse_tail the records concerned and a bound under which any record_every "
-                                          "puts two there; for unsettled_tail the predicted step and the steps that "
-                                          "start the tail there.")
+                                          "sparse_tail the records concerned and a bound under which any record_every puts two there.")
     omits: list[str] = Field(..., description="Theory names left out of the results (no dashed line, no summary value).")
 
 

@@ -218,39 +218,6 @@ def band_entry(k: float, band: float = EQUILIBRIUM_BAND) -> float:
     return max(0.0, x)
 
 
-def unsettled_tail_warnings(all_phases: Sequence[Phase], steps: int, momentum: float = 0.0,
-                            first_k: float | None = None) -> list[dict[str, Any]]:
-    """``[{"code": "unsettled_tail", …}]`` when the summary's tail (:func:`tail_start`) starts before the
-    angular update of the final phase is predicted to be at equilibrium, so that its tail means are not the
-    equilibrium values the theory gives; else ``[]``. Omits nothing: the theory says where the run would settle.
-
-    The final phase starts a factor k off its equilibrium |w|⁴: k = :func:`norm4_decay` of the previous phase
-    (assumed settled; 1 after a rescale), or for a first phase ``first_k`` (nrq: from the expected |X₀|²). Its
-    AU enters the ±b band τ·:func:`band_entry`(k) after the phase starts. Where k is unknown (a network's first
-    phase: its initial norms are drawn with the network), one relaxation time τ stands for it: within it the
-    norm has moved by less than a factor e^{−1} of its distance to equilibrium, whatever that distance. Only in
-    the regime where these closed forms hold (:func:`phase_regime` None) and with weight decay."""
-    final, index = all_phases[-1], len(all_phases) - 1
-    if final.weight_decay <= 0 or phase_regime(final.lr, final.weight_decay, momentum) is not None:
-        return []
-    tau = relaxation_time(final.lr, final.weight_decay, momentum)
-    k = norm4_decay(all_phases[index - 1], final) if index > 0 else first_k
-    settled = final.start + tau * (1.0 if k is None else band_entry(k))
-    tail = tail_start(all_phases, steps)
-    if tail >= settled:
-        return []
-    when = (f"within the first relaxation time τ = (1−α)/(4λη) = {tau:.4g} steps of its final phase (from step "
-            f"{final.start}): unless its weights start at their equilibrium norm, its tail means"
-            if k is None else
-            f"before its angular update is predicted within ±{EQUILIBRIUM_BAND:.0%} of its equilibrium, at step "
-            f"{math.ceil(settled)} (τ·x_b after step {final.start}: τ = (1−α)/(4λη) = {tau:.4g}, k = {k:.3g} the "
-            f"factor its |w|⁴ starts off equilibrium; docs/theory.md, Relaxation): its tail means")
-    need = math.ceil(2 * settled - final.start)   # the tail (the final phase's last half) then starts there
-    return [{"code": "unsettled_tail", "omits": [],
-             "message": f"the summary's tail starts at step {_step(tail)}, {when} are not equilibrium values; steps ≥ "
-                        f"{need} start the tail there."}]
-
-
 def band_offset(k: float, band: float = EQUILIBRIUM_BAND) -> float:
     """x_b − ln k (units of τ), how much later than ln k·τ the AU enters the band after η ÷ k (k > 1):
     ln(1 − 1/k) − ln((1−b)^{−2} − 1); at b = 0.1: 0.757 (k = 2), 1.345 (k = 10), 1.440 (k = 100)."""

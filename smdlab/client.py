@@ -317,10 +317,10 @@ class Study:
 
     def checks(self) -> list[dict[str, Any]]:
         """A preset study's checks (claim, predicted, measured, tolerance, verdict); ``pending`` ones until every
-        child has ended. A study that is not a preset's has none: a ValueError says so (it was an empty list)."""
+        child has ended. A study that is not a preset's has none: an SMDError says so (it was an empty list)."""
         data = self.refresh().data
         if data.get("preset") is None:
-            raise ValueError(f"study {self.id} is not a preset's: it has no checks (client.run_preset gives one)")
+            raise SMDError(f"study {self.id} is not a preset's: it has no checks (client.run_preset gives one)")
         return list(data.get("checks") or [])
 
     def cancel(self) -> Study:

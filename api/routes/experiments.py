@@ -148,8 +148,8 @@ def rerun_experiment(experiment: ExperimentDep, body: RerunIn, db: DbDep, settin
     parsed = smdengine.parse_spec(spec)
     if (problem := parsed.missing_data(settings.data_dir)) is not None:   # at the override that chose the data, if
         # one did, else at the body: a rerun's body holds no params (the experiment's data went away)
-        path = next((p for p in body.overrides if problem["field"].startswith(p) or p.startswith("params.dataset")),
-                    None)
+        field = problem["field"]   # the override that set it, or one above it (params.dataset, params)
+        path = next((p for p in body.overrides if p == field or field.startswith(f"{p}.")), None)
         raise HTTPException(status_code=422, detail=[{
             "loc": ["body", "overrides", path] if path else ["body"], "type": "data_unavailable",
             "msg": data_unavailable_message(problem if path else {**problem, "field": f"the experiment's {problem['field']}"})}])

@@ -15,7 +15,6 @@ from smdengine._science import (
     regime_warnings,
     tail_start,
     tail_warnings,
-    unsettled_tail_warnings,
 )
 from smdengine._spec_base import SpecBase, StrictModel
 
@@ -138,17 +137,6 @@ class NRQParams(NRQPhysics):
     def regime_warnings(self) -> list[dict[str, Any]]:
         """Out-of-regime warnings of each phase's (η, λ, α) (:func:`smdengine._science.phase_regime`)."""
         return self.phase_warnings(self.momentum)
-
-    def tail_warnings(self) -> list[dict[str, Any]]:
-        """``sparse_tail`` (:meth:`NRQPhysics.tail_warnings`), then ``unsettled_tail`` when the tail starts before
-        the AU is predicted at equilibrium (:func:`smdengine._science.unsettled_tail_warnings`); a first phase
-        starts k = (E|X₀|²/M*²)² off it, E|X₀|² = p·init_std² and M*⁴ = (p−1)σ²η/(2λ(1−α)) (docs/theory.md)."""
-        first = self.phases()[0]
-        target = ((self.dim - 1) * self.noise_std**2 * first.lr / (2.0 * first.weight_decay * (1.0 - self.momentum))
-                  if first.weight_decay > 0 else 0.0)
-        first_k = (self.dim * self.init_std**2) ** 2 / target if target > 0 else None
-        return [*super().tail_warnings(),
-                *unsettled_tail_warnings(self.phases(), self.steps, self.momentum, first_k)]
 
 
 class NRQSpec(SpecBase):

@@ -18,7 +18,6 @@ from smdengine._science import (
     regime_warnings,
     tail_start,
     tail_warnings,
-    unsettled_tail_warnings,
 )
 from smdengine._spec_base import SpecBase, StrictModel, tagged_union
 from smdengine.train import shapes
@@ -179,10 +178,8 @@ class TrainParams(StrictModel):
 
     def tail_warnings(self) -> list[dict[str, Any]]:
         """``sparse_tail`` when the summary's tail holds fewer than two whole windows
-        (:func:`smdengine._science.tail_warnings`); ``unsettled_tail`` when it starts before the AU is predicted
-        at equilibrium (a first phase: within one relaxation time, the networks' initial norms unknown here)."""
-        return [*tail_warnings(self.total_steps, self.record_every, self.tail_start(), windows=True),
-                *unsettled_tail_warnings(self.phases(), self.total_steps, self.momentum)]
+        (:func:`smdengine._science.tail_warnings`)."""
+        return tail_warnings(self.total_steps, self.record_every, self.tail_start(), windows=True)
 
     def regime_warnings(self) -> list[dict[str, Any]]:
         """Out-of-regime warnings of each phase's (η, λ, α) (:func:`smdengine._science.phase_regime`):

@@ -24,9 +24,9 @@ def test_an_out_of_regime_experiment_is_accepted_with_warnings(env):
     assert doc["theory"] == {}
     assert not set(OMITTED) & set(doc["summary"])
     assert "risk" in doc["series"] and len(doc["series"]["step"]) == 6
-    # in regime: every theory line; a run this short is only told that its tail has not settled (omits nothing)
+    # in regime: no warnings, every theory line
     ok = client.post("/v1/experiments", json=small_spec(trials=8, steps=100))
-    assert ok.status_code == 202 and [(w["code"], w["omits"]) for w in ok.json()["warnings"]] == [("unsettled_tail", [])]
+    assert ok.status_code == 202 and ok.json()["warnings"] == []
     assert execute_next(settings, ["cpu"]) == "succeeded"
     assert set(OMITTED) <= set(client.get(f"/v1/experiments/{ok.json()['id']}/results").json()["theory"])
 
@@ -36,8 +36,7 @@ def test_a_record_every_that_leaves_the_summary_one_record_is_warned_about(env):
     client, settings = env
     r = client.post("/v1/experiments", json=small_spec(trials=8, steps=100, record_every=100))
     assert r.status_code == 202, r.text
-    warning, unsettled = r.json()["warnings"]   # (and 100 steps are too few to settle: said after it)
-    assert unsettled["code"] == "unsettled_tail" and unsettled["omits"] == []
+    (warning,) = r.json()["warnings"]
     assert warning["code"] == "sparse_tail" and warning["omits"] == []
     # up to 25 (half of the tail's 50 steps) every record_every puts two records in [50, 100)
     assert "the record at step 0" in warning["message"] and "any record_every ≤ 25 puts" in warning["message"]
@@ -54,15 +53,14 @@ def test_a_study_shows_each_childs_warnings(env):
     r = client.post("/v1/studies", json=spec)
     assert r.status_code == 202, r.text
     children = client.get(f"/v1/studies/{r.json()['id']}").json()["children"]
-    assert [w["code"] for w in children[0]["warnings"]] == ["unsettled_tail"]   # in regime, but 100 steps
+    assert children[0]["warnings"] == []
     assert [w["code"] for w in children[1]["warnings"]] == ["no_equilibrium"]
     assert client.get(f"/v1/experiments/{children[1]['id']}").json()["warnings"] == children[1]["warnings"]
     run_all(settings)
     table = client.get(f"/v1/studies/{r.json()['id']}/table").json()
     assert "warnings" in table["columns"]
     first, second = table["rows"]
-    assert first["warnings"].startswith("unsettled_tail: ") and " | " not in first["warnings"]
-    assert second["warnings"].startswith("no_equilibrium: η = 10, λ = 0.5")
+    assert first["warnings"] == "" and second["warnings"].startswith("no_equilibrium: η = 10, λ = 0.5")
     assert "risk_stationary" in first and "risk_stationary" not in second and 0 <= second["risk"] <= 1
     grouped = client.get(f"/v1/studies/{r.json()['id']}/table", params={"group": "point"}).json()["rows"]
     assert grouped[1]["warnings"] == second["warnings"] and "warnings_se" not in grouped[1]

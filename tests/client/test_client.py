@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from smdlab import Client, QuotaExceeded, SMDValidationError
+from smdlab import Client, QuotaExceeded, SMDError, SMDValidationError
 from tests.conftest import small_spec
 from tests.integration.procs import serve_for_alice_and_bob, smd, smd_cli, unreadable_cifar10
 
@@ -103,7 +103,7 @@ def test_presets_through_the_client(service):
         client.study(study.id, seeds=[1])
     assert study.cancel().data["cancel_requested"] is True
     plain = client.study(small_spec(trials=4, steps=100, record_every=20), grid={"params.lr": [0.1]})
-    with pytest.raises(ValueError, match="is not a preset's: it has no checks"):   # (it was an empty list)
+    with pytest.raises(SMDError, match="is not a preset's: it has no checks"):   # (it was an empty list)
         plain.checks()
     plain.cancel()
 

@@ -15,8 +15,7 @@ import pytest
 from pydantic import ValidationError
 
 import smdengine
-from smdengine import expand_study, predict, run
-from smdengine import spec_warnings as all_warnings
+from smdengine import expand_study, predict, run, spec_warnings
 from smdengine._science import CONTINUOUS_TIME_MAX, phase_regime, tail_warnings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,12 +52,6 @@ def sde(model, **params):
 def train(**params):
     return {"kind": "train", "seed": 0, "params": {"width": 16, "depth": 1, "steps": 10, "record_every": 1,
                                                     "eval_every": 5, "batch_size": 32, **params}}
-
-
-def spec_warnings(spec) -> list[dict]:
-    """The spec's warnings but ``unsettled_tail`` (a short run's tail, said on its own: the tests at the end), which
-    the regime's and the sparse tail's tests here leave aside: their short specs are about other conditions."""
-    return [w for w in all_warnings(spec) if w["code"] != "unsettled_tail"]
 
 
 def codes(spec) -> list[str]:
@@ -130,7 +123,7 @@ def test_spec_warnings_rejects_a_bad_spec():
 @pytest.mark.parametrize("name", sorted(IN_REGIME))
 def test_in_regime_specs_keep_every_theory_line(name):
     spec = IN_REGIME[name]
-    assert spec_warnings(spec) == [] and all(w["omits"] == [] for w in all_warnings(spec))
+    assert spec_warnings(spec) == []
     declared = set(smdengine.output_names(spec))
     predicted = predict(spec)
     document = run(spec).to_document()
@@ -399,60 +392,3 @@ def test_tail_warnings_of_every_kind():
     for model in ("toy2d", "norm_map", "normalized_linear", "nrq"):
         spec = {"kind": "sde", "params": {"model": model, "steps": 10, "record_every": 6}}
         assert [w["code"] for w in spec_warnings(spec)] == ["sparse_tail"], model
-
-
-# ----------------------------------------------------------------------------- unsettled_tail
-
-def _unsettled(spec: dict) -> list[dict]:
-    return [w for w in all_warnings(spec) if w["code"] == "unsettled_tail"]
-
-
-def test_unsettled_tail_is_said_from_the_relaxation_and_omits_nothing():
-    """The nrq default (p 10, σ 1, η 0.1, λ 0.01, init_std 1): E|X₀|² = 10 against M*² = √((p−1)σ²η/(2λ)) = √45,
-    k = 100/45; the AU enters ±10% at τ·x_b, τ = 1/(4λη) = 250 (docs/theory.md, Relaxation: computed here from
-    those formulas, not from the engine's functions). The tail (the last half) must start there."""
-    k = 10.0**2 / (9 * 0.1 / (2 * 0.01))
-    x_b = math.log((k - 1) / (0.9**-2 - 1))
-    settled = 250 * x_b
-    need = math.ceil(2 * settled)
-    [short] = _unsettled({"kind": "nrq", "params": {"steps": need - 1}})
-    assert short["omits"] == [] and f"at step {math.ceil(settled)} " in short["message"], short
-    assert f"steps ≥ {need} start the tail there" in short["message"] and "k = 2.22 " in short["message"]
-    assert _unsettled({"kind": "nrq", "params": {"steps": need}}) == []
-    # a first phase started at the equilibrium norm (E|X₀|² = M*²): settled at once
-    assert _unsettled({"kind": "nrq", "params": {"steps": 100, "init_std": 45**0.25 / 10**0.5}}) == []
-    # after a decay the new equilibrium is k = 10 off; with the rescale it is reached at once (k = 1)
-    decay = {"kind": "nrq", "params": {"steps": 2000, "lr_schedule": [{"step": 1000, "lr_factor": 0.1}]}}
-    [after] = _unsettled(decay)
-    assert "k = 10 " in after["message"] and "τ = (1−α)/(4λη) = 2500" in after["message"], after
-    decay["params"]["lr_schedule"][0]["rescale"] = True
-    assert _unsettled(decay) == []
-    # a network's first phase: its initial norms are drawn with it, so one relaxation time stands for the wait
-    [net] = _unsettled({"kind": "train", "params": {"steps": 300, "lr": 0.5, "weight_decay": 1e-3}})
-    assert "within the first relaxation time τ = (1−α)/(4λη) = 500 steps" in net["message"], net
-    assert _unsettled({"kind": "train", "params": {"steps": 1000, "lr": 0.5, "weight_decay": 1e-3}}) == []
-    # out of the continuous-time regime, or without weight decay, it says nothing (no closed form to trust)
-    assert _unsettled({"kind": "nrq", "params": {"steps": 100, "lr": 1.0, "weight_decay": 0.2}}) == []
-    assert _unsettled({"kind": "nrq", "params": {"steps": 100, "weight_decay": 0.0}}) == []
-
-
-def test_an_unsettled_tail_is_measured_below_the_band_and_a_long_enough_one_in_it():
-    """What the warning claims, measured: the tail mean of the AU (summary au_rms) over its equilibrium is below
-    1 − b = 0.9 for a warned run (200 steps) and at least 0.9 at the steps it asks for. Four seeds of 2048 trials
-    each; the tolerance is 4 standard errors of their mean (seed-to-seed sd ≈ 0.008 at 200 steps, 0.0025 at 826:
-    the margins, ≈ 0.03 and 0.046, are ≥ 8 standard errors)."""
-    import statistics
-
-    def ratios(steps: int) -> tuple[float, float]:
-        values = []
-        for seed in range(4):
-            doc = run(smdengine.parse_spec({"kind": "nrq", "seed": seed, "device": "cpu",
-                                            "params": {"steps": steps, "trials": 2048, "record_every": 1}})).to_document()
-            values.append(doc["summary"]["au_rms"] / doc["theory"]["au_equilibrium"][-1])
-        return statistics.mean(values), statistics.stdev(values) / 2
-
-    need = int(re.search(r"steps ≥ (\d+)", _unsettled({"kind": "nrq", "params": {"steps": 200}})[0]["message"])[1])
-    mean, se = ratios(200)
-    assert mean + 4 * se < 0.9, (mean, se)
-    mean, se = ratios(need)
-    assert _unsettled({"kind": "nrq", "params": {"steps": need}}) == [] and mean - 4 * se >= 0.9, (need, mean, se)

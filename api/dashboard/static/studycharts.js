@@ -110,7 +110,7 @@ export async function drawOverlay(div, data, { by = "point", seeds = "mean", var
   if (empty && !absent.length) annotations.push({ text: "no data yet", showarrow: false, xref: "paper", yref: "paper",
     x: 0.5, y: 0.5, font: { color: "#888", size: 14 } });
   await plotly(div, traces, { height: 420, xaxis: { title: { text: X_TITLES[data.x] ?? data.x }, visible: !empty },
-    yaxis: { title: { text: data.metric }, type: log ? "log" : "linear", ...(log ? LOG_TICKS : {}),
+    yaxis: { title: { text: data.metric }, type: log ? "log" : "linear", exponentformat: "power", ...(log ? LOG_TICKS : {}),
       visible: !empty },
     legend: { orientation: "h", y: -0.22 }, hovermode: "closest", annotations });
 }
