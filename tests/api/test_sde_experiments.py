@@ -61,7 +61,7 @@ def test_work_limit_counts_substeps(tmp_path, database_url):
         assert c.post("/v1/experiments", json=ok).status_code == 202           # 10·400·10 = 40 000
         ok["params"]["dt"] = 0.5
         r = c.post("/v1/experiments", json=ok)                                  # twice the substeps
-        assert r.status_code == 429 and "needs 80000" in r.text
+        assert r.status_code == 429 and "needs 80,000:" in r.text
 
 
 @pytest.mark.parametrize("model", sorted(SMALL))
