@@ -188,8 +188,9 @@ def _warn(prog: str, data: dict[str, Any]) -> None:
     for warning in data.get("warnings") or []:
         print(f"{prog}: warning: {warning.get('code')}: {warning.get('message')}", file=sys.stderr)
     if data.get("queue_processes") == 0:
-        print(f"{prog}: warning: no worker serves the {data.get('queue')} queue now: the job waits until one starts "
-              f"(smd worker with SMD_WORKER_QUEUES={data.get('queue')}; GET /v1/queue)", file=sys.stderr)
+        print(f"{prog}: warning: no worker serves the {data.get('queue')} queue now (one still starting has not said "
+              f"so yet): the job waits until one starts (smd worker with SMD_WORKER_QUEUES={data.get('queue')}; "
+              "GET /v1/queue)", file=sys.stderr)
 
 
 def _assignment(item: str) -> tuple[str, Any]:
