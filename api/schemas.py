@@ -22,7 +22,8 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from smdengine import SPECS, ExperimentSpec, Label, StudySpec, printable, tagged_union
+from smdengine import SPECS, WORK_UNITS, ExperimentSpec, Label, StudySpec, printable, tagged_union
+from smdlab.options import EXPERIMENT_OPTIONS
 from store.clock import as_utc, utc_iso
 from store.models import Status
 
@@ -59,7 +60,7 @@ class ExperimentOptions(SubmitOptions):
                                                      "It takes the size of the state (trials × dim numbers).")
 
 
-SERVICE_FIELDS = set(ExperimentOptions.model_fields)
+SERVICE_FIELDS = set(EXPERIMENT_OPTIONS)   # the fields above (tests/api/test_options.py)
 Submission = tagged_union("kind", {
     kind: create_model(f"{spec.__name__.removesuffix('Spec')}Submission", __base__=(spec, ExperimentOptions),
                        __doc__=spec.__doc__)
@@ -333,8 +334,8 @@ class StudyPlan(BaseModel):
     runs: int = Field(..., description="Children: points × seeds.")
     points: int
     seeds: int
-    work: int = Field(..., description="Their work together (trials·steps·dim; × 1/dt and × samples where "
-                                       "they apply), what the work quota counts.")
+    work: int = Field(..., description=f"Their work together ({WORK_UNITS}), what the work quota "
+                                       "counts.")
     max_work: int | None = Field(None, description="Your work limit (null: none).")
     warnings: list[WarningOut] = Field(default_factory=list, description="Each warning code its points raise, "
                                                                          "once (the first point's message).")

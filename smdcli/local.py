@@ -12,10 +12,9 @@ from tqdm import tqdm
 import smdengine
 from smdcli.paths import read_object
 from smdlab.errors import field_said
+from smdlab.options import EXPERIMENT_OPTIONS
 from store.models import Status
 from store.settings import get_settings
-
-SERVICE_OPTIONS = ("visibility", "priority", "keep_checkpoint", "tags", "note")   # a submission's, beside the spec
 
 
 def local_document(kind: str, spec: dict[str, Any], document: dict[str, Any] | None) -> dict[str, Any]:
@@ -31,9 +30,9 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False, no_limi
     if data is None:
         return 2
     # a spec file written for smd submit runs here too (it was "tags: Extra inputs are not permitted")
-    if service := [key for key in SERVICE_OPTIONS if key in data]:
+    if service := [key for key in EXPERIMENT_OPTIONS if key in data]:
         print(f"smd run: note: {', '.join(service)}: the service's options, not used here", file=sys.stderr)
-        data = {k: v for k, v in data.items() if k not in SERVICE_OPTIONS}
+        data = {k: v for k, v in data.items() if k not in EXPERIMENT_OPTIONS}
     try:
         spec = smdengine.parse_spec(data)
     except ValidationError as exc:
@@ -45,8 +44,8 @@ def run_local(spec_path: Path, output: Path | None, quiet: bool = False, no_limi
         return 2
     limit = get_settings().max_work
     if spec.work > limit and not no_limit:   # a typo's extra zeros: refused at once, as the service would
-        print(f"smd run: refused: this job's work is {spec.work:,} (trials·steps·dim; × 1/dt and × samples where "
-              f"they apply), over the per-job limit {limit:,} (SMD_MAX_WORK, the service's default quota): make it "
+        print(f"smd run: refused: this job's work is {spec.work:,} ({smdengine.WORK_UNITS}), "
+              f"over the per-job limit {limit:,} (SMD_MAX_WORK, the service's default quota): make it "
               "smaller, or pass --no-limit to run it here anyway", file=sys.stderr)
         return 3
     data_dir = get_settings().data_dir

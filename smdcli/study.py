@@ -40,9 +40,9 @@ from typing import Any
 from tqdm import tqdm
 
 from smdcli.paths import count, output_dir, output_file, read_object, resource_id
+from smdlab.options import STUDY_OPTIONS
 from store.settings import get_settings
 
-SERVICE_KEYS = ("visibility", "priority")   # study options of the service, not of the engine
 END_STATUSES = {"succeeded": 0, "failed": 1, "partial": 1, "cancelled": 2}
 OVERLAY_MAX_CHILDREN = 200                   # most lines drawn on one overlay
 
@@ -151,23 +151,24 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
         return LocalRun(2)
     settings = get_settings()
     try:
-        study = smdengine.StudySpec.model_validate({k: v for k, v in data.items() if k not in SERVICE_KEYS})
-        if study.size() > settings.max_study_points and not no_limit:   # refused before 10⁶ children are built
-            print(f"smd study: refused: {count(study.size(), 'child', 'children')} (points × seeds), over the "
-                  f"service's limit of {settings.max_study_points:,} (SMD_MAX_STUDY_POINTS): make it smaller, or pass "
-                  "--no-limit to run it here anyway", file=sys.stderr)
-            return LocalRun(3)
-        children = smdengine.expand_study(study)
+        study = smdengine.StudySpec.model_validate({k: v for k, v in data.items() if k not in STUDY_OPTIONS})
+        # the service's limit, checked before 10⁶ children are built
+        children = smdengine.expand_study(study, max_children=None if no_limit else settings.max_study_points)
     except ValidationError as exc:
         print_errors([{"loc": list(e["loc"]), "msg": e["msg"]} for e in exc.errors()])
         return LocalRun(2)
     except smdengine.StudyError as exc:
+        if exc.errors[0].get("type") == "too_many_points":
+            print(f"smd study: refused: {count(study.size(), 'child', 'children')} (points × seeds), over the "
+                  f"service's limit of {settings.max_study_points:,} (SMD_MAX_STUDY_POINTS): make it smaller, or pass "
+                  "--no-limit to run it here anyway", file=sys.stderr)
+            return LocalRun(3)
         print_errors(exc.errors)
         return LocalRun(2)
     work = sum(c.spec.work for c in children)
     if work > settings.max_work and not no_limit:   # a typo's extra zeros: refused at once, as smd run and the service
         print(f"smd study: refused: its {count(len(children), 'child', 'children')} need {work:,} work together "
-              f"(trials·steps·dim; × 1/dt and × samples where they apply), over the limit {settings.max_work:,} "
+              f"({smdengine.WORK_UNITS}), over the limit {settings.max_work:,} "
               "(SMD_MAX_WORK, the service's default quota): make it smaller, or pass --no-limit to run it here anyway",
               file=sys.stderr)
         return LocalRun(3)
@@ -477,7 +478,7 @@ def submit(client: Any, args: argparse.Namespace) -> int:
     body = read_study(args.study)
     if body is None:
         return 2
-    for key in SERVICE_KEYS:
+    for key in STUDY_OPTIONS:
         if getattr(args, key):
             body[key] = getattr(args, key)
     study = client.http.json("POST", "/v1/studies", json=body)

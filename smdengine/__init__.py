@@ -62,7 +62,7 @@ from smdengine._runtime import (
     layer_key,
     split_layers,
 )
-from smdengine._spec_base import Label, error_location, error_message, printable, tagged_union
+from smdengine._spec_base import WORK_UNITS, Label, error_location, error_message, printable, tagged_union
 from smdengine._study import (
     DERIVED_AXES,
     MAX_CURVES,
@@ -79,7 +79,7 @@ from smdengine._study import (
 )
 from smdengine.presets import PRESETS, CheckDef, PanelDef, Preset, estimate, evaluate_checks, preset_study
 
-__all__ = ["CURVE_POINTS", "DERIVED_AXES", "MAX_CURVES", "OVERLAY_X", "curve_axes", "curve_grid", "distinct_curves", "Child", "ChildRecord", "Span", "StudyError", "StudySpec", "derived_values",
+__all__ = ["WORK_UNITS", "CURVE_POINTS", "DERIVED_AXES", "MAX_CURVES", "OVERLAY_X", "curve_axes", "curve_grid", "distinct_curves", "Child", "ChildRecord", "Span", "StudyError", "StudySpec", "derived_values",
            "expand_study", "field_path", "group_by_point", "study_table", "table_columns", "theory_curve", "theory_curves", "theory_of", "time_axis",
            "valid_paths", "KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
            "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",

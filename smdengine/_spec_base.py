@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, ValidationInfo, model_validator
 
+WORK_UNITS = "trials·steps·dim; × 1/dt and × samples where they apply"   # what a spec's work counts, in words
+
 
 class StrictModel(BaseModel):
     """Unknown fields are an error: a typo in a spec must not be silently ignored. Types are strict:
@@ -60,7 +62,7 @@ class SpecBase(StrictModel):
 
     @property
     def work(self) -> int:
-        """Size of the job in elementary updates, compared against the service's work limit."""
+        """Size of the job in elementary updates (:data:`WORK_UNITS`), compared against the service's work limit."""
         raise NotImplementedError
 
     def missing_data(self, data_dir: str | Path | None) -> dict[str, str] | None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from smdlab._http import Transport
 from smdlab.errors import SMDError
+from smdlab.options import EXPERIMENT_OPTIONS
 
 ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
 PAGE = 100   # experiments asked of GET /v1/experiments at once (it gives up to 500)
@@ -65,7 +66,7 @@ class Client:
         self.close()
 
     # experiments
-    SUBMIT_OPTIONS = ("name", "visibility", "priority", "keep_checkpoint", "tags", "note")
+    SUBMIT_OPTIONS = ("name", *EXPERIMENT_OPTIONS)   # name: the spec's, given beside it as the others
 
     def submit(self, spec: dict[str, Any], **options: Any) -> Experiment:
         """POST the spec with ``options`` merged into it (``name``, ``visibility``, ``priority``, ``keep_checkpoint``,

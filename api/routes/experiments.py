@@ -94,7 +94,7 @@ def _queue(db: str, settings: Settings, user: User, response: Response, parsed: 
     max_work = user.max_work or settings.max_work
     if parsed.work > max_work:
         raise over_quota(f"quota: work per job is limited to {max_work:,} for {user.name} "
-                         f"(trials·steps·dim; × 1/dt and × samples where they apply), this job needs "
+                         f"({smdengine.WORK_UNITS}), this job needs "
                          f"{parsed.work:,}: make it smaller, or ask an admin to raise the limit (smd users quota)",
                          quota="work", retry_after=None)   # no wait makes the job smaller
     max_active = user.max_active_jobs or settings.max_active_jobs

@@ -51,6 +51,7 @@ from api.schemas import (
 from smdengine import (
     DERIVED_AXES,
     OVERLAY_X,
+    WORK_UNITS,
     ChildRecord,
     StudyError,
     curve_axes,
@@ -248,8 +249,8 @@ def submit(submission: StudySubmission, db: str, settings: Settings, user: User,
                                preset_size=preset_size)
     except studies.WorkQuotaExceeded as exc:
         raise over_quota(
-            f"quota: work is limited to {exc.limit:,} for {user.name} (trials·steps·dim; × 1/dt and × samples where "
-            f"they apply), and this study's {len(children)} children need {exc.work:,} together: make it smaller, "
+            f"quota: work is limited to {exc.limit:,} for {user.name} ({WORK_UNITS}), "
+            f"and this study's {len(children)} children need {exc.work:,} together: make it smaller, "
             f"or ask an admin to raise the limit (smd users quota)", quota="work",
             retry_after=None) from None   # no wait makes the study smaller
     except studies.StudyQuotaExceeded as exc:
