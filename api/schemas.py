@@ -144,17 +144,21 @@ class ValidationErrorOut(BaseModel):
 class WarningOut(BaseModel):
     """A condition of the spec worth knowing before its results are read (smdengine.spec_warnings): its rates leave
     the regime the theory describes (the experiment runs as asked, without the theory lines that do not apply
-    there), or its summary's tail holds fewer than two records."""
+    there), its summary's tail holds fewer than two records, or (nrq) its tail is predicted off the equilibrium."""
 
-    code: Literal["no_equilibrium", "decay_not_positive", "continuous_time", "sparse_tail"] = Field(
+    code: Literal["no_equilibrium", "decay_not_positive", "continuous_time", "sparse_tail", "unsettled_tail"] = Field(
         ..., description="no_equilibrium: λη/(1+α) ≥ 2 (ηλ·dt for an Euler–Maruyama step), the weight norm has no "
                          "equilibrium; decay_not_positive: λη/(1+α) ≥ 1, the decay factor 1 − λη (1 + α − λη) is not "
                          "positive, each update reverses the weight; continuous_time: λη/(1−α) > 0.1, beyond the "
                          "small-ηλ regime of the continuous-time closed forms; sparse_tail: record_every leaves fewer "
                          "than two records (on train, whole windows) in the summary's tail (the last half of the final "
-                         "phase), so its tail summaries are one record's values (omits nothing).")
+                         "phase), so its tail summaries are one record's values (omits nothing); unsettled_tail (nrq): the "
+                         "tail's mean angular update is predicted more than ±10% off its equilibrium, |X| still "
+                         "relaxing to its equilibrium norm, so the tail means are not equilibrium values (omits "
+                         "nothing).")
     message: str = Field(..., description="The phases and rates concerned, the condition, and what is omitted; for "
-                                          "sparse_tail the records concerned and a bound under which any record_every puts two there.")
+                                          "sparse_tail the records concerned and a bound under which any record_every puts two there; for "
+                                          "unsettled_tail the predicted ratio and the steps that settle it.")
     omits: list[str] = Field(..., description="Theory names left out of the results (no dashed line, no summary value).")
 
 

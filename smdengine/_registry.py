@@ -176,8 +176,10 @@ def spec_warnings(spec: AnySpec | dict[str, Any]) -> list[dict[str, Any]]:
     :func:`smdengine.predict` leave out of the theory (so no line is drawn and no summary value made):
     declared per kind and model by its params' ``regime_warnings()``, the conditions derived in
     :func:`smdengine._science.phase_regime`. Then ``sparse_tail`` (omits nothing) when the summary's tail holds
-    fewer than two records (its params' ``tail_warnings()``, :func:`smdengine._science.tail_warnings`).
-    Torch-free; raises ``pydantic.ValidationError`` on a bad spec."""
+    fewer than two records (its params' ``tail_warnings()``, :func:`smdengine._science.tail_warnings`), and on
+    ``nrq`` ``unsettled_tail`` (omits nothing) when the tail's mean AU is predicted more than ±10% off its
+    equilibrium (:func:`smdengine.nrq.predict.tail_au_ratio`).
+    Torch-free (nrq's prediction uses numpy and scipy); raises ``pydantic.ValidationError`` on a bad spec."""
     params = parse_spec(spec).params
     declared = [*params.regime_warnings(), *params.tail_warnings()]
     return [dict(w, omits=list(w["omits"])) for w in declared]

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from smdengine._science import Phase, au_equilibrium, record_steps
+from smdengine._science import EQUILIBRIUM_BAND, Phase, au_equilibrium, phase_regime, record_steps, tail_start
 from smdengine.nrq import theory
 from smdengine.nrq.spec import NRQPhysics
 
@@ -169,3 +169,71 @@ def _coefficients(ps: Sequence[NRQPhysics],
         return np.where(decays, np.exp(x), 1.0), np.where(decays, -np.expm1(x) * target, growth * t)
     return at
 
+
+
+TAIL_POINTS = 64   # times at which the tail's mean AU ratio is evaluated: the curve is smooth, the records regular
+
+
+def tail_au_ratio(p: NRQPhysics, momentum: float = 0.0, steps: int | None = None) -> float | None:
+    """The summary's tail mean of ``au_rms`` divided by the final phase's ``au_equilibrium``, predicted before
+    the run; ``steps``: as if the run (its final phase) were that long. None where the closed forms do not
+    hold: a phase out of regime (:func:`smdengine._science.phase_regime`), or a final phase without weight
+    decay (no equilibrium).
+
+    Derivation (docs/theory.md, Relaxation): a trial's angular update is η·|g̃|/M_t, M = |X|², g̃ the gradient
+    at unit norm, so its mean square over trials at step t is η²L·E[1/M_t²], and at equilibrium η²L/M*²:
+    au_rms_t/AU* = √E[M*²/M_t²]. Each trial's M_t² follows the closed form M_t² = a_t·M_0² + b_t of
+    :func:`_norm_sq_series` (at η/(1−α), the momentum rule there), phase after phase from its own M_0 (times the
+    rescale factor⁴ where a phase rescales), and M_0 = |X_0|² follows init_std²·χ²_p
+    (:func:`smdengine.nrq.theory.init_norm_sq_law`). Averaging over that law, not starting every trial from
+    E M_0 = p·init_std², matters at small p: E[1/M_t²] is convex in M_0². The ratio is then averaged over
+    :data:`TAIL_POINTS` times spread evenly over the tail (the last half of the final phase), as the summary
+    averages the regular records there."""
+    steps = p.steps if steps is None else steps
+    own = p.phases()
+    if own[-1].weight_decay <= 0 or any(phase_regime(ph.lr, ph.weight_decay, momentum) for ph in own):
+        return None
+    effective = [replace(ph, lr=ph.lr / (1.0 - momentum)) for ph in own]
+    nodes, weights = theory.init_norm_sq_law(p.dim, p.init_std)
+    m_sq = nodes**2   # M² of each node, at the start of each phase in turn
+    for phase, following in zip(effective, effective[1:], strict=False):
+        m_sq = m_sq * phase.rescale**4
+        a, b = _coefficients([p], [phase])(np.array([float(following.start - phase.start)]))
+        m_sq = a[0, 0] * m_sq + b[0, 0]
+    final = effective[-1]
+    m_sq = m_sq * final.rescale**4
+    start = tail_start(own, steps) - final.start
+    times = np.linspace(start, max(start, steps - 1 - final.start), TAIL_POINTS)
+    a, b = _coefficients([p], [final])(times)
+    target_sq = (p.dim - 1) * p.noise_std**2 * final.lr / (2.0 * final.weight_decay)   # M*²
+    ratio_sq = (target_sq / (a[0] * m_sq[None, :] + b[0])) @ weights
+    return float(np.sqrt(ratio_sq).mean())
+
+
+def steps_to_settle(p: NRQPhysics, momentum: float = 0.0, band: float = EQUILIBRIUM_BAND) -> int | None:
+    """The fewest steps (the final phase lengthened) whose tail is predicted within ±``band`` of equilibrium by
+    :func:`tail_au_ratio`: doubled from the spec's steps until it is (at most 2²⁰ times), then bisected. The
+    ratio tends to 1 as the final phase lengthens, each node's M_t² monotonically; None when no length up to
+    that bound settles or the closed forms do not hold."""
+    def settled(steps: int) -> bool | None:
+        ratio = tail_au_ratio(p, momentum, steps)
+        return None if ratio is None else abs(ratio - 1.0) <= band
+
+    low, high = p.steps, p.steps
+    for _ in range(20):
+        high *= 2
+        done = settled(high)
+        if done is None:
+            return None
+        if done:
+            break
+        low = high
+    else:
+        return None
+    while high - low > max(1, low // 100):   # to 1%: the model is no finer
+        middle = (low + high) // 2
+        if settled(middle):
+            high = middle
+        else:
+            low = middle
+    return high

@@ -7,12 +7,15 @@ from pydantic import Field, model_validator
 
 from smdengine._declare import Model, Outputs, PlotDef
 from smdengine._science import (
+    EQUILIBRIUM_BAND,
     NO_EQUILIBRIUM_AU,
     Phase,
+    _step,
     check_recording,
     check_schedule,
     rate_phases,
     regime_warnings,
+    relaxation_time,
     tail_start,
     tail_warnings,
 )
@@ -137,6 +140,27 @@ class NRQParams(NRQPhysics):
     def regime_warnings(self) -> list[dict[str, Any]]:
         """Out-of-regime warnings of each phase's (η, λ, α) (:func:`smdengine._science.phase_regime`)."""
         return self.phase_warnings(self.momentum)
+
+    def tail_warnings(self) -> list[dict[str, Any]]:
+        """``sparse_tail`` (:meth:`NRQPhysics.tail_warnings`), then ``unsettled_tail`` when the tail's mean
+        angular update is predicted more than ±10% off its equilibrium (:func:`smdengine.nrq.predict.tail_au_ratio`):
+        |X| still relaxing from |X₀| or from the previous phase, the tail means are not equilibrium values."""
+        from smdengine.nrq.predict import steps_to_settle, tail_au_ratio  # numpy and scipy: not at import
+
+        ratio = tail_au_ratio(self, self.momentum)
+        if ratio is None or abs(ratio - 1.0) <= EQUILIBRIUM_BAND:
+            return super().tail_warnings()
+        final = self.phases()[-1]
+        tau = relaxation_time(final.lr, final.weight_decay, self.momentum)
+        need = steps_to_settle(self, self.momentum)
+        phase = "" if final.start == 0 else f" (its final phase, from step {final.start}, lengthened)"
+        advice = (f"steps ≥ {need}{phase} put it within ±{EQUILIBRIUM_BAND:.0%}" if need is not None else
+                  "no longer run puts it within the band")
+        return [*super().tail_warnings(), {"code": "unsettled_tail", "omits": [], "message": (
+            f"the summary's tail (steps ≥ {_step(self.tail_start())}) is predicted to average an angular update "
+            f"{ratio:.2f}× its equilibrium: |X| is still relaxing to its equilibrium norm (relaxation time "
+            f"τ = (1−α)/(4λη) = {tau:.4g} steps; from |X₀|² ~ init_std²·χ²_p{' and the earlier phases' if final.start else ''}), "
+            f"so au_rms and the other tail means are not equilibrium values; {advice}.")}]
 
 
 class NRQSpec(SpecBase):

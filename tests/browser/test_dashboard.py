@@ -288,6 +288,28 @@ def test_a_study_page_shows_theory_grouped_seeds_and_colour_live_and_after(servi
     assert failures == [] and page.console.errors == []
 
 
+def test_a_study_table_shows_warnings_by_code_with_the_message_on_hover(service, page):
+    """A point out of the small-ηλ regime (ηλ = 0.2 > 0.1: continuous_time) beside one in it: the warnings
+    column appears (it is hidden when every row has the same warnings), each warned row shows the code alone
+    and the whole message in its title; the row in regime shows none."""
+    response = httpx.post(f"{service}/v1/studies", timeout=30, json={
+        "name": "regime", "base": {"kind": "nrq", "params": {**TINY, "weight_decay": 0.01}},
+        "points": [{"params.lr": 1.0}, {"params.lr": 20.0}], "seeds": [0]})   # τ = 25 steps: settled
+    assert response.status_code == 202, response.text
+    study_id = response.json()["id"]
+    wait_ended(service, f"/v1/studies/{study_id}")
+    rows = httpx.get(f"{service}/v1/studies/{study_id}/table", timeout=30).json()["rows"]
+    messages = {row["params.lr"]: row["warnings"] for row in rows}
+    assert not messages[1.0] and messages[20.0].startswith("continuous_time: "), messages
+    page.goto(f"{service}/#/studies/{study_id}")
+    page.wait_for_function("document.querySelectorAll('#children-table tbody tr').length === 2")
+    shown = dict(zip(page.evaluate(COLUMN, "params.lr"), page.evaluate(COLUMN, "warnings"), strict=True))
+    assert shown == {"1": "", "20": "continuous_time"}, shown
+    assert page.locator("#children-table .warning-codes").get_attribute("title") == messages[20.0]
+    screenshot(page, "study-warnings")
+    assert page.console.errors == []
+
+
 def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     page.on("dialog", lambda dialog: dialog.accept())
     page.goto(f"{service}/#/new")   # an experiment's page offers "sweep from here"
