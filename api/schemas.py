@@ -163,7 +163,8 @@ class WarningOut(BaseModel):
 
 
 WARNINGS_DESCRIPTION = ("Warnings of its spec, set at submission: empty when every rate is in the regime the theory "
-                        "describes and the summary's tail holds two records or more. The experiment runs as asked; the "
+                        "describes, the summary's tail holds two records or more and (nrq) its angular update is predicted "
+                        "at equilibrium there. The experiment runs as asked; the "
                         "theory names each warning omits are absent from its results.")
 
 

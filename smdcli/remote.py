@@ -183,7 +183,8 @@ def _positive(text: str) -> int:
 
 
 def _warn(prog: str, data: dict[str, Any]) -> None:
-    """The spec's warnings (what its results leave out, a sparse summary tail), as smd run says them; and that no
+    """The spec's warnings (what its results leave out, a sparse or unsettled summary tail), as smd run says them;
+    and that no
     worker serves its queue now (a cuda job where no GPU worker runs waited without a word)."""
     for warning in data.get("warnings") or []:
         print(f"{prog}: warning: {warning.get('code')}: {warning.get('message')}", file=sys.stderr)

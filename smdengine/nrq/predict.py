@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from smdengine._science import EQUILIBRIUM_BAND, Phase, au_equilibrium, phase_regime, record_steps, tail_start
+from smdengine._science import EQUILIBRIUM_BAND, Phase, au_equilibrium, phase_regime, record_steps
 from smdengine.nrq import theory
 from smdengine.nrq.spec import NRQPhysics
 
@@ -172,13 +173,14 @@ def _coefficients(ps: Sequence[NRQPhysics],
 
 
 TAIL_POINTS = 64   # times at which the tail's mean AU ratio is evaluated: the curve is smooth, the records regular
+MAX_STEPS = 100_000_000   # the spec's own limit on steps
 
 
 def tail_au_ratio(p: NRQPhysics, momentum: float = 0.0, steps: int | None = None) -> float | None:
     """The summary's tail mean of ``au_rms`` divided by the final phase's ``au_equilibrium``, predicted before
     the run; ``steps``: as if the run (its final phase) were that long. None where the closed forms do not
-    hold: a phase out of regime (:func:`smdengine._science.phase_regime`), or a final phase without weight
-    decay (no equilibrium).
+    hold: a phase out of regime (:func:`smdengine._science.phase_regime`), a final phase without weight
+    decay (no equilibrium), or a ratio that is not finite (norms at the ends of the floating-point range).
 
     Derivation (docs/theory.md, Relaxation): a trial's angular update is η·|g̃|/M_t, M = |X|², g̃ the gradient
     at unit norm, so its mean square over trials at step t is η²L·E[1/M_t²], and at equilibrium η²L/M*²:
@@ -186,53 +188,81 @@ def tail_au_ratio(p: NRQPhysics, momentum: float = 0.0, steps: int | None = None
     :func:`_norm_sq_series` (at η/(1−α), the momentum rule there), phase after phase from its own M_0 (times the
     rescale factor⁴ where a phase rescales), and M_0 = |X_0|² follows init_std²·χ²_p
     (:func:`smdengine.nrq.theory.init_norm_sq_law`). Averaging over that law, not starting every trial from
-    E M_0 = p·init_std², matters at small p: E[1/M_t²] is convex in M_0². The ratio is then averaged over
-    :data:`TAIL_POINTS` times spread evenly over the tail (the last half of the final phase), as the summary
-    averages the regular records there."""
-    steps = p.steps if steps is None else steps
+    E M_0 = p·init_std², matters at small p: E[1/M_t²] is convex in M_0². The first update is taken exactly,
+    M_1 = (1−ηλ)²M_0 + η²L/M_0 (momentum starts at rest): the closed form assumes M² ≫ η²L, and a start far
+    below the equilibrium norm first jumps far above it. The ratio is then averaged over :data:`TAIL_POINTS`
+    times spread evenly over the tail (the last half of the final phase), as the summary averages the regular
+    records there."""
+    start = _final_phase_start(p, momentum)
+    if start is None:
+        return None
+    ratios = _tail_ratios(p, *start, [p.steps if steps is None else steps])
+    return ratios[0]
+
+
+def _final_phase_start(p: NRQPhysics, momentum: float) -> tuple[Phase, np.ndarray, np.ndarray] | None:
+    """(the final phase at η/(1−α), each node's M² where it starts, the nodes' weights) for
+    :func:`tail_au_ratio`, or None where the closed forms do not hold."""
     own = p.phases()
     if own[-1].weight_decay <= 0 or any(phase_regime(ph.lr, ph.weight_decay, momentum) for ph in own):
         return None
     effective = [replace(ph, lr=ph.lr / (1.0 - momentum)) for ph in own]
     nodes, weights = theory.init_norm_sq_law(p.dim, p.init_std)
-    m_sq = nodes**2   # M² of each node, at the start of each phase in turn
-    for phase, following in zip(effective, effective[1:], strict=False):
-        m_sq = m_sq * phase.rescale**4
-        a, b = _coefficients([p], [phase])(np.array([float(following.start - phase.start)]))
-        m_sq = a[0, 0] * m_sq + b[0, 0]
-    final = effective[-1]
-    m_sq = m_sq * final.rescale**4
-    start = tail_start(own, steps) - final.start
-    times = np.linspace(start, max(start, steps - 1 - final.start), TAIL_POINTS)
-    a, b = _coefficients([p], [final])(times)
+    unit_grad_sq = (p.dim - 1) * p.noise_std**2
+    with np.errstate(all="ignore"):   # a start at the ends of the range: not finite, said by the caller
+        first = own[0]
+        m_sq = ((1.0 - first.lr * first.weight_decay) ** 2 * nodes + first.lr**2 * unit_grad_sq / nodes) ** 2
+        for phase, following in zip(effective, effective[1:], strict=False):
+            m_sq = m_sq * phase.rescale**4
+            # the first phase's closed form takes over after the exact first update, at step 1
+            a, b = _coefficients([p], [phase])(np.array([float(following.start - max(phase.start, 1))]))
+            m_sq = a[0, 0] * m_sq + b[0, 0]
+        final = effective[-1]
+        m_sq = m_sq * final.rescale**4
+    return final, m_sq, weights
+
+
+def _tail_ratios(p: NRQPhysics, final: Phase, m_sq: np.ndarray, weights: np.ndarray,
+                 lengths: list[int]) -> list[float | None]:
+    """:func:`tail_au_ratio` for runs of each of ``lengths`` steps (the final phase lengthened)."""
+    begin = max(final.start, 1)   # the first phase's closed form starts after the exact first update
     target_sq = (p.dim - 1) * p.noise_std**2 * final.lr / (2.0 * final.weight_decay)   # M*²
-    ratio_sq = (target_sq / (a[0] * m_sq[None, :] + b[0])) @ weights
-    return float(np.sqrt(ratio_sq).mean())
+    out: list[float | None] = []
+    with np.errstate(all="ignore"):
+        for steps in lengths:
+            tail = final.start + (steps - final.start) / 2.0   # smdengine._science.tail_start
+            times = np.linspace(tail, max(tail, steps - 1), TAIL_POINTS) - begin
+            a, b = _coefficients([p], [final])(np.maximum(times, 0.0))
+            ratio = float(np.sqrt((target_sq / (a[0] * m_sq[None, :] + b[0])) @ weights).mean())
+            out.append(ratio if math.isfinite(ratio) else None)
+    return out
 
 
 def steps_to_settle(p: NRQPhysics, momentum: float = 0.0, band: float = EQUILIBRIUM_BAND) -> int | None:
-    """The fewest steps (the final phase lengthened) whose tail is predicted within ±``band`` of equilibrium by
-    :func:`tail_au_ratio`: doubled from the spec's steps until it is (at most 2²⁰ times), then bisected. The
-    ratio tends to 1 as the final phase lengthens, each node's M_t² monotonically; None when no length up to
-    that bound settles or the closed forms do not hold."""
-    def settled(steps: int) -> bool | None:
-        ratio = tail_au_ratio(p, momentum, steps)
-        return None if ratio is None else abs(ratio - 1.0) <= band
-
-    low, high = p.steps, p.steps
-    for _ in range(20):
-        high *= 2
-        done = settled(high)
-        if done is None:
-            return None
-        if done:
-            break
-        low = high
-    else:
+    """The fewest steps (the final phase lengthened) from which every longer run's tail is predicted within
+    ±``band`` of equilibrium by :func:`tail_au_ratio`, or None when none up to 2²⁰ times the spec's steps (or
+    :data:`MAX_STEPS`) is. The ratio is not monotone in the length (each node's M_t² is, but the χ²_p spread of
+    starts on both sides of M* makes the mean rise and fall back): the last length out of the band is found on
+    a doubling grid, then the crossing after it by bisection (to 1%: the model is no finer)."""
+    start = _final_phase_start(p, momentum)
+    if start is None:
         return None
-    while high - low > max(1, low // 100):   # to 1%: the model is no finer
+
+    def settled(lengths: list[int]) -> list[bool]:
+        return [r is not None and abs(r - 1.0) <= band for r in _tail_ratios(p, *start, lengths)]
+
+    grid = [min(p.steps * 2**i, MAX_STEPS) for i in range(21)]
+    grid = sorted(set(grid))
+    marks = settled(grid)
+    if not marks[-1]:
+        return None
+    last_out = max((i for i, ok in enumerate(marks) if not ok), default=None)
+    if last_out is None:
+        return p.steps
+    low, high = grid[last_out], grid[last_out + 1]
+    while high - low > max(1, low // 100):
         middle = (low + high) // 2
-        if settled(middle):
+        if settled([middle])[0]:
             high = middle
         else:
             low = middle

@@ -154,13 +154,14 @@ class NRQParams(NRQPhysics):
         tau = relaxation_time(final.lr, final.weight_decay, self.momentum)
         need = steps_to_settle(self, self.momentum)
         phase = "" if final.start == 0 else f" (its final phase, from step {final.start}, lengthened)"
-        advice = (f"steps ≥ {need}{phase} put it within ±{EQUILIBRIUM_BAND:.0%}" if need is not None else
-                  "no longer run puts it within the band")
+        advice = (f"with steps ≥ {need}{phase} it is predicted within ±{EQUILIBRIUM_BAND:.0%}" if need is not None
+                  else f"no run up to 2²⁰ times as long (at most 10⁸ steps) is predicted within ±{EQUILIBRIUM_BAND:.0%}")
+        earlier = " and the earlier phases" if final.start else ""
         return [*super().tail_warnings(), {"code": "unsettled_tail", "omits": [], "message": (
             f"the summary's tail (steps ≥ {_step(self.tail_start())}) is predicted to average an angular update "
-            f"{ratio:.2f}× its equilibrium: |X| is still relaxing to its equilibrium norm (relaxation time "
-            f"τ = (1−α)/(4λη) = {tau:.4g} steps; from |X₀|² ~ init_std²·χ²_p{' and the earlier phases' if final.start else ''}), "
-            f"so au_rms and the other tail means are not equilibrium values; {advice}.")}]
+            f"{ratio:.3g}× its equilibrium: |X| is still relaxing to its equilibrium norm from |X₀|² ~ "
+            f"init_std²·χ²_p{earlier} (the final phase's relaxation time τ = (1−α)/(4λη) = {tau:.4g} steps), so "
+            f"au_rms and the other tail means are not equilibrium values; {advice}.")}]
 
 
 class NRQSpec(SpecBase):

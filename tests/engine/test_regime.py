@@ -412,9 +412,9 @@ def test_unsettled_tail_names_the_ratio_and_the_steps_that_settle_it_and_omits_n
     predicted at 0.86 of the equilibrium AU; the warning names the steps from which the prediction is within
     ±10%, and a spec of that many steps is not warned (one of 2% fewer is)."""
     [short] = _unsettled(nrq(steps=200))
-    assert short["omits"] == [] and "predicted to average an angular update 0.86× its equilibrium" in short["message"]
+    assert short["omits"] == [] and "predicted to average an angular update 0.864× its equilibrium" in short["message"]
     assert "τ = (1−α)/(4λη) = 250 steps" in short["message"], short
-    need = int(re.search(r"steps ≥ (\d+) put it within ±10%", short["message"])[1])
+    need = int(re.search(r"with steps ≥ (\d+) it is predicted within ±10%", short["message"])[1])
     assert _unsettled(nrq(steps=need)) == [] and _unsettled(nrq(steps=int(need * 0.98))) != []
     # started below the equilibrium norm, the AU is above it
     [above] = _unsettled(nrq(steps=300, init_std=0.5))
@@ -423,6 +423,18 @@ def test_unsettled_tail_names_the_ratio_and_the_steps_that_settle_it_and_omits_n
     [decay] = _unsettled(nrq(steps=3000, lr_schedule=[{"step": 2000, "lr_factor": 0.1}]))
     assert "(its final phase, from step 2000, lengthened)" in decay["message"] and "and the earlier phases" in \
         decay["message"], decay
+    # the ratio is not monotone in the length (a χ²₂ spread of starts on both sides of the equilibrium): 10 steps
+    # are above the band, 300 below it, and the steps named are those from which no longer run leaves it
+    ten, three_hundred = _unsettled(nrq(dim=2, init_std=2.0, steps=10)), _unsettled(nrq(dim=2, init_std=2.0, steps=300))
+    assert "1.59×" in ten[0]["message"] and "0.75" in three_hundred[0]["message"], (ten, three_hundred)
+    need = int(re.search(r"with steps ≥ (\d+)", ten[0]["message"])[1])
+    assert need == int(re.search(r"with steps ≥ (\d+)", three_hundred[0]["message"])[1]) > 300
+    assert all(_unsettled(nrq(dim=2, init_std=2.0, steps=n)) == [] for n in (need, need * 2, need * 8))
+    # a start far below the equilibrium norm first jumps far above it (M₁ ≈ η²L/M₀), then relaxes for long
+    [tiny] = _unsettled(nrq(steps=2000, init_std=1e-3))
+    assert re.search(r"update 0\.0\d+×", tiny["message"]), tiny
+    # norms at the ends of the floating-point range: no ratio to give, no warning rather than "nan×"
+    assert _unsettled(nrq(steps=200, noise_std=1e-200, init_std=1e-300)) == []
     # settled: the default's 10 000 steps; no closed form to trust: out of regime, or no weight decay
     assert _unsettled({"kind": "nrq", "params": {}}) == []
     assert _unsettled(nrq(steps=100, lr=1.0, weight_decay=0.2)) == []
