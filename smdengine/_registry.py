@@ -91,7 +91,7 @@ def parse_spec(data: Any) -> AnySpec:
 
 
 def load_simulators() -> None:
-    """Import every registered simulator's module (torch and SciPy with them), running nothing. A worker
+    """Import every registered simulator's module (torch with them), running nothing. A worker
     that forks its job processes calls this before the fork, so each inherits the imports instead of paying
     them at its first job (seconds). Nothing is computed, so no CUDA context or thread pool exists to be
     forked: the children stay free to pick their GPU and start their own threads."""
@@ -179,7 +179,7 @@ def spec_warnings(spec: AnySpec | dict[str, Any]) -> list[dict[str, Any]]:
     fewer than two records (its params' ``tail_warnings()``, :func:`smdengine._science.tail_warnings`), and on
     ``nrq`` ``unsettled_tail`` (omits nothing) when the tail's mean AU is predicted more than ±10% off its
     equilibrium (:func:`smdengine.nrq.predict.tail_au_ratio`).
-    Torch-free (nrq's prediction uses numpy and scipy); raises ``pydantic.ValidationError`` on a bad spec."""
+    Torch- and SciPy-free (nrq's prediction uses numpy); raises ``pydantic.ValidationError`` on a bad spec."""
     params = parse_spec(spec).params
     declared = [*params.regime_warnings(), *params.tail_warnings()]
     return [dict(w, omits=list(w["omits"])) for w in declared]

@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     worker_gpus: str = Field(default="", pattern=r"^(\d+(,\d+)*)?$",
                              description="GPU indices a gpu worker spreads its processes over (e.g. 0,1); "
                                          "default 0..worker_concurrency-1.")
-    worker_preload: bool = Field(default=True, description="Import the simulators (torch, SciPy) in `smd worker`'s main "
+    worker_preload: bool = Field(default=True, description="Import the simulators (torch) in `smd worker`'s main "
                                  "process before it forks its job processes, so that none pays seconds of imports at "
                                  "its first job; off: each job process imports them then.")
     worker_name: str | None = Field(default=None, description="Name of this worker in leases (default: host name).")

@@ -72,7 +72,7 @@ def _ignore_hand_back(**_) -> None:
 
 @signals.worker_init.connect
 def _load_simulators(**_) -> None:
-    """In the main process, before the pool forks: import the simulators (torch, SciPy), which each pool
+    """In the main process, before the pool forks: import the simulators (torch), which each pool
     process then inherits instead of importing them at its first job (a few seconds on a small machine;
     again in a pool process restarted after a crash). SMD_WORKER_PRELOAD=off leaves it to each of them."""
     if not get_settings().worker_preload:

@@ -145,7 +145,7 @@ class NRQParams(NRQPhysics):
         """``sparse_tail`` (:meth:`NRQPhysics.tail_warnings`), then ``unsettled_tail`` when the tail's mean
         angular update is predicted more than ±10% off its equilibrium (:func:`smdengine.nrq.predict.tail_au_ratio`):
         |X| still relaxing from |X₀| or from the previous phase, the tail means are not equilibrium values."""
-        from smdengine.nrq.predict import steps_to_settle, tail_au_ratio  # numpy and scipy: not at import
+        from smdengine.nrq.predict import steps_to_settle, tail_au_ratio  # numpy: not at import
 
         ratio = tail_au_ratio(self, self.momentum)
         if ratio is None or abs(ratio - 1.0) <= EQUILIBRIUM_BAND:

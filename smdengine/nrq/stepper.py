@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.random import PCG64, Generator
 
 from smdengine._runtime import IncompatibleCheckpoint, saved
 from smdengine._science import Phase
@@ -67,7 +68,7 @@ class Stepper:
         self.sigma = self.column(noise_std)
         self.alpha = self.column(momentum) if momentum[0] else None
         self.eps = torch.empty_like(x)
-        self.numpy_gens = ([np.random.Generator(np.random.PCG64(gen.initial_seed())) for gen in self.gens]
+        self.numpy_gens = ([Generator(PCG64(gen.initial_seed())) for gen in self.gens]
                            if self.NUMPY_FLOAT64 and x.device.type == "cpu" and x.dtype == torch.float64 else None)
         self.v = torch.zeros_like(x) if self.alpha is not None else None
         self.reduce = torch.stack([torch.ones_like(a), a], dim=1)  # (p, 2): |X|², XᵀAX in one matmul

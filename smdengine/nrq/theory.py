@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import integrate, special
+from numpy.polynomial.legendre import leggauss
 
 from smdengine._science import au_equilibrium
 
@@ -49,8 +49,24 @@ def init_norm_sq_law(dim: int, init_std: float, nodes: int = 48) -> tuple[np.nda
     (the curves are concave in M_0). For p > 400 χ²_p/p is within 7% of 1 and the mean suffices."""
     if dim > 400:
         return np.array([dim * init_std**2]), np.array([1.0])
-    u, w = special.roots_genlaguerre(nodes, dim / 2.0 - 1.0)
-    return 2.0 * init_std**2 * u, w / w.sum()
+    u, w = _genlaguerre_rule(nodes, dim / 2.0 - 1.0)
+    return 2.0 * init_std**2 * u, w
+
+
+def _genlaguerre_rule(nodes: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Generalized Gauss–Laguerre nodes and weights normalized to sum 1, for the weight u^α e^{−u}: the
+    Golub–Welsch rule. The three-term recurrence of the monic Laguerre polynomials has a_k = 2k + α + 1 and
+    b_k² = k(k + α), so the nodes are the eigenvalues of the symmetric tridiagonal matrix with a_k on its
+    diagonal and b_k beside it, and each weight is the square of its unit eigenvector's first component
+    (times the weight's mass Γ(α+1), which the normalization drops). SciPy's ``roots_genlaguerre`` returns
+    the same nodes (to 1e-13 relative for p ≤ 400, tests/engine/test_theory.py) but multiplies the weights
+    by Γ(α+1), which overflows from α > 171 (p ≥ 344: every weight NaN after normalizing); and this keeps
+    SciPy out of the API's predictions (its import is slow)."""
+    k = np.arange(nodes, dtype=np.float64)
+    off = np.sqrt(k[1:] * (k[1:] + alpha))
+    values, vectors = np.linalg.eigh(np.diag(2.0 * k + alpha + 1.0) + np.diag(off, 1) + np.diag(off, -1))
+    weights = vectors[0] ** 2
+    return values, weights / weights.sum()
 
 
 def kappa(eig_low: float, eig_high: float, dim: int, noise_std: float, lr: float, weight_decay: float) -> float:
@@ -133,6 +149,8 @@ class _StationaryLaw:
             c = cos(phi)
             return exp(shift - two_kappa * c * c + (power * log(c) if power else 0.0)) if c > 0 else 0.0
 
+        from scipy import integrate  # only this fallback needs SciPy: not imported with the module
+
         return integrate.quad(g, a, b, limit=500, epsabs=0.0, epsrel=1e-10)[0]
 
 
@@ -183,7 +201,7 @@ def _integrals(laws: Sequence[_StationaryLaw], lo: float, hi: float,
 @functools.lru_cache(maxsize=4)
 def _legendre(nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """Gauss–Legendre nodes and weights on [−1, 1]."""
-    return np.polynomial.legendre.leggauss(nodes)
+    return leggauss(nodes)
 
 
 def risk_stationary_asymptote(kappa_value: float, dim: int) -> float:

@@ -112,11 +112,14 @@ def test_the_heavy_ball_recursion_loses_its_equilibrium_where_no_equilibrium_sta
                 x - 2 * (1 + alpha)) < 0.03
 
 
-def test_spec_warnings_imports_no_torch():
+def test_spec_warnings_imports_no_torch_nor_scipy():
+    """The API calls it at every submission: neither import (seconds) at its first nrq spec, the tail's
+    prediction included."""
     code = ("import sys, smdengine; w = smdengine.spec_warnings({'kind': 'nrq', 'params': {'lr': 10, "
-            "'weight_decay': 0.5}}); print(w[0]['code'], 'torch' in sys.modules)")
+            "'weight_decay': 0.5}}); u = smdengine.spec_warnings({'kind': 'nrq', 'params': {'steps': 300}}); "
+            "print(w[0]['code'], u[-1]['code'], 'torch' in sys.modules, 'scipy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["no_equilibrium", "False"], out.stderr
+    assert out.stdout.split() == ["no_equilibrium", "unsettled_tail", "False", "False"], out.stderr
 
 
 def test_spec_warnings_rejects_a_bad_spec():
@@ -433,6 +436,10 @@ def test_unsettled_tail_names_the_ratio_and_the_steps_that_settle_it_and_omits_n
     # a start far below the equilibrium norm first jumps far above it (M₁ ≈ η²L/M₀), then relaxes for long
     [tiny] = _unsettled(nrq(steps=2000, init_std=1e-3))
     assert re.search(r"update 0\.0\d+×", tiny["message"]), tiny
+    # p from 344 to 400: the law of |X₀|² is still a quadrature, whose weights once overflowed into NaN (no
+    # warning). |X₀|² ≈ 350 against M* ≈ 42: measured 0.1615 (512 trials, record_every 1)
+    [wide] = _unsettled(nrq(steps=200, dim=350))
+    assert re.search(r"update 0\.16\d×", wide["message"]), wide
     # norms at the ends of the floating-point range: no ratio to give, no warning rather than "nan×"
     assert _unsettled(nrq(steps=200, noise_std=1e-200, init_std=1e-300)) == []
     # settled: the default's 10 000 steps; no closed form to trust: out of regime, or no weight decay

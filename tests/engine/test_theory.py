@@ -242,3 +242,29 @@ def test_au_equilibrium(lr, wd, momentum, expected):
 def test_au_equilibrium_depends_on_lr_times_wd_only():
     assert theory.au_equilibrium(0.3, 0.02) == pytest.approx(theory.au_equilibrium(0.06, 0.1), rel=1e-14)
     assert theory.au_equilibrium(0.1, 0.01) / theory.au_equilibrium(0.01, 0.01) == pytest.approx(math.sqrt(10))
+
+
+@pytest.mark.parametrize("dim", [2, 3, 10, 100, 342])
+def test_the_init_norm_law_is_scipys_gauss_laguerre_rule(dim):
+    """The Golub–Welsch nodes and weights against SciPy's ``roots_genlaguerre`` (weights normalized), where
+    SciPy's weights are finite (its Γ(α+1) factor overflows from p = 344)."""
+    nodes, weights = theory.init_norm_sq_law(dim, 0.5)
+    u, w = special.roots_genlaguerre(48, dim / 2.0 - 1.0)
+    assert np.allclose(nodes, 2.0 * 0.25 * u, rtol=1e-12, atol=0.0)
+    assert np.allclose(weights, w / w.sum(), rtol=0.0, atol=1e-14)
+
+
+@pytest.mark.parametrize("dim", [2, 343, 344, 400])
+def test_the_init_norm_law_has_the_moments_of_a_scaled_chi_square(dim):
+    """M₀ = s²·χ²_p: E M₀ = p s², E M₀² = p(p+2) s⁴, E M₀^{-1} = 1/((p−2) s²) for p > 2, and √M₀'s mean
+    √2 s Γ((p+1)/2)/Γ(p/2). The rule is exact for polynomials of degree < 96; 1/M₀ and √M₀ are not
+    polynomials (quadrature error, far below 1e-9 at p ≥ 343)."""
+    s2 = 0.3**2
+    m, w = theory.init_norm_sq_law(dim, 0.3)
+    assert np.all(np.isfinite(w)) and np.all(w > 0) and w.sum() == pytest.approx(1.0, abs=1e-14)
+    assert (w * m).sum() == pytest.approx(dim * s2, rel=1e-12)
+    assert (w * m**2).sum() == pytest.approx(dim * (dim + 2) * s2**2, rel=1e-12)
+    if dim > 2:
+        assert (w / m).sum() == pytest.approx(1.0 / ((dim - 2) * s2), rel=1e-9)
+        half = math.exp(math.lgamma((dim + 1) / 2) - math.lgamma(dim / 2))
+        assert (w * np.sqrt(m)).sum() == pytest.approx(math.sqrt(2 * s2) * half, rel=1e-9)

@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent("""
     assert "torch" not in sys.modules, "importing the worker must not import torch (the API imports it too)"
     signals.worker_init.send(sender=None)
     modules = {m.simulator.partition(":")[0] for kind in REGISTRY.values() for m in kind.models}
-    missing = sorted(m for m in modules | {"torch", "scipy"} if m not in sys.modules)
+    missing = sorted(m for m in modules | {"torch"} if m not in sys.modules)
     assert not missing, f"not imported by worker_init: {missing}"
 
     loaded = set(sys.modules)
