@@ -174,13 +174,15 @@ def _coefficients(ps: Sequence[NRQPhysics],
 
 TAIL_POINTS = 64   # times at which the tail's mean AU ratio is evaluated: the curve is smooth, the records regular
 MAX_STEPS = 100_000_000   # the spec's own limit on steps
+JUMP_NODES = 16   # nodes of the law of the first gradient's norm, where the first update's spread matters
+SMALL_JUMP = 1e-2   # below this mean relative first jump E[η²L/M_0²], G's spread moves E[1/M_t²] by O(1e-4): G = L
 
 
-def tail_au_ratio(p: NRQPhysics, momentum: float = 0.0, steps: int | None = None) -> float | None:
+def tail_au_ratio(p: NRQPhysics, momentum: float = 0.0) -> float | None:
     """The summary's tail mean of ``au_rms`` divided by the final phase's ``au_equilibrium``, predicted before
-    the run; ``steps``: as if the run (its final phase) were that long. None where the closed forms do not
-    hold: a phase out of regime (:func:`smdengine._science.phase_regime`), a final phase without weight
-    decay (no equilibrium), or a ratio that is not finite (norms at the ends of the floating-point range).
+    the run. None where the closed forms do not hold: a phase out of regime
+    (:func:`smdengine._science.phase_regime`), a final phase without weight decay (no equilibrium), or norms
+    that are not finite (at the ends of the floating-point range).
 
     Derivation (docs/theory.md, Relaxation): a trial's angular update is η·|g̃|/M_t, M = |X|², g̃ the gradient
     at unit norm, so its mean square over trials at step t is η²L·E[1/M_t²], and at equilibrium η²L/M*²:
@@ -189,37 +191,49 @@ def tail_au_ratio(p: NRQPhysics, momentum: float = 0.0, steps: int | None = None
     rescale factor⁴ where a phase rescales), and M_0 = |X_0|² follows init_std²·χ²_p
     (:func:`smdengine.nrq.theory.init_norm_sq_law`). Averaging over that law, not starting every trial from
     E M_0 = p·init_std², matters at small p: E[1/M_t²] is convex in M_0². The first update is taken exactly,
-    M_1 = (1−ηλ)²M_0 + η²L/M_0 (momentum starts at rest): the closed form assumes M² ≫ η²L, and a start far
-    below the equilibrium norm first jumps far above it. The ratio is then averaged over :data:`TAIL_POINTS`
-    times spread evenly over the tail (the last half of the final phase), as the summary averages the regular
-    records there."""
+    M_1 = (1−ηλ)²M_0 + η²G/M_0: the closed form assumes M² ≫ η²L, and a start far below the equilibrium norm
+    first jumps far above it. There G = |g̃_0|², the first noise projected off X_0, follows σ²χ²_{p−1} (mean L),
+    drawn with its own quadrature where the jump is large (the trials that jumped least dominate E[1/M_t²]); and
+    with momentum η is η/(1−α), since the buffer carries the first gradient over the next ~1/(1−α) updates. The
+    ratio is then averaged over :data:`TAIL_POINTS` times spread evenly over the tail (the last half of the
+    final phase), as the summary averages the regular records there."""
     start = _final_phase_start(p, momentum)
-    if start is None:
-        return None
-    ratios = _tail_ratios(p, *start, [p.steps if steps is None else steps])
-    return ratios[0]
+    return None if start is None else _tail_ratios(p, *start, [p.steps])[0]
 
 
 def _final_phase_start(p: NRQPhysics, momentum: float) -> tuple[Phase, np.ndarray, np.ndarray] | None:
     """(the final phase at η/(1−α), each node's M² where it starts, the nodes' weights) for
-    :func:`tail_au_ratio`, or None where the closed forms do not hold."""
+    :func:`tail_au_ratio`, or None where the closed forms do not hold or the norms are not finite."""
     own = p.phases()
     if own[-1].weight_decay <= 0 or any(phase_regime(ph.lr, ph.weight_decay, momentum) for ph in own):
         return None
     effective = [replace(ph, lr=ph.lr / (1.0 - momentum)) for ph in own]
-    nodes, weights = theory.init_norm_sq_law(p.dim, p.init_std)
-    unit_grad_sq = (p.dim - 1) * p.noise_std**2
-    with np.errstate(all="ignore"):   # a start at the ends of the range: not finite, said by the caller
-        first = own[0]
-        m_sq = ((1.0 - first.lr * first.weight_decay) ** 2 * nodes + first.lr**2 * unit_grad_sq / nodes) ** 2
+    norms, weights = theory.init_norm_sq_law(p.dim, p.init_std)
+    first, unit_grad_sq = effective[0], (p.dim - 1) * p.noise_std**2
+    with np.errstate(all="ignore"):   # a start at the ends of the range: not finite, None
+        keep = (1.0 - first.lr * first.weight_decay) ** 2
+        if (first.lr**2 * unit_grad_sq / norms**2) @ weights < SMALL_JUMP:
+            m_sq = (keep * norms + first.lr**2 * unit_grad_sq / norms) ** 2
+        else:
+            grads, grad_weights = theory.init_norm_sq_law(p.dim - 1, p.noise_std, nodes=JUMP_NODES)
+            m_sq = ((keep * norms[:, None] + first.lr**2 * grads[None, :] / norms[:, None]) ** 2).ravel()
+            weights = (weights[:, None] * grad_weights[None, :]).ravel()
         for phase, following in zip(effective, effective[1:], strict=False):
-            m_sq = m_sq * phase.rescale**4
             # the first phase's closed form takes over after the exact first update, at step 1
-            a, b = _coefficients([p], [phase])(np.array([float(following.start - max(phase.start, 1))]))
-            m_sq = a[0, 0] * m_sq + b[0, 0]
+            a, b = _phase_coefficients(unit_grad_sq, phase, following.start - max(phase.start, 1))
+            m_sq = a * (m_sq * phase.rescale**4) + b
         final = effective[-1]
         m_sq = m_sq * final.rescale**4
-    return final, m_sq, weights
+    return (final, m_sq, weights) if np.isfinite(m_sq).all() else None
+
+
+def _phase_coefficients(unit_grad_sq: float, phase: Phase, t: float) -> tuple[float, float]:
+    """(a, b) of M_t² = a·M_0² + b after t steps of one phase (weight decay or not), as :func:`_coefficients`
+    gives them, in floats: a chain of many phases is not many array operations."""
+    if phase.weight_decay > 0:
+        x = -4.0 * phase.lr * phase.weight_decay * t
+        return math.exp(x), -math.expm1(x) * unit_grad_sq * phase.lr / (2.0 * phase.weight_decay)
+    return 1.0, 2.0 * phase.lr**2 * unit_grad_sq * t
 
 
 def _tail_ratios(p: NRQPhysics, final: Phase, m_sq: np.ndarray, weights: np.ndarray,
@@ -238,18 +252,31 @@ def _tail_ratios(p: NRQPhysics, final: Phase, m_sq: np.ndarray, weights: np.ndar
     return out
 
 
-def steps_to_settle(p: NRQPhysics, momentum: float = 0.0, band: float = EQUILIBRIUM_BAND) -> int | None:
-    """The fewest steps (the final phase lengthened) from which every longer run's tail is predicted within
-    ±``band`` of equilibrium by :func:`tail_au_ratio`, or None when none up to 2²⁰ times the spec's steps (or
-    :data:`MAX_STEPS`) is. The ratio is not monotone in the length (each node's M_t² is, but the χ²_p spread of
-    starts on both sides of M* makes the mean rise and fall back): the last length out of the band is found on
-    a doubling grid, then the crossing after it by bisection (to 1%: the model is no finer)."""
+def tail_forecast(p: NRQPhysics, momentum: float = 0.0) -> tuple[float | None, int | None]:
+    """(:func:`tail_au_ratio`, :func:`steps_to_settle`) with the chain up to the final phase computed once; the
+    steps only for a ratio off the band (None for one within it, as for no ratio)."""
     start = _final_phase_start(p, momentum)
     if start is None:
-        return None
+        return None, None
+    ratio = _tail_ratios(p, *start, [p.steps])[0]
+    off = ratio is not None and abs(ratio - 1.0) > EQUILIBRIUM_BAND
+    return ratio, _steps_to_settle(p, start) if off else None
 
+
+def steps_to_settle(p: NRQPhysics, momentum: float = 0.0) -> int | None:
+    """The fewest steps (the final phase lengthened) from which every longer run's tail is predicted within
+    ±:data:`smdengine._science.EQUILIBRIUM_BAND` of equilibrium by :func:`tail_au_ratio`, or None when none up
+    to 2²⁰ times the spec's steps (or :data:`MAX_STEPS`) is. The ratio is not monotone in the length (each
+    node's M_t² is, but the χ²_p spread of starts on both sides of M* makes the mean rise and fall back): the
+    last length out of the band is found on a doubling grid, then the crossing after it by bisection (to 1%:
+    the model is no finer)."""
+    start = _final_phase_start(p, momentum)
+    return None if start is None else _steps_to_settle(p, start)
+
+
+def _steps_to_settle(p: NRQPhysics, start: tuple[Phase, np.ndarray, np.ndarray]) -> int | None:
     def settled(lengths: list[int]) -> list[bool]:
-        return [r is not None and abs(r - 1.0) <= band for r in _tail_ratios(p, *start, lengths)]
+        return [r is not None and abs(r - 1.0) <= EQUILIBRIUM_BAND for r in _tail_ratios(p, *start, lengths)]
 
     grid = [min(p.steps * 2**i, MAX_STEPS) for i in range(21)]
     grid = sorted(set(grid))

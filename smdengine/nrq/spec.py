@@ -145,14 +145,13 @@ class NRQParams(NRQPhysics):
         """``sparse_tail`` (:meth:`NRQPhysics.tail_warnings`), then ``unsettled_tail`` when the tail's mean
         angular update is predicted more than ±10% off its equilibrium (:func:`smdengine.nrq.predict.tail_au_ratio`):
         |X| still relaxing from |X₀| or from the previous phase, the tail means are not equilibrium values."""
-        from smdengine.nrq.predict import steps_to_settle, tail_au_ratio  # numpy: not at import
+        from smdengine.nrq.predict import tail_forecast  # numpy: not at import
 
-        ratio = tail_au_ratio(self, self.momentum)
+        ratio, need = tail_forecast(self, self.momentum)
         if ratio is None or abs(ratio - 1.0) <= EQUILIBRIUM_BAND:
             return super().tail_warnings()
         final = self.phases()[-1]
         tau = relaxation_time(final.lr, final.weight_decay, self.momentum)
-        need = steps_to_settle(self, self.momentum)
         phase = "" if final.start == 0 else f" (its final phase, from step {final.start}, lengthened)"
         advice = (f"with steps ≥ {need}{phase} it is predicted within ±{EQUILIBRIUM_BAND:.0%}" if need is not None
                   else f"no run up to 2²⁰ times as long (at most 10⁸ steps) is predicted within ±{EQUILIBRIUM_BAND:.0%}")
