@@ -61,7 +61,10 @@ def tail_start(all_phases: Sequence[Phase], steps: int) -> float:
 # ----------------------------------------------------------------------------- validators
 
 
-def check_recording(steps: int, record_every: int, max_points: int = 1_000_000) -> None:
+MAX_RECORDED_POINTS = 1_000_000   # steps/record_every of an nrq or sde run
+
+
+def check_recording(steps: int, record_every: int, max_points: int = MAX_RECORDED_POINTS) -> None:
     """``record_every`` ≤ ``steps`` and at most ``max_points`` recorded points."""
     if record_every > steps:
         raise ValueError(f"record_every: expected ≤ steps ({steps}), got {record_every}")

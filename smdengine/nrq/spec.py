@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 from smdengine._declare import Model, Outputs, PlotDef
 from smdengine._science import (
     EQUILIBRIUM_BAND,
+    MAX_RECORDED_POINTS,
     NO_EQUILIBRIUM_AU,
     Phase,
     _step,
@@ -155,6 +156,8 @@ class NRQParams(NRQPhysics):
         phase = "" if final.start == 0 else f" (its final phase, from step {final.start}, lengthened)"
         advice = (f"with steps ≥ {need}{phase} it is predicted within ±{EQUILIBRIUM_BAND:.0%}" if need is not None
                   else f"no run up to 2²⁰ times as long (at most 10⁸ steps) is predicted within ±{EQUILIBRIUM_BAND:.0%}")
+        if need is not None and need // self.record_every > MAX_RECORDED_POINTS:   # a spec that could be run
+            advice += f" (and record_every ≥ {-(-need // MAX_RECORDED_POINTS)}: at most 10⁶ records)"
         earlier = " and the earlier phases" if final.start else ""
         return [*super().tail_warnings(), {"code": "unsettled_tail", "omits": [], "message": (
             f"the summary's tail (steps ≥ {_step(self.tail_start())}) is predicted to average an angular update "

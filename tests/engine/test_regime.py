@@ -441,6 +441,12 @@ def test_unsettled_tail_names_the_ratio_and_the_steps_that_settle_it_and_omits_n
     # warning). |X₀|² ≈ 350 against M* ≈ 42: measured 0.1615 (512 trials, record_every 1)
     [wide] = _unsettled(nrq(steps=200, dim=350))
     assert re.search(r"update 0\.16\d×", wide["message"]), wide
+    # steps that record_every 1 could not record (at most 10⁶ records): the advice names a record_every that can
+    [slow] = _unsettled(nrq(steps=100, record_every=1, lr=1e-5))
+    need, every = map(int, re.search(r"steps ≥ (\d+) .*record_every ≥ (\d+): at most 10⁶ records", slow["message"]).groups())
+    smdengine.parse_spec(nrq(steps=need, record_every=every))   # valid
+    with pytest.raises(ValidationError, match="record_every"):
+        smdengine.parse_spec(nrq(steps=need, record_every=every - 1))
     # norms at the ends of the floating-point range: no ratio to give, no warning rather than "nan×" or "0×"
     assert _unsettled(nrq(steps=200, noise_std=1e-200, init_std=1e-300)) == []
     assert _unsettled(nrq(steps=2000, init_std=1e-100)) == []   # M₁ ≈ 1e197: M₁² overflows
