@@ -241,15 +241,13 @@ def _tail_ratios(p: NRQPhysics, final: Phase, m_sq: np.ndarray, weights: np.ndar
     """:func:`tail_au_ratio` for runs of each of ``lengths`` steps (the final phase lengthened)."""
     begin = max(final.start, 1)   # the first phase's closed form starts after the exact first update
     target_sq = (p.dim - 1) * p.noise_std**2 * final.lr / (2.0 * final.weight_decay)   # M*²
-    out: list[float | None] = []
-    with np.errstate(all="ignore"):
-        for steps in lengths:
-            tail = final.start + (steps - final.start) / 2.0   # smdengine._science.tail_start
-            times = np.linspace(tail, max(tail, steps - 1), TAIL_POINTS) - begin
-            a, b = _coefficients([p], [final])(np.maximum(times, 0.0))
-            ratio = float(np.sqrt((target_sq / (a[0] * m_sq[None, :] + b[0])) @ weights).mean())
-            out.append(ratio if math.isfinite(ratio) else None)
-    return out
+    ends = np.array(lengths, dtype=np.float64)[:, None]
+    tails = final.start + (ends - final.start) / 2.0   # smdengine._science.tail_start
+    times = tails + (np.maximum(tails, ends - 1.0) - tails) * np.linspace(0.0, 1.0, TAIL_POINTS)[None, :] - begin
+    with np.errstate(all="ignore"):   # every length at once: (lengths × TAIL_POINTS, nodes)
+        a, b = _coefficients([p], [final])(np.maximum(times, 0.0).ravel())
+        ratios = np.sqrt((target_sq / (a[0] * m_sq[None, :] + b[0])) @ weights).reshape(times.shape).mean(axis=1)
+    return [float(r) if math.isfinite(r) else None for r in ratios]
 
 
 def tail_forecast(p: NRQPhysics, momentum: float = 0.0) -> tuple[float | None, int | None]:

@@ -53,6 +53,7 @@ def init_norm_sq_law(dim: int, init_std: float, nodes: int = 48) -> tuple[np.nda
     return 2.0 * init_std**2 * u, w
 
 
+@functools.lru_cache(maxsize=64)   # the API asks for it at every nrq submission: read-only arrays, shared
 def _genlaguerre_rule(nodes: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
     """Generalized Gauss–Laguerre nodes and weights normalized to sum 1, for the weight u^α e^{−u}: the
     Golub–Welsch rule. The three-term recurrence of the monic Laguerre polynomials has a_k = 2k + α + 1 and
@@ -66,7 +67,10 @@ def _genlaguerre_rule(nodes: int, alpha: float) -> tuple[np.ndarray, np.ndarray]
     off = np.sqrt(k[1:] * (k[1:] + alpha))
     values, vectors = np.linalg.eigh(np.diag(2.0 * k + alpha + 1.0) + np.diag(off, 1) + np.diag(off, -1))
     weights = vectors[0] ** 2
-    return values, weights / weights.sum()
+    weights /= weights.sum()
+    values.setflags(write=False)
+    weights.setflags(write=False)
+    return values, weights
 
 
 def kappa(eig_low: float, eig_high: float, dim: int, noise_std: float, lr: float, weight_decay: float) -> float:
