@@ -496,3 +496,18 @@ def test_the_predicted_tail_ratio_is_the_measured_one(name):
     warned = _unsettled(spec)   # given exactly when the prediction leaves the band, and saying that prediction
     assert bool(warned) == (abs(predicted - 1) > 0.1) and all(f"update {predicted:.3g}×" in w["message"] for w in warned)
     assert {"below": measured < 0.9, "in": 0.9 <= measured <= 1.1, "above": measured > 1.1}[side], (measured, se)
+
+
+@pytest.mark.parametrize("dof", [1, 2, 3, 9, 99, 399, 401])
+def test_the_first_gradients_law_has_the_chi_square_moments(dof):
+    """The log-spaced rule for G = σ²χ²_{p−1} (nrq.predict): E G = dof·σ², E G² = dof(dof+2)σ⁴. At one and two
+    degrees of freedom its span in log G is ~35 e-folds wide, its peak ~1 (spacing ~0.7): 1e-3 up to three
+    (measured ≤ 6e-4), 1e-9 beyond (measured ≤ 1e-11)."""
+    from smdengine.nrq.predict import _chi_square_log_rule
+
+    g, w = _chi_square_log_rule(dof, 2.0)
+    assert w.sum() == pytest.approx(1.0, abs=1e-14) and (w >= 0).all()
+    tol = 1e-3 if dof <= 3 else 1e-9 if dof <= 400 else 0.0   # above 400: the mean alone (its second moment is off)
+    assert g @ w == pytest.approx(2.0 * dof, rel=tol)
+    if dof <= 400:
+        assert g**2 @ w == pytest.approx(4.0 * dof * (dof + 2), rel=tol)
