@@ -173,7 +173,7 @@ def _coefficients(ps: Sequence[NRQPhysics],
 
 
 TAIL_POINTS = 64   # times at which the tail's mean AU ratio is evaluated: the curve is smooth, the records regular
-MAX_STEPS = 100_000_000   # the spec's own limit on steps
+MAX_STEPS: int = next(bound.le for bound in NRQPhysics.model_fields["steps"].metadata if hasattr(bound, "le"))
 JUMP_NODES = 48   # nodes of the law of the first gradient's norm, where the first update's spread matters
 SMALL_JUMP = 1e-2   # below this mean relative first jump E[η²L/M_0²], G's spread moves E[1/M_t²] by O(1e-4): G = L
 
@@ -270,8 +270,9 @@ def _tail_ratios(p: NRQPhysics, final: Phase, m_sq: np.ndarray, weights: np.ndar
 
 
 def tail_forecast(p: NRQPhysics, momentum: float = 0.0) -> tuple[float | None, int | None]:
-    """(:func:`tail_au_ratio`, :func:`steps_to_settle`) with the chain up to the final phase computed once; the
-    steps only for a ratio off the band (None for one within it, as for no ratio)."""
+    """(:func:`tail_au_ratio`, the steps that settle the tail: :func:`_steps_to_settle`) with the chain up to the
+    final phase computed once; the steps only for a ratio off the band (None for one within it, as for no
+    ratio)."""
     start = _final_phase_start(p, momentum)
     if start is None:
         return None, None
@@ -280,18 +281,13 @@ def tail_forecast(p: NRQPhysics, momentum: float = 0.0) -> tuple[float | None, i
     return ratio, _steps_to_settle(p, start) if off else None
 
 
-def steps_to_settle(p: NRQPhysics, momentum: float = 0.0) -> int | None:
-    """The fewest steps (the final phase lengthened) from which every longer run's tail is predicted within
-    ±:data:`smdengine._science.EQUILIBRIUM_BAND` of equilibrium by :func:`tail_au_ratio`, or None when none up
-    to 2²⁰ times the spec's steps (or :data:`MAX_STEPS`) is. The ratio is not monotone in the length (each
-    node's M_t² is, but the χ²_p spread of starts on both sides of M* makes the mean rise and fall back): the
-    last length out of the band is found on a doubling grid, then the crossing after it by bisection (to 1%:
-    the model is no finer)."""
-    start = _final_phase_start(p, momentum)
-    return None if start is None else _steps_to_settle(p, start)
-
-
 def _steps_to_settle(p: NRQPhysics, start: tuple[Phase, np.ndarray, np.ndarray]) -> int | None:
+    """The fewest steps (the final phase lengthened) from which every longer run's tail is predicted within
+    ±:data:`smdengine._science.EQUILIBRIUM_BAND` of equilibrium, from the final phase's ``start``
+    (:func:`_final_phase_start`), or None when none up to 2²⁰ times the spec's steps (or the spec's limit,
+    :data:`MAX_STEPS`) is. The ratio is not monotone in the length (each node's M_t² is, but the χ²_p spread of
+    starts on both sides of M* makes the mean rise and fall back): the last length out of the band is found on
+    a doubling grid, then the crossing after it by bisection (to 1%: the model is no finer)."""
     def settled(lengths: list[int]) -> list[bool]:
         return [r is not None and abs(r - 1.0) <= EQUILIBRIUM_BAND for r in _tail_ratios(p, *start, lengths)]
 
