@@ -465,9 +465,12 @@ UNSETTLED_CASES = {   # params, the measured tail ratio's side of the ±10% band
     "rescale_after_short_phase": ({"steps": 1200, "lr_schedule": [   # the phase before the rescale never settled
         {"step": 200, "lr_factor": 0.5}, {"step": 1000, "lr_factor": 0.1, "rescale": True}]}, "below"),
     "momentum": ({"steps": 300, "momentum": 0.5, "lr": 0.05}, "below"),
-    # far below the equilibrium norm: the first update's jump, spread as σ²χ²_{p−1}, and with momentum at η/(1−α)
-    "init_tiny": ({"steps": 2000, "init_std": 1e-3}, "below"),
-    "momentum_init_small": ({"steps": 2000, "init_std": 0.01, "lr": 0.01, "momentum": 0.9}, "below"),
+    # far below the equilibrium norm: the first update's jump, spread as σ²χ²_{p−1}, and with momentum at η/(1−α).
+    # 512 trials (2000 steps each), measured over the 4 seeds: 0.0269 (sd 0.0008) and 0.777 (sd 0.0033), against
+    # 0.0291 and 0.784 predicted: gaps of 0.002 and 0.007 within 4 SE + 0.01 ≈ 0.012 and 0.017 (at 2048 trials
+    # 0.0290 and 0.782: the rare trials that jumped least weigh more there)
+    "init_tiny": ({"steps": 2000, "init_std": 1e-3, "trials": 512}, "below"),
+    "momentum_init_small": ({"steps": 2000, "init_std": 0.01, "lr": 0.01, "momentum": 0.9, "trials": 512}, "below"),
 }
 
 
