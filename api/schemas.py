@@ -480,8 +480,11 @@ class StudyOut(BaseModel):
                                              "[\"experiment\"]).")
     progress: float = Field(..., description="Mean progress of the children, 0 to 1.")
     started_at: UtcTime | None = Field(None, description="When its first child started.")
-    eta: UtcTime | None = Field(None, description="Estimated finish while running (from the pace since the "
-                                                   "first child started); null otherwise.")
+    eta: UtcTime | None = Field(None, description="Estimated finish while running: the unfinished part of its "
+                                                   "active children at the pace of its current stretch of "
+                                                   "running (work done since then over the time), and no "
+                                                   "sooner than its slowest running child at that child's own "
+                                                   "pace; null otherwise, and before anything has progressed.")
     eta_seconds: float | None = Field(None, description="Seconds until the estimated finish.")
     created_at: UtcTime
     finished_at: UtcTime | None = Field(None, description="When its last child ended.")

@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session
 from store import clock
 from store.clock import db_now, stamp
 from store.db import transaction
-from store.jobs import QuotaExceeded, active_count, release_members, retry_after, settle_study
+from store.jobs import QuotaExceeded, active_count, release_members, remaining_seconds, retry_after, settle_study
 from store.models import (
     ACTIVE,
     PRIORITIES,
@@ -55,6 +55,7 @@ from store.models import (
     as_utc,
     utcnow,
 )
+from store.study_eta import ChildTimes, eta_seconds
 
 COMPARE = "compare"
 COMPARE_AXES = ["experiment"]   # the axis of a compare study: its members' points are member_values
@@ -161,6 +162,7 @@ class _Aggregate:
     revision: int = 0
     missing: list[str] = field(default_factory=list)
     now: datetime | None = None   # the database's clock when read (the starts are its times): the ETA
+    eta_seconds: float | None = None   # while a child is active (store.study_eta)
 
 
 def member_values(experiment_id: str, name: str | None) -> dict[str, Any]:
@@ -216,10 +218,6 @@ def _aggregates(session: Session, found: list[Study]) -> dict[str, _Aggregate]:
                 .where(StudyMember.study_id.in_(compare), Experiment.id.is_(None))
                 .order_by(StudyMember.study_id, StudyMember.position)).all():
             out[str(study_id)].missing.append(str(experiment_id))
-    if any(started is not None for _, _, _, _, started, *_ in rows):   # an ETA may be asked for
-        now = clock.now(session)
-        for agg in out.values():
-            agg.now = now
     for study_id, status, n, progress, started, finished, revision in rows:
         agg = out[str(study_id)]
         agg.counts[str(status)] = int(n)
@@ -230,7 +228,37 @@ def _aggregates(session: Session, found: list[Study]) -> dict[str, _Aggregate]:
         if finished is not None and (agg.finished is None or finished > agg.finished):
             agg.finished = finished
         agg.revision += int(revision or 0)
+    running = {study_id for study_id, agg in out.items() if derive_status(agg.counts) == "running"}
+    if running:
+        _estimate_finish(session, [study for study in found if study.id in running], out)
     return out
+
+
+def _estimate_finish(session: Session, found: list[Study], out: dict[str, _Aggregate]) -> None:
+    """Each study's ETA (store.study_eta) from its children's times, on the database's clock."""
+    now = clock.now(session)
+    columns = (Experiment.status, Experiment.step, Experiment.total_steps, Experiment.start_step,
+               Experiment.created_at, Experiment.started_at, Experiment.finished_at, Experiment.attempts,
+               Experiment.pace_started_at, Experiment.pace_start_step)
+    expand = [study.id for study in found if study.kind != COMPARE]
+    compare = [study.id for study in found if study.kind == COMPARE]
+    rows: list[Any] = []
+    if expand:
+        rows += session.execute(select(Experiment.study_id, *columns).where(Experiment.study_id.in_(expand))).all()
+    if compare:
+        rows += session.execute(select(StudyMember.study_id, *columns)
+                                .join(Experiment, Experiment.id == StudyMember.experiment_id)
+                                .where(StudyMember.study_id.in_(compare))).all()
+    children: dict[str, list[ChildTimes]] = {study.id: [] for study in found}
+    for study_id, status, step, total, start_step, created, started, finished, attempts, pace_at, pace_step in rows:
+        pace = remaining_seconds(pace_at, step, pace_step, total, now) if status == Status.running else None
+        children[str(study_id)].append(ChildTimes(
+            status=str(status), step=step, total_steps=total, start_step=start_step or 0, created_at=created,
+            started_at=started, finished_at=finished, attempts=attempts or 0,
+            own_remaining=pace[0] if pace is not None and pace[1] else None))
+    for study_id, times in children.items():
+        out[study_id].now = now
+        out[study_id].eta_seconds = eta_seconds(times, now)
 
 
 def _view(study: Study, agg: _Aggregate) -> StudyView:
@@ -240,9 +268,8 @@ def _view(study: Study, agg: _Aggregate) -> StudyView:
     progress = agg.progress / n if n else 0.0
     status = derive_status(counts)
     eta = eta_seconds = None
-    if status == "running" and agg.started is not None and agg.now is not None and progress > 0:
-        elapsed = (agg.now - agg.started).total_seconds()
-        eta_seconds = max(0.0, elapsed / progress - elapsed)
+    if status == "running" and agg.eta_seconds is not None and agg.now is not None:
+        eta_seconds = max(0.0, agg.eta_seconds)
         eta = agg.now + timedelta(seconds=eta_seconds)
     finished = agg.finished if compare else as_utc(study.finished_at)
     return StudyView(id=study.id, name=study.name, owner_id=study.owner_id, owner_name=study.owner_name,

@@ -3,7 +3,7 @@
 
 import { api, download, follow, imageUrl } from "./api.js";
 import { drawHeatmap, drawOverlay, drawParallel, drawScatter } from "./studycharts.js";
-import { errorBox, fmtNumber, fmtTime, fmtValue, h, progressBar, statusBadge, TERMINAL } from "./util.js";
+import { errorBox, fmtDuration, fmtNumber, fmtTime, fmtValue, h, progressBar, statusBadge, TERMINAL } from "./util.js";
 
 const STUDY_DONE = new Set(["succeeded", "failed", "cancelled", "partial"]);
 
@@ -101,7 +101,9 @@ export function renderStudy(main, [id]) {
           plural(s.children_count, "run")} · axes: ${s.axes.join(", ")}`,
         s.preset ? ` · preset ${s.preset} (${s.preset_size})` : ""),
       h("div.status-line", progressBar(s.progress), h("span.muted", Object.entries(s.counts)
-        .filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(" · "))));
+        .filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(" · ")),
+        // the server's estimate as of this update (a progress flush brings the next)
+        h("span#study-eta.muted", s.status === "running" && s.eta_seconds != null ? `ETA ${fmtDuration(s.eta_seconds)}` : "")));
     if (s.preset) {
       const figure = h("section.card", h("h3", "Figure"));
       head.append(figure);
@@ -275,8 +277,10 @@ export function renderStudy(main, [id]) {
 
   load().then(() => {
     if (study && !STUDY_DONE.has(study.status)) {
+      // at most one reload per 800 ms, the first 800 ms after an event: postponing it at every event (a
+      // debounce) never reloaded while children kept flushing progress more often than that
       let timer = null;
-      stop = follow(`${base}/events`, base, () => { clearTimeout(timer); timer = setTimeout(load, 800); },
+      stop = follow(`${base}/events`, base, () => { timer ??= setTimeout(() => { timer = null; load(); }, 800); },
         (s) => STUDY_DONE.has(s.status) || TERMINAL.has(s.status));
     }
   });
