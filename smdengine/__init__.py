@@ -75,12 +75,13 @@ from smdengine._study import (
     distinct_curves,
     expand_study,
     field_path,
+    override_spec,
     valid_paths,
 )
 from smdengine.presets import PRESETS, CheckDef, PanelDef, Preset, estimate, evaluate_checks, preset_study
 
 __all__ = ["WORK_UNITS", "CURVE_POINTS", "DERIVED_AXES", "MAX_CURVES", "OVERLAY_X", "curve_axes", "curve_grid", "distinct_curves", "Child", "ChildRecord", "Span", "StudyError", "StudySpec", "derived_values",
-           "expand_study", "field_path", "group_by_point", "study_table", "table_columns", "theory_curve", "theory_curves", "theory_of", "time_axis",
+           "expand_study", "override_spec", "field_path", "group_by_point", "study_table", "table_columns", "theory_curve", "theory_curves", "theory_of", "time_axis",
            "valid_paths", "KINDS", "LAYER_SEPARATOR", "SPECS", "Cancelled", "Checkpoint", "CheckpointHooks", "ExperimentSpec",
            "IncompatibleCheckpoint", "Outputs", "PlotDef", "Progress", "RunResult", "full_document_plots", "json_safe",
            "layer_key", "layer_metric_names", "load_simulators", "output_names", "parse_spec", "plot_key", "plots", "predict", "resolve_device", "run",

@@ -202,6 +202,20 @@ class StudyError(ValueError):
         self.errors = errors
 
 
+@dataclass(frozen=True)
+class _Words:
+    """How expansion errors name the base and what they advise for an index past a list's end."""
+
+    owner: str        # whose list runs short: "the base spec's params.lr_schedule has no entry 3"
+    spec: str         # what a path is no field of
+    whole_list: str   # the advice for an entry the base does not have
+
+
+_STUDY_WORDS = _Words("the base spec's", "the base spec", "give the base that entry, or vary the whole list on this axis")
+# a rerun's: its base is the experiment, and an override is no axis
+_OVERRIDE_WORDS = _Words("the experiment's", "the experiment's spec", "override the whole list instead")
+
+
 def combinations(study: StudySpec) -> Iterator[dict[str, Any]]:
     """The points' axis values in expansion order (seeds not included)."""
     if study.points is not None:
@@ -225,6 +239,30 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
     pydantic's ``ValidationError`` for a malformed study spec."""
     if not isinstance(study, StudySpec):
         study = StudySpec.model_validate(study)
+    return _expand(study, max_children, max_errors, _STUDY_WORDS)
+
+
+def override_spec(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> AnySpec:
+    """``base`` (an experiment's spec) with ``overrides`` set by dotted path (``{"params.lr": 0.2, "seed": 4}``,
+    list indices allowed), validated as a one-point study of it. Raises :class:`StudyError` whose errors are
+    located at ``["overrides", <the override's path, or the field it made invalid>]``, in a rerun's words
+    (the experiment's spec, no axis)."""
+    try:
+        (child,) = _expand(StudySpec.model_validate({"base": dict(base), "points": [dict(overrides)]}), None, 20,
+                           _OVERRIDE_WORDS)
+    except StudyError as exc:
+        raise StudyError([_at_override(error) for error in exc.errors]) from None
+    return child.spec
+
+
+def _at_override(error: dict[str, Any]) -> dict[str, Any]:
+    """A one-point expansion's error located at the override's field: ``["overrides", "params.lr"]``."""
+    loc = [str(part) for part in error.get("loc", [])]
+    field = ".".join(loc[1:]) if loc[:1] == ["axis"] else ".".join(loc[2:]) if loc[:1] == ["point"] else ".".join(loc)
+    return {"loc": ["overrides", field], "msg": str(error.get("msg", "")), "type": error.get("type", "value_error")}
+
+
+def _expand(study: StudySpec, max_children: int | None, max_errors: int, words: _Words) -> list[Child]:
     if max_children is not None and study.size() > max_children:
         raise StudyError([{"loc": ["grid" if study.points is None else "points"], "type": "too_many_points",
                            "msg": f"expected at most {max_children} {'child' if max_children == 1 else 'children'} "
@@ -235,7 +273,7 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
     except ValidationError as exc:
         raise StudyError([{**_plain(e), "loc": ["base", *field_path(study.base, error_location(e))]}
                           for e in exc.errors()]) from None
-    unknown = [_unknown_path(base, path) for path in study.axes()]
+    unknown = [_unknown_path(base, path, words) for path in study.axes()]
     if any(unknown):
         raise StudyError([e for e in unknown if e])
     children: list[Child] = []
@@ -248,7 +286,7 @@ def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None 
         _leave_replaced_defaults(base, data, values)
         try:
             for path, value in values.items():
-                set_path(data, path, value)
+                set_path(data, path, value, owner=words.owner)
         except (KeyError, IndexError, TypeError) as exc:
             errors.append({"loc": ["point", point], "type": "bad_path", "msg": str(exc).strip("'\""),
                            "point": {"index": point, "values": values}})
@@ -316,9 +354,9 @@ def _plain(error: Any) -> dict[str, Any]:
     return {"loc": list(error["loc"]), "msg": error_message(error), "type": error["type"]}
 
 
-def set_path(data: Any, path: str, value: Any) -> None:
+def set_path(data: Any, path: str, value: Any, *, owner: str = _STUDY_WORDS.owner) -> None:
     """Set ``value`` at a dotted path of a JSON-like spec (integer parts index lists; missing dict
-    levels are created)."""
+    levels are created). An index past a list's end is an IndexError naming the list as ``owner``'s."""
     parts = path.split(".")
     node = data
     for i, part in enumerate(parts):
@@ -326,7 +364,7 @@ def set_path(data: Any, path: str, value: Any) -> None:
         if isinstance(node, list):
             if not part.isdigit() or int(part) >= len(node):
                 held = "is empty" if not node else f"has entries 0 to {len(node) - 1}"
-                raise IndexError(f"the base spec's {'.'.join(parts[:i])} has no entry {part} (it {held})")
+                raise IndexError(f"{owner} {'.'.join(parts[:i])} has no entry {part} (it {held})")
             key: Any = int(part)
         elif isinstance(node, dict):
             key = part
@@ -375,16 +413,15 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
-def _unknown_path(base: AnySpec, path: str) -> dict[str, Any] | None:
+def _unknown_path(base: AnySpec, path: str, words: _Words) -> dict[str, Any] | None:
     """None for a path an axis may set; else the error naming the axis and the nearest valid paths."""
     paths = valid_paths(base)
     if path in paths or path == "seed":
         return None
     try:   # on a copy: set_path says where a path runs past the end of a list of the base (its schedule)
-        set_path(base.model_dump(mode="json"), path, None)
+        set_path(base.model_dump(mode="json"), path, None, owner=words.owner)
     except IndexError as exc:
-        return {"loc": ["axis", path], "type": "unknown_path",
-                "msg": f"{path}: {exc}: give the base that entry, or vary the whole list on this axis"}
+        return {"loc": ["axis", path], "type": "unknown_path", "msg": f"{path}: {exc}: {words.whole_list}"}
     except TypeError:   # through a value (params.lr.0): not a field, said below
         pass
     leaves = [p for p in paths if p not in ("kind",)]
@@ -397,7 +434,7 @@ def _unknown_path(base: AnySpec, path: str) -> dict[str, Any] | None:
             or [p for p in leaves if p.rsplit(".", 1)[-1] == name][:3])
     hint = f"; nearest valid paths: {', '.join(near)}" if near else ""
     return {"loc": ["axis", path], "type": "unknown_path",
-            "msg": f"{path}: not a field of the base spec ({base.kind}){hint}"}
+            "msg": f"{path}: not a field of {words.spec} ({base.kind}){hint}"}
 
 
 # ----------------------------------------------------------------------------- derived axes

@@ -141,10 +141,10 @@ def rerun_experiment(experiment: ExperimentDep, body: RerunIn, db: DbDep, settin
     set by dotted path (``{"params.lr": 0.2, "seed": 4}``, list indices allowed), validated and
     quota-checked like a submission."""
     try:
-        (child,) = smdengine.expand_study(smdengine.StudySpec(base=experiment.spec, points=[body.overrides]))
+        overridden = smdengine.override_spec(experiment.spec, body.overrides)
     except smdengine.StudyError as exc:
-        raise HTTPException(status_code=422, detail=[_override_error(e) for e in exc.errors]) from None
-    spec = child.spec.model_dump(mode="json")
+        raise HTTPException(status_code=422, detail=[{**e, "loc": ["body", *e["loc"]]} for e in exc.errors]) from None
+    spec = overridden.model_dump(mode="json")
     spec["name"] = body.name if body.name is not None else experiment.name   # the current name: PATCH renames
     parsed = smdengine.parse_spec(spec)
     if (problem := parsed.missing_data(settings.data_dir)) is not None:   # at the override that chose the data, if
@@ -156,17 +156,6 @@ def rerun_experiment(experiment: ExperimentDep, body: RerunIn, db: DbDep, settin
             "msg": data_unavailable_message(problem if path else {**problem, "field": f"the experiment's {problem['field']}"})}])
     return _queue(db, settings, user, response, parsed, spec, visibility=body.visibility, priority=body.priority,
                   keep_checkpoint=body.keep_checkpoint, tags=body.tags, note=body.note)
-
-
-def _override_error(error: dict[str, Any]) -> dict[str, Any]:
-    """A study error of the one-point expansion as a 422 item located at the override's field."""
-    loc = [str(part) for part in error.get("loc", [])]
-    field = ".".join(loc[1:]) if loc[:1] == ["axis"] else ".".join(loc[2:]) if loc[:1] == ["point"] else ".".join(loc)
-    # in a rerun's words: its base is the experiment, and an override is no axis
-    msg = (str(error.get("msg", "")).replace("the base spec's ", "the experiment's ")
-           .replace("not a field of the base spec", "not a field of the experiment's spec")
-           .replace("give the base that entry, or vary the whole list on this axis", "override the whole list instead"))
-    return {"loc": ["body", "overrides", field], "msg": msg, "type": error.get("type", "value_error")}
 
 
 FILTERS_DESCRIPTION = (
