@@ -174,6 +174,7 @@ def _coefficients(ps: Sequence[NRQPhysics],
 
 TAIL_POINTS = 64   # times at which the tail's mean AU ratio is evaluated: the curve is smooth, the records regular
 MAX_STEPS: int = next(bound.le for bound in NRQPhysics.model_fields["steps"].metadata if hasattr(bound, "le"))
+LONGEST_DOUBLINGS = 20   # the longest run the advice looks at: 2²⁰ times the spec's steps (at most MAX_STEPS)
 JUMP_NODES = 48   # nodes of the law of the first gradient's norm, where the first update's spread matters
 SMALL_JUMP = 1e-2   # below this mean relative first jump E[η²L/M_0²], G's spread moves E[1/M_t²] by O(1e-4): G = L
 
@@ -284,14 +285,14 @@ def tail_forecast(p: NRQPhysics, momentum: float = 0.0) -> tuple[float | None, i
 def _steps_to_settle(p: NRQPhysics, start: tuple[Phase, np.ndarray, np.ndarray]) -> int | None:
     """The fewest steps (the final phase lengthened) from which every longer run's tail is predicted within
     ±:data:`smdengine._science.EQUILIBRIUM_BAND` of equilibrium, from the final phase's ``start``
-    (:func:`_final_phase_start`), or None when none up to 2²⁰ times the spec's steps (or the spec's limit,
+    (:func:`_final_phase_start`), or None when none up to 2^:data:`LONGEST_DOUBLINGS` times the spec's steps (or the spec's limit,
     :data:`MAX_STEPS`) is. The ratio is not monotone in the length (each node's M_t² is, but the χ²_p spread of
     starts on both sides of M* makes the mean rise and fall back): the last length out of the band is found on
     a doubling grid, then the crossing after it by bisection (to 1%: the model is no finer)."""
     def settled(lengths: list[int]) -> list[bool]:
         return [r is not None and abs(r - 1.0) <= EQUILIBRIUM_BAND for r in _tail_ratios(p, *start, lengths)]
 
-    grid = [min(p.steps * 2**i, MAX_STEPS) for i in range(21)]
+    grid = [min(p.steps * 2**i, MAX_STEPS) for i in range(LONGEST_DOUBLINGS + 1)]
     grid = sorted(set(grid))
     marks = settled(grid)
     if not marks[-1]:

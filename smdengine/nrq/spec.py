@@ -146,7 +146,7 @@ class NRQParams(NRQPhysics):
         """``sparse_tail`` (:meth:`NRQPhysics.tail_warnings`), then ``unsettled_tail`` when the tail's mean
         angular update is predicted more than ±10% off its equilibrium (:func:`smdengine.nrq.predict.tail_au_ratio`):
         |X| still relaxing from |X₀| or from the previous phase, the tail means are not equilibrium values."""
-        from smdengine.nrq.predict import tail_forecast  # numpy: not at import
+        from smdengine.nrq.predict import LONGEST_DOUBLINGS, MAX_STEPS, tail_forecast  # numpy: not at import
 
         ratio, need = tail_forecast(self, self.momentum)
         if ratio is None or abs(ratio - 1.0) <= EQUILIBRIUM_BAND:
@@ -155,9 +155,10 @@ class NRQParams(NRQPhysics):
         tau = relaxation_time(final.lr, final.weight_decay, self.momentum)
         phase = "" if final.start == 0 else f" (its final phase, from step {final.start}, lengthened)"
         advice = (f"with steps ≥ {need}{phase} it is predicted within ±{EQUILIBRIUM_BAND:.0%}" if need is not None
-                  else f"no run up to 2²⁰ times as long (at most 10⁸ steps) is predicted within ±{EQUILIBRIUM_BAND:.0%}")
+                  else f"no run up to {2**LONGEST_DOUBLINGS:,} times as long (at most {MAX_STEPS:,} steps) is predicted "
+                       f"within ±{EQUILIBRIUM_BAND:.0%}")
         if need is not None and need // self.record_every > MAX_RECORDED_POINTS:   # a spec that could be run
-            advice += f" (and record_every ≥ {-(-need // MAX_RECORDED_POINTS)}: at most 10⁶ records)"
+            advice += f" (and record_every ≥ {-(-need // MAX_RECORDED_POINTS)}: at most {MAX_RECORDED_POINTS:,} records)"
         earlier = " and the earlier phases" if final.start else ""
         return [*super().tail_warnings(), {"code": "unsettled_tail", "omits": [], "message": (
             f"the summary's tail (steps ≥ {_step(self.tail_start())}) is predicted to average an angular update "

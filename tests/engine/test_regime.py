@@ -17,7 +17,7 @@ from pydantic import ValidationError
 import smdengine
 from smdengine import expand_study, predict, run
 from smdengine import spec_warnings as all_warnings
-from smdengine._science import CONTINUOUS_TIME_MAX, phase_regime, tail_warnings
+from smdengine._science import CONTINUOUS_TIME_MAX, MAX_RECORDED_POINTS, phase_regime, tail_warnings
 
 ROOT = Path(__file__).resolve().parents[2]
 IN_REGIME = {
@@ -443,10 +443,17 @@ def test_unsettled_tail_names_the_ratio_and_the_steps_that_settle_it_and_omits_n
     assert re.search(r"update 0\.16\d×", wide["message"]), wide
     # steps that record_every 1 could not record (at most 10⁶ records): the advice names a record_every that can
     [slow] = _unsettled(nrq(steps=100, record_every=1, lr=1e-5))
-    need, every = map(int, re.search(r"steps ≥ (\d+) .*record_every ≥ (\d+): at most 10⁶ records", slow["message"]).groups())
+    need, every = map(int, re.search(rf"steps ≥ (\d+) .*record_every ≥ (\d+): at most {MAX_RECORDED_POINTS:,} records",
+                                  slow["message"]).groups())
     smdengine.parse_spec(nrq(steps=need, record_every=every))   # valid
     with pytest.raises(ValidationError, match="record_every"):
         smdengine.parse_spec(nrq(steps=need, record_every=every - 1))
+    # τ = 2.5e8 steps: no run the spec allows settles, and the longest it names is the spec's limit on steps
+    [never] = _unsettled(nrq(steps=100, record_every=1, lr=1e-7))
+    longest = int(re.search(r"at most ([\d,]+) steps\) is predicted within", never["message"])[1].replace(",", ""))
+    smdengine.parse_spec(nrq(steps=longest, record_every=longest))   # valid
+    with pytest.raises(ValidationError, match="steps"):
+        smdengine.parse_spec(nrq(steps=longest + 1, record_every=longest))
     # norms at the ends of the floating-point range: no ratio to give, no warning rather than "nan×" or "0×"
     assert _unsettled(nrq(steps=200, noise_std=1e-200, init_std=1e-300)) == []
     assert _unsettled(nrq(steps=2000, init_std=1e-100)) == []   # M₁ ≈ 1e197: M₁² overflows
