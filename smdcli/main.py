@@ -53,6 +53,20 @@ def _version() -> str:
     return f"{package} (engine {engine_version()})"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, computed when asked: the engine's version imports the engine (~0.4 s of CPU), which
+    most commands (submit, status, follow…) never need."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show the package's and the engine's versions and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: object, values: object,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog} {_version()}")   # on stdout, as argparse's own version action
+        parser.exit()
+
+
 def _stdout_reader_gone() -> bool:
     """Whether stdout is a pipe whose reading end is closed (poll reports an error on the writing end)."""
     import select
@@ -69,7 +83,7 @@ def _main(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="smd", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     from smdcli.paths import output_file
 
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
     settings_said = ("Settings are SMD_* environment variables (README, Configuration; every one with its default: "
                      "store/settings.py). Auth is on unless SMD_AUTH=off (make run sets it off): give each user a key "

@@ -48,7 +48,7 @@ STARTUP = """
 import json, sys
 from smdcli.main import main
 code = main(["status", "abc"])   # SMD_URL: a closed port, refused at once
-remote = {name: name in sys.modules for name in ("sqlalchemy", "alembic", "matplotlib", "torch")}
+remote = {name: name in sys.modules for name in ("sqlalchemy", "alembic", "matplotlib", "torch", "smdengine", "numpy")}
 import api.main
 print(json.dumps({"code": code, "remote": remote, "api_matplotlib": "matplotlib" in sys.modules}), file=sys.stderr)
 """
@@ -56,10 +56,12 @@ print(json.dumps({"code": code, "remote": remote, "api_matplotlib": "matplotlib"
 
 def test_a_remote_command_and_the_api_start_without_what_they_do_not_use():
     """What each start-up imports is paid by every `smd` command and every service start: a remote command
-    loads no store (SQLAlchemy, Alembic: ~0.4 s of its ~0.8 s), no matplotlib and no torch; the API app loads
+    loads no store (SQLAlchemy, Alembic: ~0.4 s of its ~0.8 s), no matplotlib, no torch, and no engine nor
+    NumPy (`--version` names the engine's version only when asked: ~0.4 s of every command); the API app loads
     matplotlib with its first plot only (~0.4 s of every start)."""
     done = subprocess.run([sys.executable, "-c", STARTUP], capture_output=True, text=True, cwd=REPO, timeout=120,
                           env={"PATH": "/usr/bin:/bin", "SMD_URL": "http://127.0.0.1:9", "HOME": str(REPO)})
     report = json.loads(done.stderr.strip().splitlines()[-1])
-    assert report == {"code": 1, "remote": dict.fromkeys(("sqlalchemy", "alembic", "matplotlib", "torch"), False),
+    assert report == {"code": 1, "remote": dict.fromkeys(("sqlalchemy", "alembic", "matplotlib", "torch", "smdengine",
+                                                          "numpy"), False),
                       "api_matplotlib": False}, done.stderr
