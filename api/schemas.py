@@ -484,7 +484,10 @@ class StudyOut(BaseModel):
                                                    "active children at the pace of its current stretch of "
                                                    "running (work done since then over the time), and no "
                                                    "sooner than its slowest running child at that child's own "
-                                                   "pace; null otherwise, and before anything has progressed.")
+                                                   "pace; before a run of that stretch has ended, the running "
+                                                   "children's own pace and as many more waves as the queued "
+                                                   "children need. Null otherwise, and before a running child "
+                                                   "has reported progress twice.")
     eta_seconds: float | None = Field(None, description="Seconds until the estimated finish.")
     created_at: UtcTime
     finished_at: UtcTime | None = Field(None, description="When its last child ended.")

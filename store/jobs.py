@@ -119,7 +119,7 @@ def create(session: Session, *, kind: str, name: str | None, spec: dict[str, Any
     # made: the database's clock (store.clock.stamp), like every time another host compares
     now = stamp(session)
     experiment = Experiment(kind=kind, name=name, spec=spec, status=Status.queued, progress=0.0, step=0,
-                            created_at=now, updated_at=now,
+                            created_at=now, updated_at=now, queued_at=now,
                             total_steps=total_steps, cancel_requested=False, attempts=0, queue=queue,
                             owner_id=owner_id, visibility=visibility, priority=priority, revision=0,
                             warnings=warnings, keep_checkpoint=keep_checkpoint, note=note,
@@ -441,7 +441,7 @@ def _give_back(session: Session, claim: Claim, outcome: str) -> bool:
         return True
     if _rowcount(session, update(Experiment).where(held).values(
             status=Status.queued, lease_owner=None, lease_expires_at=None, pace_started_at=None,
-            updated_at=db_now(), **_BUMP)) != 1:
+            queued_at=db_now(), updated_at=db_now(), **_BUMP)) != 1:
         return False
     _end_attempt(session, claim.experiment_id, claim.attempt, outcome)
     return True
@@ -537,7 +537,7 @@ def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | No
         else:
             done = _rowcount(session, update(Experiment).where(held).values(
                 status=Status.queued, lease_owner=None, lease_expires_at=None, pace_started_at=None,
-                updated_at=db_now(), **_BUMP)) == 1
+                queued_at=db_now(), updated_at=db_now(), **_BUMP)) == 1
             if done:
                 requeued.append(experiment_id)
         if done:
@@ -862,7 +862,7 @@ def continue_run(session: Session, experiment_id: str, *, owner_id: str, spec: d
     queued = _rowcount(session, update(Experiment)
                        .where(Experiment.id == experiment_id, Experiment.status == Status.succeeded)
                        .values(status=Status.queued, spec=spec, total_steps=total_steps, progress=step / total_steps,
-                               pace_started_at=None,
+                               pace_started_at=None, queued_at=db_now(),
                                summary=None, distributions=None, finished_at=None, cancel_requested=False,
                                lease_owner=None, lease_expires_at=None, error=None, updated_at=db_now(), **_BUMP))
     if queued != 1:

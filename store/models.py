@@ -111,6 +111,8 @@ class Experiment(_Submitted, Base):
     summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     distributions: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # histograms (not on step)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+    # when its current attempt was queued: created, requeued (a lost or handed-back attempt) or continued
+    queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))   # of its current (last) attempt
     # the step that attempt started from (a checkpoint's, else 0)
     start_step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

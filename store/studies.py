@@ -195,9 +195,10 @@ def derive_status(counts: dict[str, int]) -> str:
     return "failed" if counts.get(Status.failed, 0) else "cancelled"
 
 
-def _aggregates(session: Session, found: list[Study]) -> dict[str, _Aggregate]:
+def _aggregates(session: Session, found: list[Study], eta: bool = True) -> dict[str, _Aggregate]:
     """What each study's children (expand) or present members (compare) say, by status: counts,
-    progress, first start, last end and revisions summed; and each compare study's missing members."""
+    progress, first start, last end and revisions summed; and each compare study's missing members; with
+    ``eta``, each running study's estimated finish (one more query, over its children's rows)."""
     out = {study.id: _Aggregate() for study in found}
     expand = [study.id for study in found if study.kind != COMPARE]
     compare = [study.id for study in found if study.kind == COMPARE]
@@ -229,7 +230,7 @@ def _aggregates(session: Session, found: list[Study]) -> dict[str, _Aggregate]:
             agg.finished = finished
         agg.revision += int(revision or 0)
     running = {study_id for study_id, agg in out.items() if derive_status(agg.counts) == "running"}
-    if running:
+    if running and eta:
         _estimate_finish(session, [study for study in found if study.id in running], out)
     return out
 
@@ -238,7 +239,7 @@ def _estimate_finish(session: Session, found: list[Study], out: dict[str, _Aggre
     """Each study's ETA (store.study_eta) from its children's times, on the database's clock."""
     now = clock.now(session)
     columns = (Experiment.status, Experiment.step, Experiment.total_steps, Experiment.start_step,
-               Experiment.created_at, Experiment.started_at, Experiment.finished_at, Experiment.attempts,
+               Experiment.queued_at, Experiment.started_at, Experiment.finished_at,
                Experiment.pace_started_at, Experiment.pace_start_step)
     expand = [study.id for study in found if study.kind != COMPARE]
     compare = [study.id for study in found if study.kind == COMPARE]
@@ -250,12 +251,12 @@ def _estimate_finish(session: Session, found: list[Study], out: dict[str, _Aggre
                                 .join(Experiment, Experiment.id == StudyMember.experiment_id)
                                 .where(StudyMember.study_id.in_(compare))).all()
     children: dict[str, list[ChildTimes]] = {study.id: [] for study in found}
-    for study_id, status, step, total, start_step, created, started, finished, attempts, pace_at, pace_step in rows:
+    for study_id, status, step, total, start_step, queued, started, finished, pace_at, pace_step in rows:
+        # a child's own pace from its second report on, settled or not (as its own page shows it)
         pace = remaining_seconds(pace_at, step, pace_step, total, now) if status == Status.running else None
         children[str(study_id)].append(ChildTimes(
-            status=str(status), step=step, total_steps=total, start_step=start_step or 0, created_at=created,
-            started_at=started, finished_at=finished, attempts=attempts or 0,
-            own_remaining=pace[0] if pace is not None and pace[1] else None))
+            status=str(status), step=step, total_steps=total, start_step=start_step or 0, queued_at=queued,
+            started_at=started, finished_at=finished, own_remaining=pace[0] if pace is not None else None))
     for study_id, times in children.items():
         out[study_id].now = now
         out[study_id].eta_seconds = eta_seconds(times, now)
@@ -312,7 +313,7 @@ def create(session: Session, *, owner_id: str, name: str | None, visibility: str
         Experiment(kind=child.kind, name=child.name, spec=child.spec, status=Status.queued, progress=0.0, step=0,
                    total_steps=child.total_steps, cancel_requested=False, attempts=0, queue=child.queue,
                    owner_id=owner_id, visibility=visibility, priority=priority, revision=0, created_at=now,
-                   updated_at=now, study_id=study.id, study_index=child.index, study_point=child.point,
+                   updated_at=now, queued_at=now, study_id=study.id, study_index=child.index, study_point=child.point,
                    study_seed=child.seed, study_values=child.values, warnings=child.warnings)
         for child in children])
     session.flush()
@@ -351,12 +352,13 @@ def create_compare(session: Session, *, owner_id: str, everyone: bool, name: str
 
 
 @transaction
-def get(session: Session, study_id: str) -> StudyView | None:
-    """The study (without its children; a compare study with its member ids), or None."""
+def get(session: Session, study_id: str, *, eta: bool = True) -> StudyView | None:
+    """The study (without its children; a compare study with its member ids), or None; without ``eta``, its
+    estimated finish is left out (None), and its children's rows are not read for it."""
     study = session.get(Study, study_id)
     if study is None:
         return None
-    view = _view(study, _aggregates(session, [study])[study_id])
+    view = _view(study, _aggregates(session, [study], eta=eta)[study_id])
     if view.kind == COMPARE:
         view.members = list(session.scalars(select(StudyMember.experiment_id).where(StudyMember.study_id == study_id)
                                             .order_by(StudyMember.position)))

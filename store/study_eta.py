@@ -8,19 +8,26 @@ The pace is the work the study's runs did since the start of its **current stret
 Each attempt that ran (a running child's current attempt, an ended child's last one) covers
 ``[started_at, finished_at or now]`` and did ``(step − start_step) / total_steps`` of its child. The
 stretch is the chain of such intervals that reaches now, where a gap between two of them is crossed
-only when the study had a child waiting for its first run through it (created by then, not started
-before its end): a study whose children wait their turn behind other users' jobs keeps its whole
-history, while the old runs of a compare study's members, or the first run of a child that was later
-continued, are not this stretch's pace. A queued child's ``started_at`` belongs to an attempt that is
-over (a continued or requeued child), so it covers no time.
+only when a child of the study was waiting through it (queued since ``queued_at``, not started before
+its end): a study whose children wait their turn behind other users' jobs keeps its whole history,
+while the old runs of a compare study's members, or a child's run before it was continued, are not this
+stretch's pace. A queued child's ``started_at`` belongs to an attempt that is over, so it covers no time.
 
-The estimate is the larger of that remaining work at that pace and the longest time a running child
-still needs at its own attempt's pace (:func:`store.jobs.remaining_seconds`): a study cannot end before
-its slowest running child, which matters once fewer children are left than workers. None before any
-work was done in the stretch and no running child has a pace.
+The stretch's pace counts each run's set-up (data, model, the engine's start) as the study's time, as
+every child still queued will pay it. Until a run of the stretch has ended, though, its work is that of
+runs still in their first seconds, and the pace would count the set-up of one wave against a few steps
+(a fresh study's first estimate was 25× too long). Until then the estimate is the slowest running child's
+time left at its own pace (:func:`store.jobs.remaining_seconds`: since its first progress report),
+plus, for the children still queued, as many waves as the running children take, each as long as the
+longest running child's whole run (its time so far and its time left).
+
+Once a run has ended, the estimate is the larger of the remaining work at the stretch's pace and the
+slowest running child's time left at its own pace: a study cannot end before that child, which matters
+once fewer children are left than workers. None before any work was done and no running child has a pace.
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -40,62 +47,78 @@ class ChildTimes:
     step: int
     total_steps: int
     start_step: int                   # the step its current (last) attempt started from
-    created_at: datetime
+    queued_at: datetime | None        # when its current (last) attempt was queued
     started_at: datetime | None       # its current (last) attempt's start
     finished_at: datetime | None
-    attempts: int
     own_remaining: float | None = None   # a running child's seconds left at its own pace, once it has one
 
     def fraction(self, step: int) -> float:
         return min(1.0, step / self.total_steps) if self.total_steps > 0 else 0.0
 
 
-def _ran(child: ChildTimes, now: datetime) -> tuple[datetime, datetime, float] | None:
-    """(start, end, work done) of the attempt a child ran, or None when it covers no time."""
+def _ran(child: ChildTimes, now: datetime) -> tuple[datetime, datetime, float, bool] | None:
+    """(start, end, work done, ended) of the attempt a child ran, or None when it covers no time."""
     if child.started_at is None or child.status == Status.queued:
         return None
-    end = now if child.status == Status.running or child.finished_at is None else as_utc(child.finished_at)
+    finished = child.finished_at if child.status != Status.running else None
     done = child.fraction(child.step) - child.fraction(child.start_step)
-    return as_utc(child.started_at), end, max(0.0, done)
+    return as_utc(child.started_at), now if finished is None else as_utc(finished), max(0.0, done), finished is not None
 
 
 class _Waiting:
-    """The children that waited for their first run, each over [created_at, its first start or forever):
-    whether one waited through a gap is a bisection and a prefix maximum, not a loop over children."""
+    """The children's waits for their current attempt, each over [queued_at, its start, its end while queued,
+    or forever): whether one waited through a gap is a bisection and a prefix maximum, not a loop over children."""
 
     def __init__(self, children: list[ChildTimes]) -> None:
         spans = []
         for child in children:
-            if child.status == Status.queued and child.attempts == 0:
-                spans.append((as_utc(child.created_at), _FOREVER))
-            elif child.status != Status.queued and child.attempts == 1 and child.started_at is not None:
-                spans.append((as_utc(child.created_at), as_utc(child.started_at)))
+            if child.queued_at is None:
+                continue
+            queued = as_utc(child.queued_at)
+            if child.status == Status.queued:
+                until = _FOREVER
+            elif child.started_at is not None and as_utc(child.started_at) >= queued:
+                until = as_utc(child.started_at)
+            elif child.finished_at is not None:   # ended while queued (cancelled)
+                until = as_utc(child.finished_at)
+            else:
+                continue
+            spans.append((queued, until))
         spans.sort()
-        self._created = [created for created, _ in spans]
-        self._latest_start = list(accumulate((start for _, start in spans), max))
+        self._queued = [queued for queued, _ in spans]
+        self._latest_end = list(accumulate((until for _, until in spans), max))
 
     def through(self, gap_start: datetime, gap_end: datetime) -> bool:
-        """Whether a child created by gap_start waited for its first run until gap_end or later."""
-        waiting = bisect_right(self._created, gap_start)
-        return waiting > 0 and self._latest_start[waiting - 1] >= gap_end
+        """Whether a child queued by gap_start was still waiting at gap_end."""
+        waiting = bisect_right(self._queued, gap_start)
+        return waiting > 0 and self._latest_end[waiting - 1] >= gap_end
 
 
 def eta_seconds(children: Iterable[ChildTimes], now: datetime) -> float | None:
     """Seconds until the study's estimated finish (module docstring); None when nothing says."""
     children = list(children)
     now = as_utc(now)
-    remaining = sum(1.0 - child.fraction(child.step) for child in children if child.status in ACTIVE)
     runs = sorted((run for child in children if (run := _ran(child, now)) is not None),
                   key=lambda run: run[1], reverse=True)
     waiting = _Waiting(children)
-    stretch_start, done = now, 0.0
-    for start, end, work in runs:   # by end, latest first: the stretch is a prefix of this order
+    stretch_start, done, any_ended = now, 0.0, False
+    for start, end, work, ended in runs:   # by end, latest first: the stretch is a prefix of this order
         if end < stretch_start and not waiting.through(end, stretch_start):
             break
-        stretch_start, done = min(stretch_start, start), done + work
+        stretch_start, done, any_ended = min(stretch_start, start), done + work, any_ended or ended
+    paced = [child for child in children if child.status == Status.running and child.own_remaining is not None]
+    slowest = max((child.own_remaining for child in paced if child.own_remaining is not None), default=None)
+    if not any_ended:   # a first wave: each child's own pace, and as many more waves as the queued ones need
+        if slowest is None:
+            return None
+        queued = sum(child.status == Status.queued for child in children)
+        running = sum(child.status == Status.running for child in children)
+        whole = max(((now - as_utc(child.started_at)).total_seconds() + child.own_remaining
+                     for child in paced if child.started_at is not None and child.own_remaining is not None),
+                    default=0.0)
+        return slowest + math.ceil(queued / max(running, 1)) * whole
+    remaining = sum(1.0 - child.fraction(child.step) for child in children if child.status in ACTIVE)
     elapsed = (now - stretch_start).total_seconds()
     at_pace = remaining * elapsed / done if done > 0 and elapsed > 0 else None
-    slowest = max((child.own_remaining for child in children
-                   if child.status == Status.running and child.own_remaining is not None), default=None)
     known = [value for value in (at_pace, slowest) if value is not None]
     return max(known) if known else None

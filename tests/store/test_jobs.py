@@ -422,3 +422,27 @@ def test_retry_after_trusts_a_pace_only_once_it_has_settled(database_url, step, 
     # rounded down to whole seconds; the statements after started_at add at most a second to the elapsed time
     assert expected - 1 <= jobs.retry_after(database_url, owner, DEFAULT) <= expected
     assert jobs.retry_after(database_url, "nobody", DEFAULT) == DEFAULT
+
+
+def test_queued_at_is_filled_by_0018_from_what_rows_say(empty_database_url):
+    """0018 adds experiments.queued_at (when the current attempt was queued: store.study_eta) and fills it for rows
+    stored before: created_at on a first attempt, updated_at (the requeue's) for a job queued again, else
+    started_at."""
+    cfg = alembic_config(empty_database_url)
+    command.upgrade(cfg, "0017")
+    rows = {"e-new": ("queued", 0, None), "e-ran": ("succeeded", 1, "2026-01-03 00:00:00"),
+            "e-requeued": ("queued", 2, "2026-01-03 00:00:00"), "e-retried": ("running", 3, "2026-01-04 00:00:00")}
+    with get_engine(empty_database_url).begin() as conn:   # rows as 0017 has them
+        for experiment_id, (status, attempts, started) in rows.items():
+            conn.execute(text(
+                "INSERT INTO experiments (id, kind, status, spec, progress, step, total_steps, cancel_requested, "
+                "attempts, queue, created_at, updated_at, started_at, visibility, priority, revision, "
+                "keep_checkpoint, start_step, pace_start_step) VALUES (:id, 'nrq', :status, '{}', 0, 0, 20, :no, "
+                ":attempts, 'cpu', '2026-01-01 00:00:00', '2026-01-02 00:00:00', :started, 'private', 1, 0, :no, 0, 0)"),
+                {"id": experiment_id, "status": status, "attempts": attempts, "started": started, "no": False})
+    command.upgrade(cfg, "head")
+    get_engine(empty_database_url).dispose()
+    with get_engine(empty_database_url).begin() as conn:
+        queued = {r[0]: str(r[1])[:10] for r in conn.execute(text("SELECT id, queued_at FROM experiments"))}
+    assert queued == {"e-new": "2026-01-01", "e-ran": "2026-01-01", "e-requeued": "2026-01-02",
+                      "e-retried": "2026-01-04"}

@@ -20,52 +20,64 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def ended(start: float, end: float, *, created: float = 0.0, status: str = "succeeded", step: int = 100,
-          start_step: int = 0, attempts: int = 1) -> ChildTimes:
-    return ChildTimes(status=status, step=step, total_steps=100, start_step=start_step, created_at=at(created),
-                      started_at=at(start), finished_at=at(end), attempts=attempts)
+def ended(start: float, end: float, *, queued: float = 0.0, status: str = "succeeded", step: int = 100,
+          start_step: int = 0, total: int = 100) -> ChildTimes:
+    return ChildTimes(status=status, step=step, total_steps=total, start_step=start_step, queued_at=at(queued),
+                      started_at=at(start), finished_at=at(end))
 
 
-def running(start: float, step: int, *, created: float = 0.0, start_step: int = 0, attempts: int = 1,
-            own: float | None = None) -> ChildTimes:
-    return ChildTimes(status="running", step=step, total_steps=100, start_step=start_step, created_at=at(created),
-                      started_at=at(start), finished_at=None, attempts=attempts, own_remaining=own)
+def running(start: float, step: int, *, queued: float = 0.0, start_step: int = 0, own: float | None = None,
+            total: int = 100) -> ChildTimes:
+    return ChildTimes(status="running", step=step, total_steps=total, start_step=start_step, queued_at=at(queued),
+                      started_at=at(start), finished_at=None, own_remaining=own)
 
 
-def queued(*, created: float = 0.0, attempts: int = 0, started: float | None = None, step: int = 0) -> ChildTimes:
-    return ChildTimes(status="queued", step=step, total_steps=100, start_step=0, created_at=at(created),
-                      started_at=None if started is None else at(started), finished_at=None, attempts=attempts)
+def queued(*, since: float = 0.0, started: float | None = None, step: int = 0) -> ChildTimes:
+    return ChildTimes(status="queued", step=step, total_steps=100, start_step=0, queued_at=at(since),
+                      started_at=None if started is None else at(started), finished_at=None)
 
 
 def test_a_study_waiting_its_turn_keeps_its_whole_pace():
     """One worker shared with another user: each 100 s child waits 10 s behind a foreign job. At 270 s,
     2.5 children are done in 270 s and 1.5 are left: 1.5 × 270 / 2.5 = 162 s. The gaps are crossed
-    because the later children were waiting for their first run through them."""
-    children = [ended(0, 100), ended(110, 210), running(220, 50), queued()]
+    because the later children were queued through them."""
+    children = [ended(0, 100), ended(110, 210), running(220, 50, own=50.0), queued()]
     assert eta_seconds(children, at(270)) == pytest.approx(1.5 * 270 / 2.5)
+
+
+def test_a_first_wave_is_paced_by_its_own_children_not_their_set_up():
+    """Two workers, six children of 30 s set-up and 100 s of steps. At 40 s the first two are 10% done, 90 s
+    left at their pace: then two more waves of 130 s, 350 s in all, as it will be. The stretch's pace (0.2
+    children in 40 s) would say 1160 s."""
+    children = [running(0, 10, own=90.0), running(0, 10, own=90.0), *[queued() for _ in range(4)]]
+    assert eta_seconds(children, at(40)) == pytest.approx(90 + 2 * (40 + 90))
 
 
 def test_a_compare_study_is_paced_by_its_current_runs_not_its_old_members():
     """Two members ended a day ago; the third started 60 s ago and is half done: 60 s left. Paced from the
     first member's start, as before, the study said ~0.2 days."""
     day = 86400.0
-    children = [ended(0, 100), ended(50, 150), running(day - 60, 50, created=day - 70)]
+    children = [ended(0, 100), ended(50, 150), running(day - 60, 50, queued=day - 70, own=60.0)]
     assert eta_seconds(children, at(day)) == pytest.approx(60.0)
 
 
-def test_a_continued_child_is_paced_from_its_continuation():
-    """A study ended an hour ago; one child was continued from step 100 to 200 and is at 150 after 50 s:
-    a quarter of a child in 50 s, a quarter left. Its first run (attempt 1) is not this stretch's pace."""
-    first = ended(0, 100, step=100)
-    continued = ChildTimes(status="running", step=150, total_steps=200, start_step=100, created_at=at(0),
-                           started_at=at(3650), finished_at=None, attempts=2)
-    assert eta_seconds([first, continued], at(3700)) == pytest.approx(50.0)
+def test_continued_children_keep_the_pace_of_their_continuation():
+    """A study ended an hour ago; six of its seven children were continued at 3600 s from step 100 to 200 and run on
+    two workers, 30 s of set-up and 100 s of steps each, a worker claiming its next child 1 s after the last.
+    At 3900 s four have ended and two are 10% into their steps: the gaps of 1 s are crossed (the children
+    queued at 3600 s waited through them), and the stretch is [3600, 3900]: its pace 2.1 units in 300 s,
+    0.9 left. A child's first run, an hour before, is not part of it."""
+    children = [ended(0, 100), *[ended(3600 + 131 * wave, 3730 + 131 * wave, queued=3600, step=200, start_step=100,
+                                       total=200) for wave in (0, 1) for _ in range(2)],
+                *[running(3862, 110, queued=3600, start_step=100, own=90.0, total=200) for _ in range(2)]]
+    done = 4 * 0.5 + 2 * 0.05
+    assert eta_seconds(children, at(3900)) == pytest.approx(2 * 0.45 * 300 / done)
 
 
 def test_a_failed_child_leaves_no_work_and_a_queued_one_a_whole_child():
     """Two workers: a child failed at step 20 after 20 s, another is half done after 100 s, one is queued.
     Done 0.2 + 0.5 in 100 s; left 0.5 + 1: 1.5 × 100 / 0.7 s (the failed child's 0.8 is not left to do)."""
-    children = [ended(0, 20, status="failed", step=20), running(0, 50), queued()]
+    children = [ended(0, 20, status="failed", step=20), running(0, 50, own=100.0), queued()]
     assert eta_seconds(children, at(100)) == pytest.approx(1.5 * 100 / 0.7)
 
 
@@ -79,16 +91,17 @@ def test_no_sooner_than_its_slowest_running_child():
 
 
 def test_nothing_done_yet_says_nothing():
-    assert eta_seconds([running(0, 0), queued()], at(30)) is None
+    assert eta_seconds([running(0, 0), queued()], at(30)) is None     # no pace of its own yet
     assert eta_seconds([queued(), queued()], at(30)) is None
     assert eta_seconds([ended(0, 10)], at(30)) is None      # nothing left
 
 
 def test_a_requeued_childs_old_attempt_covers_no_time():
-    """A child whose worker died is queued again (attempts 1, its old started_at kept): it leaves a whole
-    child to do, does not stretch the pace back to its old start, and does not cross the gap before it."""
-    children = [ended(0, 100), queued(attempts=1, started=0, step=30), running(1000, 50, created=990)]
-    assert eta_seconds(children, at(1100)) == pytest.approx((0.7 + 0.5) * 100 / 0.5)
+    """A child whose worker died is queued again at 500 s (its old started_at kept, at step 30): it does not
+    stretch the pace back to its old start, nor cross the gap before 500 s. With no run of the stretch ended,
+    the estimate is the running child's 100 s left, then one wave as long as its whole run (100 s + 100 s)."""
+    children = [ended(0, 100), queued(since=500, started=0, step=30), running(1000, 50, queued=990, own=100.0)]
+    assert eta_seconds(children, at(1100)) == pytest.approx(100 + 200)
 
 
 def test_through_the_store_a_compare_study_uses_its_current_stretch(database_url):
@@ -104,13 +117,15 @@ def test_through_the_store_a_compare_study_uses_its_current_stretch(database_url
         for member in ids[:2]:
             s.execute(update(Experiment).where(Experiment.id == member)
                       .values(step=10, created_at=old, started_at=old, finished_at=old + timedelta(seconds=100)))
-        s.execute(update(Experiment).where(Experiment.id == ids[2])
-                  .values(step=5, created_at=now - timedelta(seconds=70), started_at=now - timedelta(seconds=60)))
+        s.execute(update(Experiment).where(Experiment.id == ids[2])   # half done, 50 s since its first report
+                  .values(step=5, queued_at=now - timedelta(seconds=70), started_at=now - timedelta(seconds=60),
+                          pace_started_at=now - timedelta(seconds=50), pace_start_step=0))
     study = studies.create_compare(database_url, owner_id=owner, everyone=False, name="c", visibility="private",
                                    spec={"experiments": ids}, experiment_ids=ids)
     assert study.status == "running"
-    # half of the third member in ~60 s (plus the seconds this test takes): ~60 s left, where a day-old
-    # start would give ~0.2 days
-    assert 55 <= study.eta_seconds <= 120, study.eta_seconds
+    # half of the third member in ~50 s of steps (plus the seconds this test takes): ~50 s left at its own pace,
+    # where a day-old start would give ~0.2 days
+    assert 45 <= study.eta_seconds <= 110, study.eta_seconds
+    assert studies.get(database_url, study.id, eta=False).eta_seconds is None   # the events' poll: not computed
     expand = studies.get(database_url, grid.id)
     assert expand.eta_seconds == pytest.approx(study.eta_seconds, rel=0.05)

@@ -275,16 +275,17 @@ export function renderStudy(main, [id]) {
       h("div.scroll", h("table.list.sortable#children-table", h("thead", h("tr", header)), h("tbody", body))));
   }
 
+  // at most one reload per 800 ms, the first 800 ms after an event: postponing it at every event (a debounce)
+  // never reloaded while children kept flushing progress more often than that
+  let timer = null;
+  let left = false;
   load().then(() => {
-    if (study && !STUDY_DONE.has(study.status)) {
-      // at most one reload per 800 ms, the first 800 ms after an event: postponing it at every event (a
-      // debounce) never reloaded while children kept flushing progress more often than that
-      let timer = null;
+    if (!left && study && !STUDY_DONE.has(study.status)) {
       stop = follow(`${base}/events`, base, () => { timer ??= setTimeout(() => { timer = null; load(); }, 800); },
         (s) => STUDY_DONE.has(s.status) || TERMINAL.has(s.status));
     }
   });
-  return () => stop();
+  return () => { left = true; stop(); clearTimeout(timer); };
 }
 
 const LABELS = { by: "colour by", time: "x", log: "y", view: "theory" };
