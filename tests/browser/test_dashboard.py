@@ -368,6 +368,11 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     page.wait_for_function("document.getElementById('study-eta')?.textContent.startsWith('ETA ')", timeout=60_000)
     assert httpx.get(f"{service}/v1/studies/{study_id}", timeout=30).json()["eta_seconds"] > 0
     screenshot(page, "study-eta")
+    page.goto(f"{service}/#/studies")   # the list shows it under the progress bar
+    page.wait_for_function(f"document.querySelector('#studies-table tr[data-id=\"{study_id}\"] .eta')"
+                           "?.textContent.startsWith('ETA ')")
+    screenshot(page, "studies-eta")
+    page.goto(f"{service}/#/studies/{study_id}")
     page.locator("#study-cancel").click()
     assert wait_ended(service, f"/v1/studies/{study_id}", timeout=60)["status"] in ("cancelled", "partial")
     page.locator("#study-delete").click()

@@ -19,7 +19,8 @@ export function renderList(main) {
       const page = await api("/v1/studies?limit=100");
       body.replaceChildren(...page.items.map((s) => h("tr", { dataset: { id: s.id } },
         h("td", h("a", { href: `#/studies/${s.id}` }, s.name || s.id.slice(0, 12))), h("td", statusBadge(s.status)),
-        h("td", progressBar(s.progress)),
+        h("td", progressBar(s.progress),
+          s.status === "running" && s.eta_seconds != null ? h("div.muted.eta", `ETA ${fmtDuration(s.eta_seconds)}`) : ""),
         h("td", s.points === s.children_count ? `${s.children_count}` : `${s.points} points → ${s.children_count}`),
         h("td", s.preset ? h("a", { href: `#/presets?preset=${encodeURIComponent(s.preset)}` }, `${s.preset} (${s.preset_size})`) : ""),
         h("td", fmtTime(s.created_at)))));
