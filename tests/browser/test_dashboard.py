@@ -502,37 +502,38 @@ def test_tags_filter_the_list_and_are_edited_with_the_note_in_the_page(service, 
 
 
 def test_every_page_renders_without_console_errors(service, page, grid_study):
+    # everything submitted first, then awaited: the service's worker takes each as the last ends (one wait
+    # after another left it idle between them, a broker poll each)
     experiment_id = submit(service, {"kind": "nrq", "name": "shown", "params": SMALL})
-    wait_ended(service, f"/v1/experiments/{experiment_id}")
     # a rate so large that the numbers break: it succeeds, its records non-finite from some step on
     broken = submit(service, {"kind": "nrq", "name": "diverging", "params": {
         "lr": 1000, "weight_decay": 0.9, "steps": 200, "trials": 16, "record_every": 10}})
-    since = wait_ended(service, f"/v1/experiments/{broken}")["summary"]["nonfinite_from_step"]
-    assert since > 0
     # a points study whose first axis holds lists: no chart can place it, and the page opened on a 422 x
     listed = httpx.post(f"{service}/v1/studies", timeout=30, json={"name": "listed axis", "base": {
         "kind": "nrq", "params": {**TINY, "dim": 3, "eig_low": None, "eig_high": None}}, "points": [
         {"params.eigenvalues": [1.0, 1.5, 2.0], "params.lr": 0.05}, {"params.eigenvalues": [1.0, 2.0, 4.0], "params.lr": 0.1}]})
     assert listed.status_code == 202, listed.text
-    wait_ended(service, f"/v1/studies/{listed.json()['id']}")
     continuous = submit(service, {"kind": "sde", "name": "two theories", "params": {
         "model": "nrq", "steps": 200, "trials": 16, "record_every": 10}})   # au: au_theory and au_equilibrium
-    wait_ended(service, f"/v1/experiments/{continuous}")
     # record_every = steps: one record, at step 0 (warned: sparse_tail); its points drawn as markers
     lone = submit(service, {"kind": "nrq", "name": "one record", "params": {"steps": 200, "trials": 16,
                                                                           "record_every": 200}})
-    wait_ended(service, f"/v1/experiments/{lone}")
     trained = submit(service, {"kind": "train", "name": "per layer", "params": {"steps": 20, "record_every": 10}})
-    layers = wait_ended(service, f"/v1/experiments/{trained}")["summary"]["layers"]
     # a run that fails before its first record (the service's CIFAR-10 files are not pickles)
     unrecorded = submit(service, {"kind": "train", "name": "unreadable data", "params": {"dataset": {"name": "cifar10"},
                                                                                      "steps": 10}})
-    assert wait_ended(service, f"/v1/experiments/{unrecorded}")["status"] == "failed"
     preset = httpx.post(f"{service}/v1/presets/nrq-equilibrium-tradeoff/run", timeout=30, json={
         "size": "quick", "seeds": [0, 1], "overrides": {"params.steps": 1500, "params.trials": 32,
                                                           "params.record_every": 50}})
     assert preset.status_code == 202, preset.text
-    wait_ended(service, f"/v1/studies/{preset.json()['id']}")
+    for experiment in (experiment_id, continuous, lone):
+        wait_ended(service, f"/v1/experiments/{experiment}")
+    since = wait_ended(service, f"/v1/experiments/{broken}")["summary"]["nonfinite_from_step"]
+    assert since > 0
+    layers = wait_ended(service, f"/v1/experiments/{trained}")["summary"]["layers"]
+    assert wait_ended(service, f"/v1/experiments/{unrecorded}")["status"] == "failed"
+    for study in (listed, preset):
+        wait_ended(service, f"/v1/studies/{study.json()['id']}")
 
     pages = {
         "experiments": ("#/experiments", "#experiments-table tbody tr[data-id]"),
