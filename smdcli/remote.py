@@ -116,7 +116,7 @@ def _run(client: Any, args: argparse.Namespace) -> int:
         experiment = client.experiment(args.id).continue_(args.steps)
         data = experiment.data
         print(f"{experiment.id} {data['status']}: {data['total_steps']} steps in all", file=sys.stderr)
-        _warn("smd continue", {"queue": data.get("queue"), "queue_processes": data.get("queue_processes")})
+        _warn("smd continue", data)   # the longer run's warnings (the service recomputes them)
         return follow(experiment, args.quiet) if args.follow else 0
     experiment_id = getattr(args, "id", None)
     if command == "status":

@@ -843,9 +843,12 @@ class NotContinuable(Exception):
 
 @transaction
 def continue_run(session: Session, experiment_id: str, *, owner_id: str, spec: dict[str, Any], total_steps: int,
-                 max_active_jobs: int, default_retry_seconds: int) -> Experiment:
+                 max_active_jobs: int, default_retry_seconds: int,
+                 warnings: list[dict[str, Any]] | None = None) -> Experiment:
     """Queue a succeeded job again with ``spec`` (its spec with more steps): a worker resumes it from its
-    kept final checkpoint and ends it with the results of one run of the total length. Quota as
+    kept final checkpoint and ends it with the results of one run of the total length, whose spec's
+    ``warnings`` replace the shorter run's (smdengine.spec_warnings: a tail or a settling time depends on
+    the length). Quota as
     :func:`submit` (:class:`QuotaExceeded`); :class:`NotContinuable` unless it succeeded with a kept
     checkpoint. One compare-and-set on the status: two concurrent continues cannot both queue it."""
     session.execute(update(User).where(User.id == owner_id).values(role=User.role))   # the quota lock
@@ -862,7 +865,7 @@ def continue_run(session: Session, experiment_id: str, *, owner_id: str, spec: d
     queued = _rowcount(session, update(Experiment)
                        .where(Experiment.id == experiment_id, Experiment.status == Status.succeeded)
                        .values(status=Status.queued, spec=spec, total_steps=total_steps, progress=step / total_steps,
-                               pace_started_at=None, queued_at=db_now(),
+                               pace_started_at=None, queued_at=db_now(), warnings=warnings,
                                summary=None, distributions=None, finished_at=None, cancel_requested=False,
                                lease_owner=None, lease_expires_at=None, error=None, updated_at=db_now(), **_BUMP))
     if queued != 1:

@@ -375,7 +375,8 @@ def continue_experiment(experiment: ManagedExperimentDep, body: ContinueIn, db: 
     try:
         continued = jobs.continue_run(db, experiment.id, owner_id=experiment.owner_id or user.id, spec=longer,
                                       total_steps=parsed.params.steps, max_active_jobs=max_active,
-                                      default_retry_seconds=settings.quota_retry_seconds)
+                                      default_retry_seconds=settings.quota_retry_seconds,
+                                      warnings=smdengine.spec_warnings(longer))
     except jobs.NotContinuable as exc:
         raise HTTPException(status_code=409, detail=f"continue: {exc}") from None
     except jobs.QuotaExceeded as exc:

@@ -3,6 +3,8 @@ keeps its final checkpoint; POST /v1/experiments/{id}/continue {"steps": N} queu
 resumes it, and it ends with exactly the results of one run of the total length."""
 from __future__ import annotations
 
+from datetime import datetime
+
 from fastapi.testclient import TestClient
 
 import smdengine
@@ -18,13 +20,18 @@ def test_a_continued_experiment_ends_as_one_run_of_the_total_length(env):
     r = client.post("/v1/experiments", json={**spec, "keep_checkpoint": True})
     assert r.status_code == 202 and r.json()["keep_checkpoint"] is True, r.text
     experiment_id = r.json()["id"]
+    assert r.json()["queued_at"] == r.json()["created_at"]
     assert execute_next(settings, ["cpu"]) == "succeeded"
     first = client.get(f"/v1/experiments/{experiment_id}/results").json()
+    ran = client.get(f"/v1/experiments/{experiment_id}").json()
 
     r = client.post(f"/v1/experiments/{experiment_id}/continue", json={"steps": 400})
     assert r.status_code == 202, r.text
     queued = r.json()
     assert queued["status"] == "queued" and queued["total_steps"] == 700 and queued["spec"]["params"]["steps"] == 700
+    when = {key: datetime.fromisoformat(body[key]) for body, key in ((queued, "queued_at"), (ran, "finished_at"),
+                                                                       (ran, "started_at"))}
+    assert when["queued_at"] >= when["finished_at"] >= when["started_at"]   # queued again, at the continue
     assert client.get(f"/v1/experiments/{experiment_id}/results").json()["series"] == first["series"]   # kept
     assert first["series"]["step"][-2:] == [280, 300]   # its final row, which the continuation replaces
     assert execute_next(settings, ["cpu"]) == "succeeded"
@@ -42,6 +49,22 @@ def test_a_continued_experiment_ends_as_one_run_of_the_total_length(env):
     total["params"]["steps"] = 800
     assert client.get(f"/v1/experiments/{experiment_id}/results").json()["series"] == \
         smdengine.run(total).to_document()["series"]
+
+
+def test_a_continued_experiment_is_warned_as_the_longer_run(env):
+    """Warnings depend on the length (a tail that has not settled): at 200 steps the nrq default is warned
+    unsettled_tail; continued to 600 it is not, and what is stored and answered are the longer spec's."""
+    client, settings = env
+    spec = {"kind": "nrq", "seed": 0, "params": {"steps": 200, "trials": 16, "record_every": 10}}
+    r = client.post("/v1/experiments", json={**spec, "keep_checkpoint": True})
+    assert r.status_code == 202 and "unsettled_tail" in [w["code"] for w in r.json()["warnings"]], r.text
+    experiment_id = r.json()["id"]
+    assert execute_next(settings, ["cpu"]) == "succeeded"
+    continued = client.post(f"/v1/experiments/{experiment_id}/continue", json={"steps": 400}).json()
+    longer = smdengine.spec_warnings({**spec, "params": {**spec["params"], "steps": 600}})
+    assert "unsettled_tail" not in [w["code"] for w in longer]
+    assert continued["warnings"] == longer
+    assert client.get(f"/v1/experiments/{experiment_id}").json()["warnings"] == longer
 
 
 def test_what_cannot_be_continued(tmp_path):
