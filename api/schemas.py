@@ -193,6 +193,9 @@ class ExperimentOut(BaseModel):
     priority: Priority = Field(..., validation_alias=AliasChoices("priority_name", "priority"))
     keep_checkpoint: bool = Field(False, description="Its final checkpoint is kept when it succeeds (continuable).")
     created_at: UtcTime
+    queued_at: UtcTime | None = Field(None, description="When its current (last) attempt was queued: its creation, "
+                                                         "a requeue after a lost or handed-back attempt, or a "
+                                                         "continue.")
     started_at: UtcTime | None = Field(..., description="When its current (last) attempt started: a resumed or "
                                                           "continued job's restart (every attempt: …/attempts).")
     start_step: int = Field(0, description="The step that attempt started from (its checkpoint's; 0 from scratch).")

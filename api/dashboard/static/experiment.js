@@ -239,7 +239,10 @@ export function render(main, [id]) {
       notes,
       h("section.card", h("h3", "Details"), h("table.kv",
         [["owner", e.owner], ["visibility", e.visibility], ["priority", e.priority], ["queue", e.queue],
-          ["worker", e.worker], ["created", fmtTime(e.created_at)], ["started", fmtTime(e.started_at)],
+          ["worker", e.worker], ["created", fmtTime(e.created_at)],
+          // its current attempt's: after a requeue or a continue, not the creation
+          ...(e.queued_at && e.queued_at !== e.created_at ? [["queued again", fmtTime(e.queued_at)]] : []),
+          ["started", fmtTime(e.started_at)],
           ["finished", fmtTime(e.finished_at)]].map(([k, v]) => h("tr", h("th", k), h("td", v ?? ""))))),
       h("section.card", h("h3", "Spec"), h("pre.spec", JSON.stringify(e.spec, null, 2))),
       h("section.card#attempts", h("h3", "Attempts"), h("p.muted", "…")));
