@@ -232,8 +232,11 @@ def combinations(study: StudySpec) -> Iterator[dict[str, Any]]:
         yield values
 
 
+MAX_ERRORS = 20   # what an expansion reports at most: fix these first
+
+
 def expand_study(study: StudySpec | Mapping[str, Any], max_children: int | None = None,
-           max_errors: int = 20) -> list[Child]:
+           max_errors: int = MAX_ERRORS) -> list[Child]:
     """Every child of a study, validated. Raises :class:`StudyError` naming the axis (an unknown path,
     with the nearest valid ones), the point (its index and values), the field and the reason; or
     pydantic's ``ValidationError`` for a malformed study spec."""
@@ -248,8 +251,8 @@ def override_spec(base: Mapping[str, Any], overrides: Mapping[str, Any]) -> AnyS
     located at ``["overrides", <the override's path, or the field it made invalid>]``, in a rerun's words
     (the experiment's spec, no axis)."""
     try:
-        (child,) = _expand(StudySpec.model_validate({"base": dict(base), "points": [dict(overrides)]}), None, 20,
-                           _OVERRIDE_WORDS)
+        (child,) = _expand(StudySpec.model_validate({"base": dict(base), "points": [dict(overrides)]}), None,
+                           MAX_ERRORS, _OVERRIDE_WORDS)
     except StudyError as exc:
         raise StudyError([_at_override(error) for error in exc.errors]) from None
     return child.spec

@@ -844,7 +844,7 @@ class NotContinuable(Exception):
 @transaction
 def continue_run(session: Session, experiment_id: str, *, owner_id: str, spec: dict[str, Any], total_steps: int,
                  max_active_jobs: int, default_retry_seconds: int,
-                 warnings: list[dict[str, Any]] | None = None) -> Experiment:
+                 warnings: list[dict[str, Any]] | None) -> Experiment:
     """Queue a succeeded job again with ``spec`` (its spec with more steps): a worker resumes it from its
     kept final checkpoint and ends it with the results of one run of the total length, whose spec's
     ``warnings`` replace the shorter run's (smdengine.spec_warnings: a tail or a settling time depends on

@@ -161,8 +161,7 @@ class _Aggregate:
     finished: datetime | None = None
     revision: int = 0
     missing: list[str] = field(default_factory=list)
-    now: datetime | None = None   # the database's clock when read (the starts are its times): the ETA
-    eta_seconds: float | None = None   # while a child is active (store.study_eta)
+    eta: tuple[datetime, float] | None = None   # a running study's estimated finish and seconds to it (study_eta)
 
 
 def member_values(experiment_id: str, name: str | None) -> dict[str, Any]:
@@ -195,24 +194,33 @@ def derive_status(counts: dict[str, int]) -> str:
     return "failed" if counts.get(Status.failed, 0) else "cancelled"
 
 
+def _children_rows(session: Session, found: list[Study], columns: tuple[Any, ...], *,
+                   by_status: bool = False) -> list[Any]:
+    """(study id, *columns) of each study's children (expand) or present members (compare); with
+    ``by_status``, aggregated per study and status."""
+    rows: list[Any] = []
+    expand = [study.id for study in found if study.kind != COMPARE]
+    compare = [study.id for study in found if study.kind == COMPARE]
+    if expand:
+        query = select(Experiment.study_id, *columns).where(Experiment.study_id.in_(expand))
+        rows += session.execute(query.group_by(Experiment.study_id, Experiment.status) if by_status else query).all()
+    if compare:
+        query = (select(StudyMember.study_id, *columns).join(Experiment, Experiment.id == StudyMember.experiment_id)
+                 .where(StudyMember.study_id.in_(compare)))
+        rows += session.execute(query.group_by(StudyMember.study_id, Experiment.status) if by_status else query).all()
+    return rows
+
+
 def _aggregates(session: Session, found: list[Study], eta: bool = True) -> dict[str, _Aggregate]:
     """What each study's children (expand) or present members (compare) say, by status: counts,
     progress, first start, last end and revisions summed; and each compare study's missing members; with
     ``eta``, each running study's estimated finish (one more query, over its children's rows)."""
     out = {study.id: _Aggregate() for study in found}
-    expand = [study.id for study in found if study.kind != COMPARE]
-    compare = [study.id for study in found if study.kind == COMPARE]
     columns = (Experiment.status, func.count(), func.sum(Experiment.progress), func.min(Experiment.started_at),
                func.max(Experiment.finished_at), func.sum(Experiment.revision))
-    rows: list[Any] = []
-    if expand:
-        rows += session.execute(select(Experiment.study_id, *columns).where(Experiment.study_id.in_(expand))
-                                .group_by(Experiment.study_id, Experiment.status)).all()
+    rows = _children_rows(session, found, columns, by_status=True)
+    compare = [study.id for study in found if study.kind == COMPARE]
     if compare:
-        rows += session.execute(select(StudyMember.study_id, *columns)
-                                .join(Experiment, Experiment.id == StudyMember.experiment_id)
-                                .where(StudyMember.study_id.in_(compare))
-                                .group_by(StudyMember.study_id, Experiment.status)).all()
         for study_id, experiment_id in session.execute(
                 select(StudyMember.study_id, StudyMember.experiment_id)
                 .outerjoin(Experiment, Experiment.id == StudyMember.experiment_id)
@@ -241,15 +249,7 @@ def _estimate_finish(session: Session, found: list[Study], out: dict[str, _Aggre
     columns = (Experiment.status, Experiment.step, Experiment.total_steps, Experiment.start_step,
                Experiment.queued_at, Experiment.started_at, Experiment.finished_at,
                Experiment.pace_started_at, Experiment.pace_start_step)
-    expand = [study.id for study in found if study.kind != COMPARE]
-    compare = [study.id for study in found if study.kind == COMPARE]
-    rows: list[Any] = []
-    if expand:
-        rows += session.execute(select(Experiment.study_id, *columns).where(Experiment.study_id.in_(expand))).all()
-    if compare:
-        rows += session.execute(select(StudyMember.study_id, *columns)
-                                .join(Experiment, Experiment.id == StudyMember.experiment_id)
-                                .where(StudyMember.study_id.in_(compare))).all()
+    rows = _children_rows(session, found, columns)
     children: dict[str, list[ChildTimes]] = {study.id: [] for study in found}
     for study_id, status, step, total, start_step, queued, started, finished, pace_at, pace_step in rows:
         # a child's own pace from its second report on, settled or not (as its own page shows it)
@@ -258,8 +258,9 @@ def _estimate_finish(session: Session, found: list[Study], out: dict[str, _Aggre
             status=str(status), step=step, total_steps=total, start_step=start_step or 0, queued_at=queued,
             started_at=started, finished_at=finished, own_remaining=pace[0] if pace is not None else None))
     for study_id, times in children.items():
-        out[study_id].now = now
-        out[study_id].eta_seconds = eta_seconds(times, now)
+        seconds = eta_seconds(times, now)
+        if seconds is not None:
+            out[study_id].eta = (now + timedelta(seconds=seconds), seconds)
 
 
 def _view(study: Study, agg: _Aggregate) -> StudyView:
@@ -268,10 +269,7 @@ def _view(study: Study, agg: _Aggregate) -> StudyView:
     compare = study.kind == COMPARE
     progress = agg.progress / n if n else 0.0
     status = derive_status(counts)
-    eta = eta_seconds = None
-    if status == "running" and agg.eta_seconds is not None and agg.now is not None:
-        eta_seconds = max(0.0, agg.eta_seconds)
-        eta = agg.now + timedelta(seconds=eta_seconds)
+    eta, eta_seconds = agg.eta if agg.eta is not None else (None, None)
     finished = agg.finished if compare else as_utc(study.finished_at)
     return StudyView(id=study.id, name=study.name, owner_id=study.owner_id, owner_name=study.owner_name,
                      visibility=study.visibility, priority_name=study.priority_name, spec=study.spec,

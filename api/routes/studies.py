@@ -420,14 +420,14 @@ def _snapshot(study: StudyView) -> dict[str, Any]:
 def _reader(url: str, study_id: str) -> Callable[[], dict[str, Any] | None]:
     """The stream's poll: the study without its ETA (which reads every child's row), and with it only when its
     revision changed, that is when an event will be sent."""
-    sent: list[int] = []
+    last_revision: int | None = None
 
     def read() -> dict[str, Any] | None:
+        nonlocal last_revision
         study = studies.get(url, study_id, eta=False)
-        if study is not None and sent[-1:] != [study.revision]:
+        if study is not None and study.revision != last_revision:
             study = studies.get(url, study_id)
-            if study is not None:
-                sent[:] = [study.revision]
+            last_revision = None if study is None else study.revision
         return None if study is None else _snapshot(study)
     return read
 

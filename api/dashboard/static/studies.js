@@ -7,6 +7,11 @@ import { errorBox, fmtDuration, fmtNumber, fmtTime, fmtValue, h, progressBar, st
 
 const STUDY_DONE = new Set(["succeeded", "failed", "cancelled", "partial"]);
 
+// a running study's estimated finish as the server gave it ("" when it has none)
+function etaText(s) {
+  return s.status === "running" && s.eta_seconds != null ? `ETA ${fmtDuration(s.eta_seconds)}` : "";
+}
+
 export function renderList(main) {
   const body = h("tbody");
   const message = h("div");
@@ -20,7 +25,7 @@ export function renderList(main) {
       body.replaceChildren(...page.items.map((s) => h("tr", { dataset: { id: s.id } },
         h("td", h("a", { href: `#/studies/${s.id}` }, s.name || s.id.slice(0, 12))), h("td", statusBadge(s.status)),
         h("td", progressBar(s.progress),
-          s.status === "running" && s.eta_seconds != null ? h("div.muted.eta", `ETA ${fmtDuration(s.eta_seconds)}`) : ""),
+          etaText(s) && h("div.muted.eta", etaText(s))),
         h("td", s.points === s.children_count ? `${s.children_count}` : `${s.points} points → ${s.children_count}`),
         h("td", s.preset ? h("a", { href: `#/presets?preset=${encodeURIComponent(s.preset)}` }, `${s.preset} (${s.preset_size})`) : ""),
         h("td", fmtTime(s.created_at)))));
@@ -104,7 +109,7 @@ export function renderStudy(main, [id]) {
       h("div.status-line", progressBar(s.progress), h("span.muted", Object.entries(s.counts)
         .filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(" · ")),
         // the server's estimate as of this update (a progress flush brings the next)
-        h("span#study-eta.muted", s.status === "running" && s.eta_seconds != null ? `ETA ${fmtDuration(s.eta_seconds)}` : "")));
+        h("span#study-eta.muted", etaText(s))));
     if (s.preset) {
       const figure = h("section.card", h("h3", "Figure"));
       head.append(figure);
