@@ -82,13 +82,19 @@ export function renderStudy(main, [id]) {
   let stop = () => {};
   let drawing = 0;   // the latest chart request: an older answer is dropped
 
+  let loads = 0;   // the latest load: an older one that answers later is dropped
   async function load() {
-    try {
-      [study, table, options] = await Promise.all([api(base), api(`${base}/table`), api(`${base}/charts`)]);
+    const mine = ++loads;
+    let answer;
+    try {   // the study first: a table read after it is at least as new, so an ended study's table is final
+      const read = await api(base);
+      answer = [read, ...await Promise.all([api(`${base}/table`), api(`${base}/charts`)])];
     } catch (error) {
-      message.replaceChildren(errorBox(error));
+      if (mine === loads) message.replaceChildren(errorBox(error));
       return;
     }
+    if (mine !== loads) return;
+    [study, table, options] = answer;
     message.replaceChildren();
     drawHead();
     drawActions();
@@ -287,7 +293,9 @@ export function renderStudy(main, [id]) {
   let left = false;
   load().then(() => {
     if (!left && study && !STUDY_DONE.has(study.status)) {
-      stop = follow(`${base}/events`, base, () => { timer ??= setTimeout(() => { timer = null; load(); }, 800); },
+      // none once the page shows the study ended: its state then is final, and a redraw would only flicker
+      const reload = () => { timer = null; if (!STUDY_DONE.has(study?.status)) load(); };
+      stop = follow(`${base}/events`, base, () => { if (!STUDY_DONE.has(study?.status)) timer ??= setTimeout(reload, 800); },
         (s) => STUDY_DONE.has(s.status) || TERMINAL.has(s.status));
     }
   });
