@@ -18,6 +18,7 @@ from pydantic import (
     WithJsonSchema,
     create_model,
     field_validator,
+    model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -25,6 +26,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 from smdengine import SPECS, WORK_UNITS, ExperimentSpec, Label, StudySpec, printable, tagged_union
 from smdlab.options import EXPERIMENT_OPTIONS
 from store.clock import as_utc, utc_iso
+from store.jobs import estimated_finish
 from store.models import Status
 
 Visibility = Literal["private", "lab"]
@@ -172,6 +174,12 @@ def _no_warnings(value: Any) -> Any:
     return [] if value is None else value   # rows stored before warnings existed
 
 
+ETA_DESCRIPTION = ("Estimated finish while running, on the service's clock: its last progress write (updated_at) "
+                   "plus the steps then left at the attempt's pace since its first report (set-up not counted); "
+                   "null before the attempt has reported twice. Seconds left: eta − updated_at, less the time "
+                   "since that write (at most one flush interval, SMD_FLUSH_SECONDS, when read live).")
+
+
 class ExperimentOut(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
@@ -203,6 +211,7 @@ class ExperimentOut(BaseModel):
                                                              "(data, model, theory, checkpoint) done; null before.")
     pace_start_step: int = Field(0, description="The step of that first report: the attempt's pace is (step − "
                                                 "pace_start_step) / (now − pace_started_at).")
+    eta: UtcTime | None = Field(None, description=ETA_DESCRIPTION)
     finished_at: UtcTime | None
     updated_at: UtcTime = Field(..., description="The last change a client sees (status, progress, error, attempt, cancel flag, name, tags or note); lease renewals do not move it.")
     spec: dict[str, Any]
@@ -218,6 +227,12 @@ class ExperimentOut(BaseModel):
                                                           "runs). Null elsewhere: GET /v1/queue gives it live.")
 
     _warnings = field_validator("warnings", mode="before")(_no_warnings)
+
+    @model_validator(mode="after")
+    def _estimate(self) -> ExperimentOut:
+        self.eta = estimated_finish(self.status, self.pace_started_at, self.step, self.pace_start_step,
+                                    self.total_steps, self.updated_at)
+        return self
 
 
 PROVENANCE_DESCRIPTION = ("What ran it: engine_version, git_commit (null when unknown; +dirty for local changes), "

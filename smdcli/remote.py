@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +124,8 @@ def _run(client: Any, args: argparse.Namespace) -> int:
         data = client.experiment(experiment_id).data
         print(f"{data['id']}  {data.get('name') or ''}  {data['kind']}  {data['status']}  "
               f"{100 * data['progress']:.0f}% (step {data['step']}/{data['total_steps']})")
+        if data.get("eta"):
+            print(eta_text(_seconds_between(data["updated_at"], data["eta"])))
         if data.get("error"):
             print(f"error: {data['error']}")
         return 0
@@ -162,6 +165,21 @@ def _run(client: Any, args: argparse.Namespace) -> int:
             print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
         return 0
     raise AssertionError(command)
+
+
+def eta_text(seconds: float | None) -> str:
+    """"eta 14:05:09 (in 0:02:31)" for an estimate of the service's seconds to go, the time on this host's clock
+    (only an interval crosses hosts: the service's times are on its database's clock); "eta —" without one."""
+    if seconds is None:
+        return "eta —"
+    left = max(0, round(seconds))
+    when = datetime.now().astimezone() + timedelta(seconds=left)
+    return f"eta {when.strftime('%H:%M:%S')} (in {left // 3600}:{left // 60 % 60:02d}:{left % 60:02d})"
+
+
+def _seconds_between(earlier: str, later: str) -> float:
+    """Seconds from one of the service's times (RFC 3339) to another."""
+    return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
 
 
 def follow(experiment: Any, quiet: bool = False) -> int:

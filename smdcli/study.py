@@ -32,7 +32,6 @@ import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from multiprocessing.managers import SyncManager
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from typing import Any
 from tqdm import tqdm
 
 from smdcli.paths import count, output_dir, output_file, read_object, resource_id
+from smdcli.remote import eta_text
 from smdlab.options import STUDY_OPTIONS
 from store.settings import get_settings
 
@@ -499,19 +499,6 @@ def _ended(study: dict[str, Any]) -> int:
     return sum(int(counts.get(s, 0) or 0) for s in ("succeeded", "failed", "cancelled"))
 
 
-def _eta_text(eta: Any) -> str:
-    if not eta:
-        return "eta —"
-    try:
-        when = datetime.fromisoformat(str(eta).replace("Z", "+00:00"))
-    except ValueError:
-        return f"eta {eta}"
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    seconds = max(0, int((when - datetime.now(UTC)).total_seconds()))
-    return f"eta {when.astimezone().strftime('%H:%M:%S')} (in {seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d})"
-
-
 def show_status(client: Any, study_id: str, raw: bool = False) -> int:
     study = client.get_study(study_id).data
     if raw:
@@ -523,7 +510,7 @@ def show_status(client: Any, study_id: str, raw: bool = False) -> int:
              f"  status    {study.get('status')}" + ("  (cancel requested)" if study.get("cancel_requested") else ""),
              f"  children  {_child_count(study)}" + (f": {counts}" if counts else ""),
              f"  progress  {100 * progress:.1f}%" if _number(progress) else "  progress  —",
-             f"  {_eta_text(study.get('eta'))}" if study.get("status") in ("queued", "running") else
+             f"  {eta_text(study.get('eta_seconds'))}" if study.get("status") in ("queued", "running") else
              f"  finished  {study.get('finished_at') or '—'}",
              f"  owner     {study.get('owner')}, {study.get('visibility')}, priority {study.get('priority')}",
              f"  axes      {', '.join(study.get('axes') or [])}"]
@@ -550,7 +537,7 @@ def follow(client: Any, study_id: str, quiet: bool = False, interval: float = 1.
                                dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.2f}/{total} children {postfix}")
                 progress = study.get("progress")
                 bar.n = min(total, total * progress if _number(progress) else _ended(study))
-                bar.set_postfix_str(f"{study.get('status')}, {_eta_text(study.get('eta'))}", refresh=False)
+                bar.set_postfix_str(f"{study.get('status')}, {eta_text(study.get('eta_seconds'))}", refresh=False)
                 bar.refresh()
             if study.get("status") in END_STATUSES:
                 break

@@ -893,6 +893,19 @@ def remaining_seconds(pace_started: datetime | None, step: int, pace_start_step:
     return elapsed * (total - step) / (step - pace_start_step), settled
 
 
+def estimated_finish(status: str, pace_started: datetime | None, step: int, pace_start_step: int, total: int,
+                     updated_at: datetime | None) -> datetime | None:
+    """A running job's estimated finish, on the database's clock: its last progress write (``updated_at``, the
+    time its ``step`` was written) plus the seconds it then had left at its attempt's pace
+    (:func:`remaining_seconds`). None when it is not running or has no pace yet. A function of the row alone,
+    so a body kept by revision stays right; an edit of its name, tags or note moves ``updated_at`` without a
+    step, which delays the estimate by at most one flush interval, until the next progress write."""
+    if status != Status.running or updated_at is None:
+        return None
+    left = remaining_seconds(pace_started, step, pace_start_step, total, updated_at)
+    return None if left is None else as_utc(updated_at) + timedelta(seconds=left[0])
+
+
 @transaction
 def retry_after(session: Session, owner_id: str, default: int) -> int:
     """Seconds until the owner's first running job should end (:func:`remaining_seconds`), within [1, 3600];

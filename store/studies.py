@@ -248,15 +248,16 @@ def _estimate_finish(session: Session, found: list[Study], out: dict[str, _Aggre
     now = clock.now(session)
     columns = (Experiment.status, Experiment.step, Experiment.total_steps, Experiment.start_step,
                Experiment.queued_at, Experiment.started_at, Experiment.finished_at,
-               Experiment.pace_started_at, Experiment.pace_start_step)
+               Experiment.pace_started_at, Experiment.pace_start_step, Experiment.cancel_requested)
     rows = _children_rows(session, found, columns)
     children: dict[str, list[ChildTimes]] = {study.id: [] for study in found}
-    for study_id, status, step, total, start_step, queued, started, finished, pace_at, pace_step in rows:
+    for study_id, status, step, total, start_step, queued, started, finished, pace_at, pace_step, stopping in rows:
         # a child's own pace from its second report on, settled or not (as its own page shows it)
         pace = remaining_seconds(pace_at, step, pace_step, total, now) if status == Status.running else None
         children[str(study_id)].append(ChildTimes(
             status=str(status), step=step, total_steps=total, start_step=start_step or 0, queued_at=queued,
-            started_at=started, finished_at=finished, own_remaining=pace[0] if pace is not None else None))
+            started_at=started, finished_at=finished, own_remaining=pace[0] if pace is not None else None,
+            stopping=bool(stopping)))
     for study_id, times in children.items():
         seconds = eta_seconds(times, now)
         if seconds is not None:

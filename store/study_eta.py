@@ -2,7 +2,8 @@
 
 Work is counted in children: a child is one unit, done in the fraction ``step / total_steps``. What is
 left is the unfinished fraction of every active (queued or running) child; a failed or cancelled child
-leaves nothing to do.
+leaves nothing to do, nor does one asked to cancel (it is stopping, not working), and a study with no
+other active child has no ETA.
 
 The pace is the work the study's runs did since the start of its **current stretch**, over that time.
 Each attempt that ran (a running child's current attempt, an ended child's last one) covers
@@ -51,6 +52,12 @@ class ChildTimes:
     started_at: datetime | None       # its current (last) attempt's start
     finished_at: datetime | None
     own_remaining: float | None = None   # a running child's seconds left at its own pace, once it has one
+    stopping: bool = False               # asked to cancel: what it has left will not be done
+
+    @property
+    def working(self) -> bool:
+        """Active and not stopping: it still has work that counts toward the study's end."""
+        return self.status in ACTIVE and not self.stopping
 
     def fraction(self, step: int) -> float:
         return min(1.0, step / self.total_steps) if self.total_steps > 0 else 0.0
@@ -97,6 +104,8 @@ class _Waiting:
 def eta_seconds(children: Iterable[ChildTimes], now: datetime) -> float | None:
     """Seconds until the study's estimated finish (module docstring); None when nothing says."""
     children = list(children)
+    if not any(child.working for child in children):
+        return None
     now = as_utc(now)
     runs = sorted((run for child in children if (run := _ran(child, now)) is not None),
                   key=lambda run: run[1], reverse=True)
@@ -106,17 +115,17 @@ def eta_seconds(children: Iterable[ChildTimes], now: datetime) -> float | None:
         if end < stretch_start and not waiting.through(end, stretch_start):
             break
         stretch_start, done, any_ended = min(stretch_start, start), done + work, any_ended or ended
-    paced = [(as_utc(child.started_at), child.own_remaining) for child in children
-             if child.status == Status.running and child.started_at is not None and child.own_remaining is not None]
+    paced = [(as_utc(child.started_at), child.own_remaining) for child in children if child.working
+             and child.status == Status.running and child.started_at is not None and child.own_remaining is not None]
     slowest = max((left for _, left in paced), default=None)
     if not any_ended:   # a first wave: each child's own pace, and as many more waves as the queued ones need
         if slowest is None:
             return None
-        queued = sum(child.status == Status.queued for child in children)
-        running = sum(child.status == Status.running for child in children)
+        queued = sum(child.working and child.status == Status.queued for child in children)
+        running = sum(child.working and child.status == Status.running for child in children)
         whole = max((now - started).total_seconds() + left for started, left in paced)
         return slowest + math.ceil(queued / max(running, 1)) * whole
-    remaining = sum(1.0 - child.fraction(child.step) for child in children if child.status in ACTIVE)
+    remaining = sum(1.0 - child.fraction(child.step) for child in children if child.working)
     elapsed = (now - stretch_start).total_seconds()
     at_pace = remaining * elapsed / done if done > 0 and elapsed > 0 else None
     known = [value for value in (at_pace, slowest) if value is not None]

@@ -6,11 +6,12 @@ from __future__ import annotations
 import csv
 import io
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import update
 
-from api.routes.events import _state
+from api.routes.events import _FIELDS, _state
+from store import jobs
 from store.clock import utc_iso
 from store.models import Experiment
 from tests.conftest import small_spec
@@ -26,9 +27,10 @@ def test_utc_iso_writes_six_digits_on_a_whole_second():
     assert utc_iso(WHOLE.replace(microsecond=80_000)) == "2026-11-28T11:03:58.080000Z"
     assert utc_iso(WHOLE) < utc_iso(WHOLE.replace(microsecond=80_000))     # strings in time order
     assert utc_iso(None) is None
-    state = _state({"started_at": WHOLE, "pace_started_at": None, "finished_at": None, "updated_at": WHOLE,
-                    "cancel_requested": 0})
+    state = _state({"status": "running", "step": 0, "total_steps": 10, "pace_start_step": 0, "started_at": WHOLE,
+                    "pace_started_at": None, "finished_at": None, "updated_at": WHOLE, "cancel_requested": 0})
     assert state["started_at"] == state["updated_at"] == "2026-11-28T11:03:58.000000Z"   # the event stream's
+    assert state["eta"] is None   # no pace yet
 
 
 def test_every_time_of_an_experiment_and_a_study_has_six_fractional_digits(env):
@@ -56,3 +58,25 @@ def test_every_time_of_an_experiment_and_a_study_has_six_fractional_digits(env):
     schema = client.get("/openapi.json").json()["components"]["schemas"]
     assert schema["ExperimentOut"]["properties"]["created_at"] == {"type": "string", "format": "date-time",
                                                                    "title": "Created At"}
+
+
+def test_a_running_experiments_eta_is_its_last_write_plus_the_time_left_at_its_pace(env):
+    """50 steps in the 10 s since its first report (step 10), written at 11:04:08: 40 steps left, 8 s, so
+    11:04:16, on the database's clock, in the row, the list and the event stream alike; none once it ended."""
+    client, settings = env
+    experiment_id = client.post("/v1/experiments", json=small_spec(trials=8, steps=100)).json()["id"]
+    assert client.get(f"/v1/experiments/{experiment_id}").json()["eta"] is None   # queued
+    claim = jobs.claim_next(settings.db_url, ["cpu"], "w", 60)
+    jobs.record_progress(settings.db_url, claim, 10, 100)
+    assert client.get(f"/v1/experiments/{experiment_id}").json()["eta"] is None   # one report: no pace yet
+    jobs.record_progress(settings.db_url, claim, 60, 100)
+    with session_scope(settings.db_url) as s:
+        s.execute(update(Experiment).where(Experiment.id == experiment_id).values(
+            pace_started_at=WHOLE, pace_start_step=10, step=60, updated_at=WHOLE + timedelta(seconds=10),
+            revision=Experiment.revision + 1))
+    expected = "2026-11-28T11:04:16.000000Z"
+    assert client.get(f"/v1/experiments/{experiment_id}").json()["eta"] == expected
+    assert client.get("/v1/experiments").json()["items"][0]["eta"] == expected
+    assert _state(jobs.read_fields(settings.db_url, experiment_id, _FIELDS))["eta"] == expected
+    jobs.finish_claimed(settings.db_url, claim, "succeeded")
+    assert client.get(f"/v1/experiments/{experiment_id}").json()["eta"] is None

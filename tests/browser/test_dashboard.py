@@ -77,12 +77,14 @@ def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, p
 
     statuses: list[str] = []
     grown: set[int] = set()   # risk-chart point counts seen while running
+    etas: set[str] = set()    # and the head's ETA texts
     expected = math.ceil(LIVE["steps"] / LIVE["record_every"]) + 1   # records at steps 0, R, 2R, … < steps, and steps
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
         state = page.evaluate("""() => ({
             status: document.querySelector('.exp-head .badge')?.dataset.status,
             points: document.getElementById('chart-risk')?.data?.[0]?.x?.length ?? 0,
+            eta: document.getElementById('eta')?.textContent ?? '',
             notReloaded: window.notReloaded === true})""")
         assert state["notReloaded"], "the page was reloaded"
         if state["status"] and (not statuses or statuses[-1] != state["status"]):
@@ -91,11 +93,13 @@ def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, p
             if not grown:
                 screenshot(page, "experiment-running")
             grown.add(state["points"])
+            etas.add(state["eta"])
         if state["status"] == "succeeded" and state["points"] == expected:
             break
         time.sleep(0.05)
     assert statuses == ["queued", "running", "succeeded"], statuses
     assert len(grown) >= 2 and max(grown) < expected, f"the chart did not grow while running: {sorted(grown)}"
+    assert any(eta.startswith("ETA ") for eta in etas), etas   # once it had a pace
 
     served = httpx.get(f"{service}/v1/experiments/{experiment_id}/results", timeout=30).json()
     assert len(served["series"]["step"]) == expected
@@ -112,15 +116,13 @@ def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, p
     assert [t["name"] for t in theory] == ["risk_stationary (theory)"] and theory[0]["points"] == expected
     assert page.console.errors == []
     screenshot(page, "experiment-finished")
-    # the ETA is the current attempt's pace since its first report (at step 500, 10 s ago), set-up not counted:
-    # 100 steps in 10 s, 400 to go: 40 s (from the whole progress, 0.6 in 10 s, it said 6.7 s; from the
-    # attempt's start 30 s ago it would say 120 s); none before a first report
-    eta = page.evaluate("""async () => (await import('/ui/util.js')).etaSeconds({started_at: new Date(Date.now() -
-        30000).toISOString(), pace_started_at: new Date(Date.now() - 10000).toISOString(), step: 600,
-        start_step: 0, pace_start_step: 500, total_steps: 1000})""")
-    assert 40 <= eta < 41
-    assert page.evaluate("""async () => (await import('/ui/util.js')).etaSeconds({started_at: new Date().toISOString(),
-        pace_started_at: null, step: 100, start_step: 0, pace_start_step: 0, total_steps: 1000})""") is None
+    # the ETA is the server's (eta, from the last progress write at updated_at: 8 s then) less the seconds since
+    # the page read it, on the page's own clock (3 s here), whatever the browser's date; none without a pace
+    left = page.evaluate("""async () => (await import('/ui/util.js')).secondsLeft({status: 'running',
+        eta: '2020-01-01T00:00:18.000000Z', updated_at: '2020-01-01T00:00:10.000000Z'}, 1000, 4000)""")
+    assert left == 5
+    assert page.evaluate("""async () => (await import('/ui/util.js')).secondsLeft({status: 'running', eta: null,
+        updated_at: '2020-01-01T00:00:10.000000Z'}, 0, 0)""") is None
 
 
 def test_the_servers_422_is_shown_next_to_the_fields_it_names(service, page):
@@ -368,6 +370,11 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     page.wait_for_function("document.getElementById('study-eta')?.textContent.startsWith('ETA ')", timeout=60_000)
     assert httpx.get(f"{service}/v1/studies/{study_id}", timeout=30).json()["eta_seconds"] > 0
     screenshot(page, "study-eta")
+    # between two updates it counts down on the page's clock: 90 s, read 30 s ago, is 60 s; it stops at 0
+    texts = page.evaluate("""async () => { const {etaText} = await import('/ui/studies.js');
+        const s = {status: 'running', eta_seconds: 90};
+        return [etaText(s, 1000, 31000), etaText(s, 0, 200000), etaText({...s, status: 'succeeded'}, 0, 5000)]; }""")
+    assert texts == ["ETA 1 min 0 s", "ETA 0.0 s", ""]
     page.goto(f"{service}/#/studies")   # the list shows it under the progress bar
     page.wait_for_function(f"document.querySelector('#studies-table tr[data-id=\"{study_id}\"] .eta')"
                            "?.textContent.startsWith('ETA ')")

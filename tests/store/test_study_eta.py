@@ -96,6 +96,16 @@ def test_nothing_done_yet_says_nothing():
     assert eta_seconds([ended(0, 10)], at(30)) is None      # nothing left
 
 
+def test_a_child_asked_to_cancel_leaves_no_work():
+    """Two workers: one child ended (100 s), one is half done, one is stopping at step 50 after a cancel.
+    Done 1 + 0.5 + 0.5 in 200 s; left only the working child's 0.5: 0.5 × 200 / 2 = 50 s (counting the
+    stopping child's half, 100 s). A study whose every active child is stopping has none."""
+    stopping = ChildTimes(status="running", step=50, total_steps=100, start_step=0, queued_at=at(0),
+                          started_at=at(100), finished_at=None, own_remaining=100.0, stopping=True)
+    assert eta_seconds([ended(0, 100), running(100, 50, own=50.0), stopping], at(200)) == pytest.approx(50.0)
+    assert eta_seconds([ended(0, 100), stopping], at(200)) is None
+
+
 def test_a_requeued_childs_old_attempt_covers_no_time():
     """A child whose worker died is queued again at 500 s (its old started_at kept, at step 30): it does not
     stretch the pace back to its old start, nor cross the gap before 500 s. With no run of the stretch ended,
@@ -129,3 +139,6 @@ def test_through_the_store_a_compare_study_uses_its_current_stretch(database_url
     assert studies.get(database_url, study.id, eta=False).eta_seconds is None   # the events' poll: not computed
     expand = studies.get(database_url, grid.id)
     assert expand.eta_seconds == pytest.approx(study.eta_seconds, rel=0.05)
+    # cancelled, it runs until its worker stops the running child: no ETA meanwhile
+    stopping = studies.request_cancel(database_url, grid.id)
+    assert stopping.status == "running" and stopping.eta_seconds is None

@@ -5,7 +5,7 @@
 import { api, download, follow } from "./api.js";
 import { Chart, MAX_POINTS } from "./charts.js";
 import {
-  errorBox, etaSeconds, fmtDuration, fmtNumber, fmtTime, h, progressBar, statusBadge, TERMINAL,
+  errorBox, fmtDuration, fmtNumber, fmtTime, h, progressBar, secondsLeft, statusBadge, TERMINAL,
 } from "./util.js";
 
 const REDRAW_MS = 1000; // at most one results request per second while running
@@ -131,9 +131,16 @@ export function render(main, [id]) {
     return api(`${base}/results?${query}`);
   }
 
+  let shown = null;   // the experiment state the head shows, and when the page read it (its ETA counts from then)
+  let readAt = 0;
+  function etaText() {
+    const left = secondsLeft(experiment, readAt, performance.now());
+    return left === null ? "" : `ETA ${fmtDuration(left)}`;
+  }
+
   function drawHead() {
     const e = experiment;
-    const eta = etaSeconds(e);
+    if (e !== shown) { shown = e; readAt = performance.now(); }   // every new state is a new object
     const actions = [
       h("a.button", { href: `#/new?from=${e.id}` }, "Duplicate and edit"),
       h("a.button#sweep-from-here", { href: `#/studies/new?from=${e.id}` }, "Sweep from here"),
@@ -145,7 +152,7 @@ export function render(main, [id]) {
       h("div.muted", `${e.kind}${e.spec?.params?.model ? " / " + e.spec.params.model : ""} · ${e.id}`,
         e.study_id ? [" · child of ", h("a", { href: `#/studies/${e.study_id}` }, "its study")] : ""),
       h("div.status-line", progressBar(e.progress, `${e.step} / ${e.total_steps} steps`),
-        h("span#eta.muted", e.status === "running" && eta !== null ? `ETA ${fmtDuration(eta)}` : "")),
+        h("span#eta.muted", etaText())),
       e.error ? h("div.error-box", e.error) : "",
       ...(e.warnings || []).map((w) => h("div.warning-box", `${w.code}: ${w.message}`)),
       h("div.toolbar", actions));
@@ -262,7 +269,9 @@ export function render(main, [id]) {
   }
 
   start();
-  return () => { stop(); clearTimeout(redrawTimer); };
+  // the ETA counts down between progress events (a long job may write its progress rarely)
+  const ticking = setInterval(() => { const eta = head.querySelector("#eta"); if (eta && experiment) eta.textContent = etaText(); }, 1000);
+  return () => { stop(); clearTimeout(redrawTimer); clearInterval(ticking); };
 }
 
 // Append the delta document (points after the last step shown) to the document shown.

@@ -3,13 +3,14 @@
 
 import { api, download, follow, imageUrl } from "./api.js";
 import { drawHeatmap, drawOverlay, drawParallel, drawScatter } from "./studycharts.js";
-import { errorBox, fmtDuration, fmtNumber, fmtTime, fmtValue, h, progressBar, statusBadge, TERMINAL } from "./util.js";
+import { countdown, errorBox, fmtDuration, fmtNumber, fmtTime, fmtValue, h, progressBar, statusBadge, TERMINAL } from "./util.js";
 
 const STUDY_DONE = new Set(["succeeded", "failed", "cancelled", "partial"]);
 
-// a running study's estimated finish as the server gave it ("" when it has none)
-function etaText(s) {
-  return s.status === "running" && s.eta_seconds != null ? `ETA ${fmtDuration(s.eta_seconds)}` : "";
+// a running study's estimated finish: the server's seconds to it, less those since it was read (readAt and now,
+// performance.now() milliseconds: the page's own clock, whatever the server's); "" when it has none
+export function etaText(s, readAt = 0, now = readAt) {
+  return s.status === "running" && s.eta_seconds != null ? `ETA ${fmtDuration(countdown(s.eta_seconds, readAt, now))}` : "";
 }
 
 export function renderList(main) {
@@ -83,9 +84,11 @@ export function renderStudy(main, [id]) {
   let drawing = 0;   // the latest chart request: an older answer is dropped
 
   let loads = 0;   // the latest load: an older one that answers later is dropped
+  let readAt = 0;   // when the study shown was asked for (performance.now()): its ETA counts down from then
   async function load() {
     const mine = ++loads;
     let answer;
+    const asked = performance.now();
     try {   // the study first: a table read after it is at least as new, so an ended study's table is final
       const read = await api(base);
       answer = [read, ...await Promise.all([api(`${base}/table`), api(`${base}/charts`)])];
@@ -95,6 +98,7 @@ export function renderStudy(main, [id]) {
     }
     if (mine !== loads) return;
     [study, table, options] = answer;
+    readAt = asked;
     message.replaceChildren();
     drawHead();
     drawActions();
@@ -114,8 +118,8 @@ export function renderStudy(main, [id]) {
         s.preset ? ` · preset ${s.preset} (${s.preset_size})` : ""),
       h("div.status-line", progressBar(s.progress), h("span.muted", Object.entries(s.counts)
         .filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(" · ")),
-        // the server's estimate as of this update (a progress flush brings the next)
-        h("span#study-eta.muted", etaText(s))));
+        // the server's estimate as of this update (a progress flush brings the next), counting down between them
+        h("span#study-eta.muted", etaText(s, readAt, performance.now()))));
     if (s.preset) {
       const figure = h("section.card", h("h3", "Figure"));
       head.append(figure);
@@ -299,7 +303,12 @@ export function renderStudy(main, [id]) {
         (s) => STUDY_DONE.has(s.status) || TERMINAL.has(s.status));
     }
   });
-  return () => { left = true; stop(); clearTimeout(timer); };
+  // the ETA counts down between updates (a study of long children may flush progress once a minute)
+  const countdown = setInterval(() => {
+    const shown = head.querySelector("#study-eta");
+    if (shown && study) shown.textContent = etaText(study, readAt, performance.now());
+  }, 1000);
+  return () => { left = true; stop(); clearTimeout(timer); clearInterval(countdown); };
 }
 
 const LABELS = { by: "colour by", time: "x", log: "y", view: "theory" };

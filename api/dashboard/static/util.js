@@ -75,14 +75,18 @@ export function progressBar(progress, label) {
     h("div.progress-fill", { style: `width:${pct}%` }), h("span.progress-label", label ?? `${pct}%`));
 }
 
-// Seconds left at the pace of the current attempt since its first progress report (pace_started_at, at
-// pace_start_step): its set-up is no steps' time (a train job's 2.4 s of data and model had put its first ETA at
-// 47 s with 6 s to go); null until it has reported twice.
-export function etaSeconds({ pace_started_at: paceAt, step, pace_start_step: paceStep = 0, total_steps: total }) {
-  const done = step - paceStep;
-  if (!paceAt || !total || !(done > 0) || step >= total) return null;
-  const elapsed = (Date.now() - new Date(paceAt).getTime()) / 1000;
-  return elapsed * (total - step) / done;
+// Seconds left of an estimate the server gave (seconds, as of readAt), now: readAt and now are performance.now()
+// milliseconds, so only the page's own intervals enter and a browser whose clock is off counts the same; null
+// without an estimate, and 0 once it is due.
+export function countdown(seconds, readAt = 0, now = readAt) {
+  return seconds === null || seconds === undefined ? null : Math.max(0, seconds - (now - readAt) / 1000);
+}
+
+// A running job's seconds to its estimated finish (eta, from its last progress write, updated_at: both on the
+// server's clock) as of readAt, now (countdown); null before it has a pace.
+export function secondsLeft({ status, eta, updated_at: writtenAt }, readAt = 0, now = readAt) {
+  if (status !== "running" || !eta || !writtenAt) return null;
+  return countdown((Date.parse(eta) - Date.parse(writtenAt)) / 1000, readAt, now);
 }
 
 export function errorBox(error) {
