@@ -498,15 +498,18 @@ class StudyOut(BaseModel):
                                              "[\"experiment\"]).")
     progress: float = Field(..., description="Mean progress of the children, 0 to 1.")
     started_at: UtcTime | None = Field(None, description="When its first child started.")
-    eta: UtcTime | None = Field(None, description="Estimated finish while running: the unfinished part of its "
-                                                   "active children at the pace of its current stretch of "
-                                                   "running (work done since then over the time), and no "
+    eta: UtcTime | None = Field(None, description="Estimated finish while running: the steps its active "
+                                                   "children have left (none for a child asked to cancel) at "
+                                                   "the pace of its current stretch of running (steps done "
+                                                   "since then over the time), and no "
                                                    "sooner than its slowest running child at that child's own "
                                                    "pace; before a run of that stretch has ended, the running "
                                                    "children's own pace and as many more waves as the queued "
                                                    "children need. Null otherwise, and before a running child "
                                                    "has reported progress twice.")
-    eta_seconds: float | None = Field(None, description="Seconds until the estimated finish.")
+    eta_seconds: float | None = Field(None, description="Seconds until the estimated finish, as of this answer: "
+                                                         "a client counts down from it on its own clock (eta is "
+                                                         "on the service's, which the client's may be off).")
     created_at: UtcTime
     finished_at: UtcTime | None = Field(None, description="When its last child ended.")
     cancel_requested: bool

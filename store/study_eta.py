@@ -1,8 +1,9 @@
 """A study's estimated finish: its remaining work at the pace of its current stretch of running.
 
-Work is counted in children: a child is one unit, done in the fraction ``step / total_steps``. What is
-left is the unfinished fraction of every active (queued or running) child; a failed or cancelled child
-leaves nothing to do, nor does one asked to cancel (it is stopping, not working), and a study with no
+Work is counted in steps: what is left is the steps every active (queued or running) child has still to
+take (a study whose children differ in length, a sweep over ``steps``, is paced by its steps, not by its
+count of children; a step's cost differs between kinds and sizes, and children of one study mostly
+differ in neither); a failed or cancelled child leaves nothing to do, nor does one asked to cancel (it is stopping, not working), and a study with no
 other active child has no ETA.
 
 The pace is the work the study's runs did since the start of its **current stretch**, over that time.
@@ -59,8 +60,9 @@ class ChildTimes:
         """Active and not stopping: it still has work that counts toward the study's end."""
         return self.status in ACTIVE and not self.stopping
 
-    def fraction(self, step: int) -> float:
-        return min(1.0, step / self.total_steps) if self.total_steps > 0 else 0.0
+    def steps_to(self, step: int) -> int:
+        """Its steps up to ``step``, within [0, total_steps]."""
+        return max(0, min(step, self.total_steps))
 
 
 def _ran(child: ChildTimes, now: datetime) -> tuple[datetime, datetime, float, bool] | None:
@@ -68,7 +70,7 @@ def _ran(child: ChildTimes, now: datetime) -> tuple[datetime, datetime, float, b
     if child.started_at is None or child.status == Status.queued:
         return None
     finished = child.finished_at if child.status != Status.running else None
-    done = child.fraction(child.step) - child.fraction(child.start_step)
+    done = child.steps_to(child.step) - child.steps_to(child.start_step)
     return as_utc(child.started_at), now if finished is None else as_utc(finished), max(0.0, done), finished is not None
 
 
@@ -125,7 +127,7 @@ def eta_seconds(children: Iterable[ChildTimes], now: datetime) -> float | None:
         running = sum(child.working and child.status == Status.running for child in children)
         whole = max((now - started).total_seconds() + left for started, left in paced)
         return slowest + math.ceil(queued / max(running, 1)) * whole
-    remaining = sum(1.0 - child.fraction(child.step) for child in children if child.working)
+    remaining = sum(child.total_steps - child.steps_to(child.step) for child in children if child.working)
     elapsed = (now - stretch_start).total_seconds()
     at_pace = remaining * elapsed / done if done > 0 and elapsed > 0 else None
     known = [value for value in (at_pace, slowest) if value is not None]

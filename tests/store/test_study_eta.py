@@ -32,8 +32,8 @@ def running(start: float, step: int, *, queued: float = 0.0, start_step: int = 0
                       started_at=at(start), finished_at=None, own_remaining=own)
 
 
-def queued(*, since: float = 0.0, started: float | None = None, step: int = 0) -> ChildTimes:
-    return ChildTimes(status="queued", step=step, total_steps=100, start_step=0, queued_at=at(since),
+def queued(*, since: float = 0.0, started: float | None = None, step: int = 0, total: int = 100) -> ChildTimes:
+    return ChildTimes(status="queued", step=step, total_steps=total, start_step=0, queued_at=at(since),
                       started_at=None if started is None else at(started), finished_at=None)
 
 
@@ -94,6 +94,16 @@ def test_nothing_done_yet_says_nothing():
     assert eta_seconds([running(0, 0), queued()], at(30)) is None     # no pace of its own yet
     assert eta_seconds([queued(), queued()], at(30)) is None
     assert eta_seconds([ended(0, 10)], at(30)) is None      # nothing left
+
+
+def test_children_of_different_lengths_are_paced_by_their_steps():
+    """One worker, a sweep over steps: a 1000-step child took 10 s; a 10 000-step one is at step 2000 after 20 s
+    (80 s left at its own pace); another 1000-step child waits. 3000 steps in 30 s, 9000 left: 90 s, as it
+    will be (80 s, then 10 s). Counted in children, 1.2 done and 1.8 left said 45 s, raised to the 80 s of the
+    running child alone."""
+    children = [ended(0, 10, step=1000, total=1000), running(10, 2000, own=80.0, total=10_000),
+                queued(total=1000)]
+    assert eta_seconds(children, at(30)) == pytest.approx(90.0)
 
 
 def test_a_child_asked_to_cancel_leaves_no_work():
