@@ -248,10 +248,14 @@ def _estimate_finish(session: Session, found: list[Study], out: dict[str, _Aggre
     now = clock.now(session)
     columns = (Experiment.status, Experiment.step, Experiment.total_steps, Experiment.start_step,
                Experiment.queued_at, Experiment.started_at, Experiment.finished_at,
-               Experiment.pace_started_at, Experiment.pace_start_step, Experiment.cancel_requested)
+               Experiment.pace_started_at, Experiment.pace_start_step, Experiment.cancel_requested,
+               select(Checkpoint.step).where(Checkpoint.experiment_id == Experiment.id).scalar_subquery())
     rows = _children_rows(session, found, columns)
     children: dict[str, list[ChildTimes]] = {study.id: [] for study in found}
-    for study_id, status, step, total, start_step, queued, started, finished, pace_at, pace_step, stopping in rows:
+    for (study_id, status, step, total, start_step, queued, started, finished, pace_at, pace_step, stopping,
+         saved) in rows:
+        if status == Status.queued:   # requeued at step 30, it restarts from its checkpoint, or from 0 without one
+            step = saved or 0
         # a child's own pace from its second report on, settled or not (as its own page shows it)
         pace = remaining_seconds(pace_at, step, pace_step, total, now) if status == Status.running else None
         children[str(study_id)].append(ChildTimes(

@@ -46,7 +46,7 @@ class ChildTimes:
     """What a study's ETA needs of one child (times on the database's clock)."""
 
     status: str
-    step: int
+    step: int                         # a queued child's: the step it will start from (its checkpoint's, else 0)
     total_steps: int
     start_step: int                   # the step its current (last) attempt started from
     queued_at: datetime | None        # when its current (last) attempt was queued

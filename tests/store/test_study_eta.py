@@ -152,3 +152,31 @@ def test_through_the_store_a_compare_study_uses_its_current_stretch(database_url
     # cancelled, it runs until its worker stops the running child: no ETA meanwhile
     stopping = studies.request_cancel(database_url, grid.id)
     assert stopping.status == "running" and stopping.eta_seconds is None
+
+
+def test_through_the_store_a_requeued_child_restarts_from_its_checkpoint_or_from_0(database_url):
+    """Two 10-step children: one took 100 s; the other was at step 6 when its worker gave it back, and has waited
+    since. Paced at 0.1 step/s, it has 10 steps to go without a checkpoint (100 s, not the 40 s of its last step)
+    and 5 from a checkpoint at step 5 (50 s)."""
+    owner, grid = make(database_url, n=2)
+    first, second = (c.id for c in studies.get_with_children(database_url, grid.id).children)
+    jobs.finish_claimed(database_url, jobs.claim_next(database_url, ["cpu"], "w", 60, first), "succeeded")
+
+    def give_back(checkpoint_step: int | None) -> float:
+        claim = jobs.claim_next(database_url, ["cpu"], "w", 60, second)
+        jobs.record_progress(database_url, claim, 6, 10)
+        if checkpoint_step is not None:
+            jobs.save_checkpoint(database_url, claim, checkpoint_step, 1, b"state")
+        jobs.release(database_url, claim)
+        with session_scope(database_url) as s:
+            now = clock.now(s)
+            s.execute(update(Experiment).where(Experiment.id == first).values(
+                step=10, started_at=now - timedelta(seconds=100), finished_at=now - timedelta(seconds=50)))
+            s.execute(update(Experiment).where(Experiment.id == second).values(queued_at=now - timedelta(seconds=60)))
+        view = studies.get(database_url, grid.id)
+        assert view.status == "running" and view.counts["queued"] == 1
+        return view.eta_seconds
+
+    # the seconds this test takes between setting the times and reading them: well under 1%
+    assert give_back(None) == pytest.approx(100.0, rel=0.01)
+    assert give_back(5) == pytest.approx(50.0, rel=0.01)
