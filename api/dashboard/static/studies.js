@@ -304,11 +304,11 @@ export function renderStudy(main, [id]) {
     }
   });
   // the ETA counts down between updates (a study of long children may flush progress once a minute)
-  const countdown = setInterval(() => {
+  const ticking = setInterval(() => {
     const shown = head.querySelector("#study-eta");
     if (shown && study) shown.textContent = etaText(study, readAt, performance.now());
   }, 1000);
-  return () => { left = true; stop(); clearTimeout(timer); clearInterval(countdown); };
+  return () => { left = true; stop(); clearTimeout(timer); clearInterval(ticking); };
 }
 
 const LABELS = { by: "colour by", time: "x", log: "y", view: "theory" };
