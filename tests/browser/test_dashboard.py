@@ -379,6 +379,10 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     page.wait_for_function(f"document.querySelector('#studies-table tr[data-id=\"{study_id}\"] .eta')"
                            "?.textContent.startsWith('ETA ')")
     screenshot(page, "studies-eta")
+    page.goto(f"{service}/#/experiments")   # and the experiments list, its running children's
+    page.wait_for_function("document.querySelector('#experiments-table tr[data-status=\"running\"] .eta')"
+                           "?.textContent.startsWith('ETA ')")
+    screenshot(page, "experiments-eta")
     page.goto(f"{service}/#/studies/{study_id}")
     page.locator("#study-cancel").click()
     assert wait_ended(service, f"/v1/studies/{study_id}", timeout=60)["status"] in ("cancelled", "partial")

@@ -2,7 +2,9 @@
 // and "compare" (a study grouping the selected experiments: POST /v1/studies {"experiments": [...]}).
 
 import { api } from "./api.js";
-import { errorBox, fmtNumber, fmtTime, h, progressBar, routeQuery, statusBadge, TERMINAL } from "./util.js";
+import {
+  errorBox, fmtDuration, fmtNumber, fmtTime, h, progressBar, routeQuery, secondsLeft, statusBadge, TERMINAL,
+} from "./util.js";
 
 const STATUSES = ["", "queued", "running", "succeeded", "failed", "cancelled"];
 const KINDS = ["", "nrq", "sde", "train"];
@@ -131,7 +133,7 @@ export function render(main) {
       h("td", h("a", { href: `#/experiments/${e.id}` }, e.name || e.id.slice(0, 12))),
       h("td", e.kind + (e.spec?.params?.model && e.kind !== "nrq" ? `/${e.spec.params.model}` : "")),
       h("td", statusBadge(e.status)),
-      h("td", progressBar(e.progress)),
+      h("td", progressBar(e.progress), etaLine(e)),
       h("td.tags", (e.tags || []).map((t) => h("button.tag", { type: "button", title: `only "${t}"`,
         onclick: () => { filters.tag = t; tagInput.value = t; restart(); } }, t))),
       h("td", e.owner || ""),
@@ -157,6 +159,12 @@ export function render(main) {
 
   load();
   return () => { stopped = true; clearTimeout(timer); };
+}
+
+// a running job's ETA under its progress, as of this page's read (the list refreshes while any job runs)
+function etaLine(e) {
+  const left = secondsLeft(e);
+  return left === null ? "" : h("div.muted.eta", `ETA ${fmtDuration(left)}`);
 }
 
 function debounce(fn, ms) {
