@@ -174,10 +174,11 @@ def _no_warnings(value: Any) -> Any:
     return [] if value is None else value   # rows stored before warnings existed
 
 
-ETA_DESCRIPTION = ("Estimated finish while running, on the service's clock: its last progress write (updated_at) "
-                   "plus the steps then left at the attempt's pace since its first report (set-up not counted); "
-                   "null before the attempt has reported twice. Seconds left: eta − updated_at, less the time "
-                   "since that write (at most one flush interval, SMD_FLUSH_SECONDS, when read live).")
+ETA_DESCRIPTION = ("Estimated finish while running, on the service's clock: its last progress write "
+                   "(progressed_at) plus the steps then left at the attempt's pace since its first report (its "
+                   "set-up not counted). Null before the attempt has reported twice, and once a cancel is asked. "
+                   "eta − progressed_at is the time left at that write: a client on another clock counts down "
+                   "from it (it overstates by the write's age, under one flush interval while steps are quick).")
 
 
 class ExperimentOut(BaseModel):
@@ -211,6 +212,9 @@ class ExperimentOut(BaseModel):
                                                              "(data, model, theory, checkpoint) done; null before.")
     pace_start_step: int = Field(0, description="The step of that first report: the attempt's pace is (step − "
                                                 "pace_start_step) / (now − pace_started_at).")
+    progressed_at: UtcTime | None = Field(None, description="When that attempt last wrote its step (a progress "
+                                                           "report, every SMD_FLUSH_SECONDS while it runs); null "
+                                                           "before its first.")
     eta: UtcTime | None = Field(None, description=ETA_DESCRIPTION)
     finished_at: UtcTime | None
     updated_at: UtcTime = Field(..., description="The last change a client sees (status, progress, error, attempt, cancel flag, name, tags or note); lease renewals do not move it.")
@@ -230,8 +234,8 @@ class ExperimentOut(BaseModel):
 
     @model_validator(mode="after")
     def _estimate(self) -> ExperimentOut:
-        self.eta = estimated_finish(self.status, self.pace_started_at, self.step, self.pace_start_step,
-                                    self.total_steps, self.updated_at)
+        self.eta = estimated_finish(self.status, self.cancel_requested, self.pace_started_at, self.step,
+                                    self.pace_start_step, self.total_steps, self.progressed_at)
         return self
 
 

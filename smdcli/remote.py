@@ -125,7 +125,7 @@ def _run(client: Any, args: argparse.Namespace) -> int:
         print(f"{data['id']}  {data.get('name') or ''}  {data['kind']}  {data['status']}  "
               f"{100 * data['progress']:.0f}% (step {data['step']}/{data['total_steps']})")
         if data.get("eta"):
-            print(eta_text(_seconds_between(data["updated_at"], data["eta"])))
+            print(eta_text(_seconds_between(data["progressed_at"], data["eta"])))
         if data.get("error"):
             print(f"error: {data['error']}")
         return 0

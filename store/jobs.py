@@ -211,7 +211,7 @@ def _try_claim(session: Session, candidate: str, worker: str, lease_seconds: flo
         update(Experiment)
         .where(Experiment.id == candidate, Experiment.status == Status.queued, Experiment.cancel_requested.is_(False))
         .values(status=Status.running, started_at=now, start_step=Experiment.step,   # no pace until it reports
-                pace_started_at=None, pace_start_step=Experiment.step,
+                pace_started_at=None, progressed_at=None, pace_start_step=Experiment.step,
                 attempts=Experiment.attempts + 1, worker=worker,
                 lease_owner=owner, lease_expires_at=db_now(lease_seconds), error=None, updated_at=now, **_BUMP)
     )
@@ -313,7 +313,7 @@ def record_progress(session: Session, claim: Claim, step: int, total: int, *,
                     points: dict[str, list[Any]] | None = None, start_index: int = 0) -> bool:
     """Write progress under the lease, and ``points`` (if any) from ``start_index`` on; returns the
     cancel flag. Raises :class:`LeaseLost` (before any point is written)."""
-    values: dict[str, Any] = {"step": step, "updated_at": db_now(), **_BUMP,
+    values: dict[str, Any] = {"step": step, "updated_at": db_now(), "progressed_at": db_now(), **_BUMP,
                               # the attempt's first report, its set-up done, is where its pace starts
                               "pace_started_at": func.coalesce(Experiment.pace_started_at, db_now()),
                               "pace_start_step": case((Experiment.pace_started_at.is_(None), step),
@@ -440,7 +440,7 @@ def _give_back(session: Session, claim: Claim, outcome: str) -> bool:
         settle_study(session, claim.experiment_id)
         return True
     if _rowcount(session, update(Experiment).where(held).values(
-            status=Status.queued, lease_owner=None, lease_expires_at=None, pace_started_at=None,
+            status=Status.queued, lease_owner=None, lease_expires_at=None, pace_started_at=None, progressed_at=None,
             queued_at=db_now(), updated_at=db_now(), **_BUMP)) != 1:
         return False
     _end_attempt(session, claim.experiment_id, claim.attempt, outcome)
@@ -536,7 +536,7 @@ def expire_leases(session: Session, max_attempts: int, *, owner_prefix: str | No
                 f"SMD_MAX_ATTEMPTS is {max_attempts}"))
         else:
             done = _rowcount(session, update(Experiment).where(held).values(
-                status=Status.queued, lease_owner=None, lease_expires_at=None, pace_started_at=None,
+                status=Status.queued, lease_owner=None, lease_expires_at=None, pace_started_at=None, progressed_at=None,
                 queued_at=db_now(), updated_at=db_now(), **_BUMP)) == 1
             if done:
                 requeued.append(experiment_id)
@@ -604,7 +604,7 @@ def _note_start(session: Session, claim: Claim, resumed_from: int | None) -> Non
     step = resumed_from or 0
     total = session.scalar(select(Experiment.total_steps).where(Experiment.id == claim.experiment_id))
     session.execute(update(Experiment).where(_held(claim)).values(
-        start_step=step, step=step, pace_started_at=None, pace_start_step=step,
+        start_step=step, step=step, pace_started_at=None, progressed_at=None, pace_start_step=step,
         **({"progress": step / total} if total else {}), **_BUMP))
 
 
@@ -865,7 +865,7 @@ def continue_run(session: Session, experiment_id: str, *, owner_id: str, spec: d
     queued = _rowcount(session, update(Experiment)
                        .where(Experiment.id == experiment_id, Experiment.status == Status.succeeded)
                        .values(status=Status.queued, spec=spec, total_steps=total_steps, progress=step / total_steps,
-                               pace_started_at=None, queued_at=db_now(), warnings=warnings,
+                               pace_started_at=None, progressed_at=None, queued_at=db_now(), warnings=warnings,
                                summary=None, distributions=None, finished_at=None, cancel_requested=False,
                                lease_owner=None, lease_expires_at=None, error=None, updated_at=db_now(), **_BUMP))
     if queued != 1:
@@ -893,17 +893,16 @@ def remaining_seconds(pace_started: datetime | None, step: int, pace_start_step:
     return elapsed * (total - step) / (step - pace_start_step), settled
 
 
-def estimated_finish(status: str, pace_started: datetime | None, step: int, pace_start_step: int, total: int,
-                     updated_at: datetime | None) -> datetime | None:
-    """A running job's estimated finish, on the database's clock: its last progress write (``updated_at``, the
-    time its ``step`` was written) plus the seconds it then had left at its attempt's pace
-    (:func:`remaining_seconds`). None when it is not running or has no pace yet. A function of the row alone,
-    so a body kept by revision stays right; an edit of its name, tags or note moves ``updated_at`` without a
-    step, which delays the estimate by at most one flush interval, until the next progress write."""
-    if status != Status.running or updated_at is None:
+def estimated_finish(status: str, cancel_requested: bool, pace_started: datetime | None, step: int,
+                     pace_start_step: int, total: int, progressed_at: datetime | None) -> datetime | None:
+    """A running job's estimated finish, on the database's clock: its last progress write (``progressed_at``,
+    when its ``step`` was written) plus the seconds it then had left at its attempt's pace
+    (:func:`remaining_seconds`). None when it is not running, is stopping (a cancel was asked) or has no pace
+    yet. A function of the row alone, so a body kept by revision stays right."""
+    if status != Status.running or cancel_requested or progressed_at is None:
         return None
-    left = remaining_seconds(pace_started, step, pace_start_step, total, updated_at)
-    return None if left is None else as_utc(updated_at) + timedelta(seconds=left[0])
+    left = remaining_seconds(pace_started, step, pace_start_step, total, progressed_at)
+    return None if left is None else as_utc(progressed_at) + timedelta(seconds=left[0])
 
 
 @transaction

@@ -120,6 +120,9 @@ class Experiment(_Submitted, Base):
     # (step − pace_start_step) / (now − pace_started_at)
     pace_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     pace_start_step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # when that attempt last wrote its step (a progress report; null before its first): unlike updated_at, an
+    # edit or a cancel request does not move it (store.jobs.estimated_finish)
+    progressed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # every UPDATE that does not set it writes the database's now (store.clock: a time other hosts compare)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=db_now())

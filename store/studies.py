@@ -246,21 +246,21 @@ def _aggregates(session: Session, found: list[Study], eta: bool = True) -> dict[
 def _estimate_finish(session: Session, found: list[Study], out: dict[str, _Aggregate]) -> None:
     """Each study's ETA (store.study_eta) from its children's times, on the database's clock."""
     now = clock.now(session)
-    columns = (Experiment.status, Experiment.step, Experiment.total_steps, Experiment.start_step,
+    columns = (Experiment.status, Experiment.kind, Experiment.step, Experiment.total_steps, Experiment.start_step,
                Experiment.queued_at, Experiment.started_at, Experiment.finished_at,
                Experiment.pace_started_at, Experiment.pace_start_step, Experiment.cancel_requested,
                select(Checkpoint.step).where(Checkpoint.experiment_id == Experiment.id).scalar_subquery())
     rows = _children_rows(session, found, columns)
     children: dict[str, list[ChildTimes]] = {study.id: [] for study in found}
-    for (study_id, status, step, total, start_step, queued, started, finished, pace_at, pace_step, stopping,
+    for (study_id, status, kind, step, total, start_step, queued, started, finished, pace_at, pace_step, stopping,
          saved) in rows:
         if status == Status.queued:   # requeued at step 30, it restarts from its checkpoint, or from 0 without one
-            step = saved or 0
+            step = saved or 0         # (or from 0 when a worker of another device type drops that checkpoint)
         # a child's own pace from its second report on, settled or not (as its own page shows it)
         pace = remaining_seconds(pace_at, step, pace_step, total, now) if status == Status.running else None
         children[str(study_id)].append(ChildTimes(
-            status=str(status), step=step, total_steps=total, start_step=start_step or 0, queued_at=queued,
-            started_at=started, finished_at=finished, own_remaining=pace[0] if pace is not None else None,
+            status=str(status), kind=str(kind), step=step, total_steps=total, start_step=start_step or 0,
+            queued_at=queued, started_at=started, finished_at=finished, own_remaining=pace[0] if pace is not None else None,
             stopping=bool(stopping)))
     for study_id, times in children.items():
         seconds = eta_seconds(times, now)

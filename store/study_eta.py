@@ -1,14 +1,15 @@
 """A study's estimated finish: its remaining work at the pace of its current stretch of running.
 
 Work is counted in steps: what is left is the steps every active (queued or running) child has still to
-take (a study whose children differ in length, a sweep over ``steps``, is paced by its steps, not by its
-count of children; a step's cost differs between kinds and sizes, and children of one study mostly
-differ in neither); a failed or cancelled child leaves nothing to do, nor does one asked to cancel (it is stopping, not working), and a study with no
-other active child has no ETA.
+take, from the step it will restart at if it is queued again (a study whose children differ in length, a
+sweep over ``steps``, is paced by its steps, not by its count of children). A step's cost differs between
+kinds, so a compare study whose members are of several kinds counts each child as one unit instead, done
+in the fraction ``step / total_steps``. A failed or cancelled child leaves nothing to do, nor does one asked
+to cancel (it is stopping, not working), and a study with no other active child has no ETA.
 
 The pace is the work the study's runs did since the start of its **current stretch**, over that time.
 Each attempt that ran (a running child's current attempt, an ended child's last one) covers
-``[started_at, finished_at or now]`` and did ``(step − start_step) / total_steps`` of its child. The
+``[started_at, finished_at or now]`` and did ``step − start_step`` of its child's steps. The
 stretch is the chain of such intervals that reaches now, where a gap between two of them is crossed
 only when a child of the study was waiting through it (queued since ``queued_at``, not started before
 its end): a study whose children wait their turn behind other users' jobs keeps its whole history,
@@ -48,6 +49,7 @@ class ChildTimes:
     status: str
     step: int                         # a queued child's: the step it will start from (its checkpoint's, else 0)
     total_steps: int
+    kind: str
     start_step: int                   # the step its current (last) attempt started from
     queued_at: datetime | None        # when its current (last) attempt was queued
     started_at: datetime | None       # its current (last) attempt's start
@@ -64,14 +66,20 @@ class ChildTimes:
         """Its steps up to ``step``, within [0, total_steps]."""
         return max(0, min(step, self.total_steps))
 
+    def work(self, steps: int, in_units: bool) -> float:
+        """``steps`` of it as work: steps, or with ``in_units`` the fraction of its steps (each child one unit)."""
+        if not in_units:
+            return float(steps)
+        return steps / self.total_steps if self.total_steps > 0 else 0.0
 
-def _ran(child: ChildTimes, now: datetime) -> tuple[datetime, datetime, float, bool] | None:
+
+def _ran(child: ChildTimes, now: datetime, in_units: bool) -> tuple[datetime, datetime, float, bool] | None:
     """(start, end, work done, ended) of the attempt a child ran, or None when it covers no time."""
     if child.started_at is None or child.status == Status.queued:
         return None
     finished = child.finished_at if child.status != Status.running else None
-    done = child.steps_to(child.step) - child.steps_to(child.start_step)
-    return as_utc(child.started_at), now if finished is None else as_utc(finished), max(0.0, done), finished is not None
+    done = child.work(max(0, child.steps_to(child.step) - child.steps_to(child.start_step)), in_units)
+    return as_utc(child.started_at), now if finished is None else as_utc(finished), done, finished is not None
 
 
 class _Waiting:
@@ -109,7 +117,8 @@ def eta_seconds(children: Iterable[ChildTimes], now: datetime) -> float | None:
     if not any(child.working for child in children):
         return None
     now = as_utc(now)
-    runs = sorted((run for child in children if (run := _ran(child, now)) is not None),
+    in_units = len({child.kind for child in children}) > 1   # steps of different kinds do not add up
+    runs = sorted((run for child in children if (run := _ran(child, now, in_units)) is not None),
                   key=lambda run: run[1], reverse=True)
     waiting = _Waiting(children)
     stretch_start, done, any_ended = now, 0.0, False
@@ -127,7 +136,8 @@ def eta_seconds(children: Iterable[ChildTimes], now: datetime) -> float | None:
         running = sum(child.working and child.status == Status.running for child in children)
         whole = max((now - started).total_seconds() + left for started, left in paced)
         return slowest + math.ceil(queued / max(running, 1)) * whole
-    remaining = sum(child.total_steps - child.steps_to(child.step) for child in children if child.working)
+    remaining = sum(child.work(child.total_steps - child.steps_to(child.step), in_units)
+                    for child in children if child.working)
     elapsed = (now - stretch_start).total_seconds()
     at_pace = remaining * elapsed / done if done > 0 and elapsed > 0 else None
     known = [value for value in (at_pace, slowest) if value is not None]

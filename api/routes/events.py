@@ -32,7 +32,8 @@ router = APIRouter(prefix="/v1/experiments", tags=["experiments"])
 RETRY_MS = 2000  # how long an EventSource waits before it reconnects (sent as `retry:`)
 KEEPALIVE = b": keep-alive\n\n"
 _FIELDS = ("id", "status", "progress", "step", "total_steps", "revision", "error", "cancel_requested",
-           "attempts", "started_at", "start_step", "pace_started_at", "pace_start_step", "finished_at", "updated_at")
+           "attempts", "started_at", "start_step", "pace_started_at", "pace_start_step", "progressed_at",
+           "finished_at", "updated_at")
 _LAST_EVENT_ID = re.compile(r"\s*(-?\d{1,18})\s*")
 
 
@@ -49,8 +50,8 @@ EVENT_FORMAT = (
     "    event: status | progress\n"
     "    data: {\"id\": ..., \"status\": ..., \"progress\": ..., \"step\": ..., \"total_steps\": ..., "
     "\"revision\": ..., \"error\": ..., \"cancel_requested\": ..., \"attempts\": ..., \"started_at\": ..., "
-    "\"start_step\": ..., \"pace_started_at\": ..., \"pace_start_step\": ..., \"finished_at\": ..., "
-    "\"updated_at\": ..., \"eta\": ...}\n\n"
+    "\"start_step\": ..., \"pace_started_at\": ..., \"pace_start_step\": ..., \"progressed_at\": ..., "
+    "\"finished_at\": ..., \"updated_at\": ..., \"eta\": ...}\n\n"
     "(eta as in the experiment: the estimated finish while running, else null.) "
     f"The stream starts with `retry: {RETRY_MS}`, then the current state (unless Last-Event-ID shows the client "
     "already has it), then an event whenever the revision changes: `status` for the first event and "
@@ -65,9 +66,10 @@ EVENT_FORMAT = (
 def _state(fields: dict[str, Any]) -> dict[str, Any]:
     """The event payload from the values of _FIELDS (times in ISO 8601 UTC, as ExperimentOut writes them)."""
     state = dict(fields)
-    state["eta"] = utc_iso(jobs.estimated_finish(state["status"], state["pace_started_at"], state["step"],
-                                                 state["pace_start_step"], state["total_steps"], state["updated_at"]))
-    for name in ("started_at", "pace_started_at", "finished_at", "updated_at"):
+    state["eta"] = utc_iso(jobs.estimated_finish(state["status"], bool(state["cancel_requested"]),
+                                                 state["pace_started_at"], state["step"], state["pace_start_step"],
+                                                 state["total_steps"], state["progressed_at"]))
+    for name in ("started_at", "pace_started_at", "progressed_at", "finished_at", "updated_at"):
         state[name] = utc_iso(state[name])
     state["cancel_requested"] = bool(state["cancel_requested"])
     return state

@@ -28,7 +28,8 @@ def test_utc_iso_writes_six_digits_on_a_whole_second():
     assert utc_iso(WHOLE) < utc_iso(WHOLE.replace(microsecond=80_000))     # strings in time order
     assert utc_iso(None) is None
     state = _state({"status": "running", "step": 0, "total_steps": 10, "pace_start_step": 0, "started_at": WHOLE,
-                    "pace_started_at": None, "finished_at": None, "updated_at": WHOLE, "cancel_requested": 0})
+                    "pace_started_at": None, "progressed_at": None, "finished_at": None, "updated_at": WHOLE,
+                    "cancel_requested": 0})
     assert state["started_at"] == state["updated_at"] == "2026-11-28T11:03:58.000000Z"   # the event stream's
     assert state["eta"] is None   # no pace yet
 
@@ -61,22 +62,29 @@ def test_every_time_of_an_experiment_and_a_study_has_six_fractional_digits(env):
 
 
 def test_a_running_experiments_eta_is_its_last_write_plus_the_time_left_at_its_pace(env):
-    """50 steps in the 10 s since its first report (step 10), written at 11:04:08: 40 steps left, 8 s, so
-    11:04:16, on the database's clock, in the row, the list and the event stream alike; none once it ended."""
+    """50 steps in the 10 s since its first report (step 10), written at 11:04:08: 940 steps left, 188 s, so
+    11:07:16, on the database's clock, in the row, the list and the event stream alike. An edit of its tags
+    later does not move it (an edit moves updated_at, from which the ETA had been paced); none once a cancel is
+    asked, nor once it ended."""
     client, settings = env
-    experiment_id = client.post("/v1/experiments", json=small_spec(trials=8, steps=100)).json()["id"]
+    experiment_id = client.post("/v1/experiments", json=small_spec(trials=8, steps=1000)).json()["id"]
     assert client.get(f"/v1/experiments/{experiment_id}").json()["eta"] is None   # queued
     claim = jobs.claim_next(settings.db_url, ["cpu"], "w", 60)
-    jobs.record_progress(settings.db_url, claim, 10, 100)
+    jobs.record_progress(settings.db_url, claim, 10, 1000)
     assert client.get(f"/v1/experiments/{experiment_id}").json()["eta"] is None   # one report: no pace yet
-    jobs.record_progress(settings.db_url, claim, 60, 100)
+    jobs.record_progress(settings.db_url, claim, 60, 1000)
     with session_scope(settings.db_url) as s:
         s.execute(update(Experiment).where(Experiment.id == experiment_id).values(
-            pace_started_at=WHOLE, pace_start_step=10, step=60, updated_at=WHOLE + timedelta(seconds=10),
+            pace_started_at=WHOLE, pace_start_step=10, step=60, progressed_at=WHOLE + timedelta(seconds=10),
             revision=Experiment.revision + 1))
-    expected = "2026-11-28T11:04:16.000000Z"
+    expected = "2026-11-28T11:07:16.000000Z"   # 940 steps at 5 steps/s: 188 s after 11:04:08
     assert client.get(f"/v1/experiments/{experiment_id}").json()["eta"] == expected
     assert client.get("/v1/experiments").json()["items"][0]["eta"] == expected
     assert _state(jobs.read_fields(settings.db_url, experiment_id, _FIELDS))["eta"] == expected
-    jobs.finish_claimed(settings.db_url, claim, "succeeded")
+    edited = client.patch(f"/v1/experiments/{experiment_id}", json={"tags": ["late"]}).json()
+    assert edited["updated_at"] > edited["progressed_at"] and edited["eta"] == expected
+    cancelling = client.post(f"/v1/experiments/{experiment_id}/cancel").json()
+    assert cancelling["status"] == "running" and cancelling["cancel_requested"] and cancelling["eta"] is None
+    assert _state(jobs.read_fields(settings.db_url, experiment_id, _FIELDS))["eta"] is None
+    jobs.finish_claimed(settings.db_url, claim, "cancelled")
     assert client.get(f"/v1/experiments/{experiment_id}").json()["eta"] is None

@@ -116,13 +116,13 @@ def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, p
     assert [t["name"] for t in theory] == ["risk_stationary (theory)"] and theory[0]["points"] == expected
     assert page.console.errors == []
     screenshot(page, "experiment-finished")
-    # the ETA is the server's (eta, from the last progress write at updated_at: 8 s then) less the seconds since
+    # the ETA is the server's (eta, from the last progress write at progressed_at: 8 s then) less the seconds since
     # the page read it, on the page's own clock (3 s here), whatever the browser's date; none without a pace
     left = page.evaluate("""async () => (await import('/ui/util.js')).secondsLeft({status: 'running',
-        eta: '2020-01-01T00:00:18.000000Z', updated_at: '2020-01-01T00:00:10.000000Z'}, 1000, 4000)""")
+        eta: '2020-01-01T00:00:18.000000Z', progressed_at: '2020-01-01T00:00:10.000000Z'}, 1000, 4000)""")
     assert left == 5
     assert page.evaluate("""async () => (await import('/ui/util.js')).secondsLeft({status: 'running', eta: null,
-        updated_at: '2020-01-01T00:00:10.000000Z'}, 0, 0)""") is None
+        progressed_at: '2020-01-01T00:00:10.000000Z'}, 0, 0)""") is None
 
 
 def test_the_servers_422_is_shown_next_to_the_fields_it_names(service, page):

@@ -446,3 +446,23 @@ def test_queued_at_is_filled_by_0018_from_what_rows_say(empty_database_url):
         queued = {r[0]: str(r[1])[:10] for r in conn.execute(text("SELECT id, queued_at FROM experiments"))}
     assert queued == {"e-new": "2026-01-01", "e-ran": "2026-01-01", "e-requeued": "2026-01-02",
                       "e-retried": "2026-01-04"}
+
+
+def test_progressed_at_is_filled_by_0019_where_an_attempt_reported(empty_database_url):
+    """0019 adds experiments.progressed_at (when the step was last written: store.jobs.estimated_finish): updated_at
+    for a row whose attempt has a pace (it reported), null for one that has not."""
+    cfg = alembic_config(empty_database_url)
+    command.upgrade(cfg, "0018")
+    with get_engine(empty_database_url).begin() as conn:   # rows as 0018 has them
+        for experiment_id, paced in (("e-paced", "2026-01-01 00:00:05"), ("e-unpaced", None)):
+            conn.execute(text(
+                "INSERT INTO experiments (id, kind, status, spec, progress, step, total_steps, cancel_requested, "
+                "attempts, queue, created_at, updated_at, started_at, pace_started_at, visibility, priority, revision, "
+                "keep_checkpoint, start_step, pace_start_step) VALUES (:id, 'nrq', 'running', '{}', 0, 0, 20, :no, 1, "
+                "'cpu', '2026-01-01 00:00:00', '2026-01-02 00:00:00', '2026-01-01 00:00:00', :paced, 'private', 1, 0, "
+                ":no, 0, 0)"), {"id": experiment_id, "paced": paced, "no": False})
+    command.upgrade(cfg, "head")
+    get_engine(empty_database_url).dispose()
+    with get_engine(empty_database_url).begin() as conn:
+        written = {r[0]: r[1] and str(r[1])[:10] for r in conn.execute(text("SELECT id, progressed_at FROM experiments"))}
+    assert written == {"e-paced": "2026-01-02", "e-unpaced": None}

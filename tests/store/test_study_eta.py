@@ -21,19 +21,19 @@ def at(seconds: float) -> datetime:
 
 
 def ended(start: float, end: float, *, queued: float = 0.0, status: str = "succeeded", step: int = 100,
-          start_step: int = 0, total: int = 100) -> ChildTimes:
-    return ChildTimes(status=status, step=step, total_steps=total, start_step=start_step, queued_at=at(queued),
-                      started_at=at(start), finished_at=at(end))
+          start_step: int = 0, total: int = 100, kind: str = "nrq") -> ChildTimes:
+    return ChildTimes(status=status, kind=kind, step=step, total_steps=total, start_step=start_step,
+                      queued_at=at(queued), started_at=at(start), finished_at=at(end))
 
 
 def running(start: float, step: int, *, queued: float = 0.0, start_step: int = 0, own: float | None = None,
-            total: int = 100) -> ChildTimes:
-    return ChildTimes(status="running", step=step, total_steps=total, start_step=start_step, queued_at=at(queued),
-                      started_at=at(start), finished_at=None, own_remaining=own)
+            total: int = 100, kind: str = "nrq") -> ChildTimes:
+    return ChildTimes(status="running", kind=kind, step=step, total_steps=total, start_step=start_step,
+                      queued_at=at(queued), started_at=at(start), finished_at=None, own_remaining=own)
 
 
 def queued(*, since: float = 0.0, started: float | None = None, step: int = 0, total: int = 100) -> ChildTimes:
-    return ChildTimes(status="queued", step=step, total_steps=total, start_step=0, queued_at=at(since),
+    return ChildTimes(status="queued", kind="nrq", step=step, total_steps=total, start_step=0, queued_at=at(since),
                       started_at=None if started is None else at(started), finished_at=None)
 
 
@@ -106,11 +106,21 @@ def test_children_of_different_lengths_are_paced_by_their_steps():
     assert eta_seconds(children, at(30)) == pytest.approx(90.0)
 
 
+def test_a_compare_study_of_several_kinds_counts_each_member_as_one_unit():
+    """A train member of 100 steps ended after 100 s; an nrq member of 10 000 steps is 10% done 10 s later (90 s
+    left at its own pace), and a second train member waits. Their steps do not add up: 1.1 members done in
+    110 s, 1.9 left: 190 s (as steps, 1100 done and 9100 left would say 910 s)."""
+    children = [ended(0, 100, kind="train"), running(100, 1000, own=90.0, total=10_000),
+                ChildTimes(status="queued", kind="train", step=0, total_steps=100, start_step=0, queued_at=at(0),
+                           started_at=None, finished_at=None)]
+    assert eta_seconds(children, at(110)) == pytest.approx(1.9 * 110 / 1.1)
+
+
 def test_a_child_asked_to_cancel_leaves_no_work():
     """Two workers: one child ended (100 s), one is half done, one is stopping at step 50 after a cancel.
     Done 1 + 0.5 + 0.5 in 200 s; left only the working child's 0.5: 0.5 × 200 / 2 = 50 s (counting the
     stopping child's half, 100 s). A study whose every active child is stopping has none."""
-    stopping = ChildTimes(status="running", step=50, total_steps=100, start_step=0, queued_at=at(0),
+    stopping = ChildTimes(status="running", kind="nrq", step=50, total_steps=100, start_step=0, queued_at=at(0),
                           started_at=at(100), finished_at=None, own_remaining=100.0, stopping=True)
     assert eta_seconds([ended(0, 100), running(100, 50, own=50.0), stopping], at(200)) == pytest.approx(50.0)
     assert eta_seconds([ended(0, 100), stopping], at(200)) is None

@@ -82,9 +82,10 @@ export function countdown(seconds, readAt = 0, now = readAt) {
   return seconds === null || seconds === undefined ? null : Math.max(0, seconds - (now - readAt) / 1000);
 }
 
-// A running job's seconds to its estimated finish (eta, from its last progress write, updated_at: both on the
-// server's clock) as of readAt, now (countdown); null before it has a pace.
-export function secondsLeft({ status, eta, updated_at: writtenAt }, readAt = 0, now = readAt) {
+// A running job's seconds to its estimated finish (eta, from its last progress write, progressed_at: both on the
+// server's clock) as of readAt, now (countdown); null without an estimate. It counts from the write, so it
+// overstates by the write's age when read (under one flush interval while steps are quick).
+export function secondsLeft({ status, eta, progressed_at: writtenAt }, readAt = 0, now = readAt) {
   if (status !== "running" || !eta || !writtenAt) return null;
   return countdown((Date.parse(eta) - Date.parse(writtenAt)) / 1000, readAt, now);
 }
