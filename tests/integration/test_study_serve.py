@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 import httpx
@@ -126,3 +127,22 @@ def test_remote_errors_quota_and_cancel(service, tmp_path):
     partial = client.get(f"/v1/experiments/{first}/results").json()
     assert 0 < len(partial["series"]["step"]) < 200   # the running child kept its partial results
     assert smd(bob, "study", "status", study_id).returncode == 1   # alice's private study: a 404 for bob
+
+
+def test_smd_status_says_a_running_experiments_eta(service):
+    """Through the service: once a running job has reported twice, its eta is set and `smd status` says it, as
+    this host's time and the interval to it; a cancel asked ends the estimate."""
+    alice, _, base, _ = service
+    headers = {"Authorization": f"Bearer {alice['SMD_KEY']}"}
+    spec = {"kind": "nrq", "name": "long", "params": {"steps": 400_000, "trials": 200, "record_every": 1000}}
+    experiment_id = httpx.post(f"{base}/v1/experiments", json=spec, headers=headers, timeout=30).json()["id"]
+    deadline = time.monotonic() + 60
+    while (row := httpx.get(f"{base}/v1/experiments/{experiment_id}", headers=headers, timeout=30).json())["eta"] is None:
+        assert time.monotonic() < deadline and row["status"] in ("queued", "running"), row
+        time.sleep(0.3)
+    assert row["eta"] > row["progressed_at"]
+    status = smd(alice, "status", experiment_id)
+    eta_line = status.stdout.splitlines()[1]
+    assert status.returncode == 0 and re.fullmatch(r"eta \d\d:\d\d:\d\d \(in \d+:\d\d:\d\d\)", eta_line), status.stdout
+    cancelled = httpx.post(f"{base}/v1/experiments/{experiment_id}/cancel", headers=headers, timeout=30).json()
+    assert cancelled["eta"] is None and len(smd(alice, "status", experiment_id).stdout.splitlines()) == 1
