@@ -508,8 +508,10 @@ class StudyOut(BaseModel):
                                                    "since then over the time), and no "
                                                    "sooner than its slowest running child at that child's own "
                                                    "pace; before a run of that stretch has ended, the running "
-                                                   "children's own pace and as many more waves as the queued "
-                                                   "children need. Null otherwise, and before a running child "
+                                                   "children's own pace, then the queued children, longest "
+                                                   "first, each on the worker that frees first, at the running "
+                                                   "children's set-up and time per step. Null otherwise, and "
+                                                   "before a running child "
                                                    "has reported progress twice.")
     eta_seconds: float | None = Field(None, description="Seconds until the estimated finish, as of this answer: "
                                                          "a client counts down from it on its own clock (eta is "

@@ -19,10 +19,11 @@ stretch's pace. A queued child's ``started_at`` belongs to an attempt that is ov
 The stretch's pace counts each run's set-up (data, model, the engine's start) as the study's time, as
 every child still queued will pay it. Until a run of the stretch has ended, though, its work is that of
 runs still in their first seconds, and the pace would count the set-up of one wave against a few steps
-(two workers, six children of 30 s set-up and 100 s of steps: 40 s in, 1160 s for 350 s left). Until then the estimate is the slowest running child's
-time left at its own pace (:func:`store.jobs.remaining_seconds`: since its first progress report),
-plus, for the children still queued, as many waves as the running children take, each as long as the
-longest running child's whole run (its time so far and its time left).
+(two workers, six children of 30 s set-up and 100 s of steps: 40 s in, 1160 s for 350 s left). Until then
+each running child ends after its own time left (:func:`store.jobs.remaining_seconds`: at its pace since
+its first progress report), and the queued children, longest first, each go to the worker that frees
+first (one per running child), taking a set-up and a time per step as the running children's slowest do:
+a child's time per step is its time left over its steps left, its set-up the rest of its whole run.
 
 Once a run has ended, the estimate is the larger of the remaining work at the stretch's pace and the
 slowest running child's time left at its own pace: a study cannot end before that child, which matters
@@ -30,7 +31,7 @@ once fewer children are left than workers. None before any work was done and no 
 """
 from __future__ import annotations
 
-import math
+import heapq
 from bisect import bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -111,6 +112,27 @@ class _Waiting:
         return waiting > 0 and self._latest_end[waiting - 1] >= gap_end
 
 
+def _first_wave(children: list[ChildTimes], now: datetime, slowest: float) -> float:
+    """Seconds until the last child ends when the running children end at their own pace (``slowest`` for one
+    without a pace yet) and each queued child, longest first, starts on the worker that frees first, taking the
+    slowest set-up and time per step of the running children (module docstring)."""
+    running = [child for child in children if child.working and child.status == Status.running]
+    step_seconds = set_up = 0.0
+    for child in running:
+        if child.own_remaining is None or child.started_at is None or child.step >= child.total_steps:
+            continue
+        per_step = child.own_remaining / (child.total_steps - child.step)
+        whole = (now - as_utc(child.started_at)).total_seconds() + child.own_remaining
+        step_seconds = max(step_seconds, per_step)
+        set_up = max(set_up, whole - per_step * (child.total_steps - child.start_step))
+    free = [slowest if child.own_remaining is None else child.own_remaining for child in running] or [0.0]
+    heapq.heapify(free)
+    for steps in sorted((child.total_steps - child.steps_to(child.step) for child in children
+                         if child.working and child.status == Status.queued), reverse=True):
+        heapq.heappush(free, heapq.heappop(free) + set_up + steps * step_seconds)
+    return max(free)
+
+
 def eta_seconds(children: Iterable[ChildTimes], now: datetime) -> float | None:
     """Seconds until the study's estimated finish (module docstring); None when nothing says."""
     children = list(children)
@@ -129,13 +151,8 @@ def eta_seconds(children: Iterable[ChildTimes], now: datetime) -> float | None:
     paced = [(as_utc(child.started_at), child.own_remaining) for child in children if child.working
              and child.status == Status.running and child.started_at is not None and child.own_remaining is not None]
     slowest = max((left for _, left in paced), default=None)
-    if not any_ended:   # a first wave: each child's own pace, and as many more waves as the queued ones need
-        if slowest is None:
-            return None
-        queued = sum(child.working and child.status == Status.queued for child in children)
-        running = sum(child.working and child.status == Status.running for child in children)
-        whole = max((now - started).total_seconds() + left for started, left in paced)
-        return slowest + math.ceil(queued / max(running, 1)) * whole
+    if not any_ended:   # a first wave: each child's own pace, then the queued ones on the workers as they free
+        return None if slowest is None else _first_wave(children, now, slowest)
     remaining = sum(child.work(child.total_steps - child.steps_to(child.step), in_units)
                     for child in children if child.working)
     elapsed = (now - stretch_start).total_seconds()

@@ -127,11 +127,21 @@ def test_a_child_asked_to_cancel_leaves_no_work():
 
 
 def test_a_requeued_childs_old_attempt_covers_no_time():
-    """A child whose worker died is queued again at 500 s (its old started_at kept, at step 30): it does not
-    stretch the pace back to its old start, nor cross the gap before 500 s. With no run of the stretch ended,
-    the estimate is the running child's 100 s left, then one wave as long as its whole run (100 s + 100 s)."""
+    """A child whose worker died is queued again at 500 s (its old started_at kept; it will restart from its
+    checkpoint at step 30): it does not stretch the pace back to its old start, nor cross the gap before 500 s.
+    With no run of the stretch ended, the estimate is the running child's 100 s left, then the queued child's
+    70 steps at the running child's 2 s a step (its whole run, 200 s for 100 steps, has no set-up): 100 + 140 s."""
     children = [ended(0, 100), queued(since=500, started=0, step=30), running(1000, 50, queued=990, own=100.0)]
-    assert eta_seconds(children, at(1100)) == pytest.approx(100 + 200)
+    assert eta_seconds(children, at(1100)) == pytest.approx(100 + 70 * 2)
+
+
+def test_a_first_wave_gives_the_longest_queued_child_the_worker_that_frees_first():
+    """Two workers, two 100-step children 10% done after 40 s (1 s a step, 90 s left: 30 s of set-up); queued,
+    children of 1000, 100 and 100 steps. The 1000-step one starts at 90 s and takes 30 + 1000 s; the other
+    worker runs the two short ones (130 s each) meanwhile: 1120 s. As waves of the longest whole run (130 s),
+    it said 90 + 2 × 130 = 350 s."""
+    children = [running(0, 10, own=90.0), running(0, 10, own=90.0), queued(total=1000), queued(), queued()]
+    assert eta_seconds(children, at(40)) == pytest.approx(90 + 30 + 1000)
 
 
 def test_through_the_store_a_compare_study_uses_its_current_stretch(database_url):
