@@ -28,6 +28,10 @@ COLUMN = """column => {   // a column of the children table, top to bottom, as s
     return [...document.querySelectorAll('#children-table tbody tr')].map(r => r.children[index].textContent); }"""
 EXPECTED_4XX = re.compile(r"Failed to load resource: the server responded with a status of 4\d\d")
 TICKS = "selector => [...document.querySelectorAll(selector)].map(t => t.textContent)"
+# live pages update in place: HOLD keeps the nodes a selector finds; STILL_HELD says, for each, whether the page
+# still shows that very node (a node rebuilt under the pointer loses the click that straddles the rebuild)
+HOLD = "selector => { window.held = [...document.querySelectorAll(selector)]; return window.held.length; }"
+STILL_HELD = "() => window.held.map(node => node.isConnected)"
 BARE_DIGIT = re.compile(r"^[2-9]$")   # a log axis's digit between decades, labelled alone: read as a value
 # a log axis's ticks as plain numbers (0.5, 0.02, 1e-5), as the cells and the PNGs write them: not 5×10⁻¹ beside 10⁻¹
 PLAIN_NUMBER = re.compile(r"^\d+(\.\d+)?(e[−-]?\d+)?$")
@@ -92,6 +96,7 @@ def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, p
         if state["status"] == "running" and state["points"]:
             if not grown:
                 screenshot(page, "experiment-running")
+                page.evaluate(HOLD, ".exp-head a, .exp-head button")
             grown.add(state["points"])
             etas.add(state["eta"])
         if state["status"] == "succeeded" and state["points"] == expected:
@@ -100,6 +105,10 @@ def test_a_job_submitted_through_the_form_is_followed_live_to_its_end(service, p
     assert statuses == ["queued", "running", "succeeded"], statuses
     assert len(grown) >= 2 and max(grown) < expected, f"the chart did not grow while running: {sorted(grown)}"
     assert any(eta.startswith("ETA ") for eta in etas), etas   # once it had a pace
+    # the head was updated in place: its links and buttons are those of the first running state (each progress
+    # event had redrawn them, and a click that straddled a redraw was lost); Cancel is hidden once it ended
+    assert page.evaluate(STILL_HELD) == [True, True, True], "the head's links or buttons were rebuilt"
+    assert page.locator("#cancel").is_hidden() and page.locator("#sweep-from-here").is_visible()
 
     served = httpx.get(f"{service}/v1/experiments/{experiment_id}/results", timeout=30).json()
     assert len(served["series"]["step"]) == expected
@@ -316,9 +325,6 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     page.on("dialog", lambda dialog: dialog.accept())
     page.goto(f"{service}/#/new")   # an experiment's page offers "sweep from here"
     experiment_id = submit(service, {"kind": "nrq", "name": "sweep base", "params": SMALL})
-    # ended first: while it runs, each event redraws the head, its buttons too, and a click that straddles a
-    # redraw is lost (1 failure in 9 fresh-clone runs, the job ending as the button was clicked)
-    wait_ended(service, f"/v1/experiments/{experiment_id}")
     page.goto(f"{service}/#/experiments/{experiment_id}")
     page.locator("#sweep-from-here").click()
     page.wait_for_url(re.compile(r"#/studies/new\?from="))
@@ -373,6 +379,18 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     page.wait_for_function("document.getElementById('study-eta')?.textContent.startsWith('ETA ')", timeout=60_000)
     assert httpx.get(f"{service}/v1/studies/{study_id}", timeout=30).json()["eta_seconds"] > 0
     screenshot(page, "study-eta")
+    # the reloads after its events update the page in place: a row filter being typed keeps its text and the
+    # focus, the buttons and the children's links stay the same nodes (each reload had rebuilt them)
+    # (a running child's link: its row is rebuilt when its status or summary changes, as it should be)
+    held = page.evaluate(HOLD, "#study-actions button, #row-filter, #children-table tr:has(.status-running) a")
+    assert held >= 4 + 1 + 1
+    page.locator("#row-filter").type("risk<")
+    reloaded_after = page.evaluate("document.querySelector('.status-line .progress').title")
+    page.wait_for_function("was => document.querySelector('.status-line .progress').title !== was", arg=reloaded_after)
+    assert page.evaluate(STILL_HELD) == [True] * held, "the study page rebuilt its buttons, links or filter"
+    assert page.evaluate("[document.activeElement.id, document.getElementById('row-filter').value]") == [
+        "row-filter", "risk<"]
+    page.locator("#row-filter").fill("")
     # between two updates it counts down on the page's clock: 90 s, read 30 s ago, is 60 s; it stops at 0
     texts = page.evaluate("""async () => { const {etaText} = await import('/ui/studies.js');
         const s = {status: 'running', eta_seconds: 90};
@@ -386,6 +404,12 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     page.wait_for_function("document.querySelector('#experiments-table tr[data-status=\"running\"] .eta')"
                            "?.textContent.startsWith('ETA ')")
     screenshot(page, "experiments-eta")
+    # refreshed every 2 s while jobs run, the list keeps its rows' links and boxes (it had rebuilt every row)
+    running = "#experiments-table tr[data-status=\"running\"]"
+    assert page.evaluate(HOLD, f"{running} a, {running} input") >= 2
+    shown_at = page.evaluate(f"document.querySelector('{running} .progress').title")
+    page.wait_for_function(f"was => document.querySelector('{running} .progress')?.title !== was", arg=shown_at)
+    assert all(page.evaluate(STILL_HELD)), "the list rebuilt a running row's link or box"
     page.goto(f"{service}/#/studies/{study_id}")
     page.locator("#study-cancel").click()
     assert wait_ended(service, f"/v1/studies/{study_id}", timeout=60)["status"] in ("cancelled", "partial")

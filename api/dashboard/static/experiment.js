@@ -5,7 +5,7 @@
 import { api, download, follow } from "./api.js";
 import { Chart, MAX_POINTS } from "./charts.js";
 import {
-  errorBox, fmtDuration, fmtNumber, fmtTime, h, progressBar, secondsLeft, statusBadge, TERMINAL,
+  errorBox, fmtDuration, fmtNumber, fmtTime, h, progressBar, refill, secondsLeft, setProgress, statusBadge, TERMINAL,
 } from "./util.js";
 
 const REDRAW_MS = 1000; // at most one results request per second while running
@@ -138,24 +138,34 @@ export function render(main, [id]) {
     return left === null ? "" : `ETA ${fmtDuration(left)}`;
   }
 
+  // The head is built once and updated in place: redrawn whole at every progress event, its buttons with it, it
+  // lost a click that straddled a redraw (Cancel, "Sweep from here").
+  const title = h("h1");
+  const about = h("div.muted");
+  const bar = progressBar(0, "");
+  const eta = h("span#eta.muted");
+  const notices = h("div");
+  const cancelButton = h("button#cancel.danger", { type: "button", onclick: cancel });
   function drawHead() {
     const e = experiment;
     if (e !== shown) { shown = e; readAt = performance.now(); }   // every new state is a new object
-    const actions = [
-      h("a.button", { href: `#/new?from=${e.id}` }, "Duplicate and edit"),
-      h("a.button#sweep-from-here", { href: `#/studies/new?from=${e.id}` }, "Sweep from here"),
-      !TERMINAL.has(e.status) && h("button#cancel.danger", { type: "button", disabled: e.cancel_requested,
-        onclick: cancel }, e.cancel_requested ? "Cancelling…" : "Cancel"),
-    ];
-    head.replaceChildren(
-      h("h1", e.name || e.id, " ", statusBadge(e.status)),
-      h("div.muted", `${e.kind}${e.spec?.params?.model ? " / " + e.spec.params.model : ""} · ${e.id}`,
-        e.study_id ? [" · child of ", h("a", { href: `#/studies/${e.study_id}` }, "its study")] : ""),
-      h("div.status-line", progressBar(e.progress, `${e.step} / ${e.total_steps} steps`),
-        h("span#eta.muted", etaText())),
-      e.error ? h("div.error-box", e.error) : "",
-      ...(e.warnings || []).map((w) => h("div.warning-box", `${w.code}: ${w.message}`)),
-      h("div.toolbar", actions));
+    if (!head.firstChild) {
+      head.append(title, about, h("div.status-line", bar, eta), notices, h("div.toolbar",
+        h("a.button", { href: `#/new?from=${e.id}` }, "Duplicate and edit"),
+        h("a.button#sweep-from-here", { href: `#/studies/new?from=${e.id}` }, "Sweep from here"),
+        cancelButton));
+    }
+    refill(title, [e.name, e.status], () => [e.name || e.id, " ", statusBadge(e.status)]);
+    const model = e.spec?.params?.model;
+    refill(about, [e.kind, model, e.study_id], () => [`${e.kind}${model ? " / " + model : ""} · ${e.id}`,
+      e.study_id ? [" · child of ", h("a", { href: `#/studies/${e.study_id}` }, "its study")] : ""]);
+    setProgress(bar, e.progress, `${e.step} / ${e.total_steps} steps`);
+    eta.textContent = etaText();
+    refill(notices, [e.error, e.warnings], () => [e.error ? h("div.error-box", e.error) : "",
+      (e.warnings || []).map((w) => h("div.warning-box", `${w.code}: ${w.message}`))]);
+    cancelButton.hidden = TERMINAL.has(e.status);
+    cancelButton.disabled = Boolean(e.cancel_requested);
+    refill(cancelButton, e.cancel_requested, () => (e.cancel_requested ? "Cancelling…" : "Cancel"));
   }
 
   async function cancel() {
@@ -270,7 +280,7 @@ export function render(main, [id]) {
 
   start();
   // the ETA counts down between progress events (a long job may write its progress rarely)
-  const ticking = setInterval(() => { const eta = head.querySelector("#eta"); if (eta && experiment) eta.textContent = etaText(); }, 1000);
+  const ticking = setInterval(() => { if (experiment) eta.textContent = etaText(); }, 1000);
   return () => { stop(); clearTimeout(redrawTimer); clearInterval(ticking); };
 }
 

@@ -3,7 +3,8 @@
 
 import { api } from "./api.js";
 import {
-  errorBox, fmtDuration, fmtNumber, fmtTime, h, progressBar, routeQuery, secondsLeft, statusBadge, TERMINAL,
+  errorBox, fmtDuration, fmtNumber, fmtTime, h, progressBar, refill, routeQuery, secondsLeft, setChildren, setProgress,
+  statusBadge, TERMINAL,
 } from "./util.js";
 
 const STATUSES = ["", "queued", "running", "succeeded", "failed", "cancelled"];
@@ -59,7 +60,7 @@ export function render(main) {
 
   function drawHead() {
     const sortable = (c) => c.startsWith("summary.");
-    head.replaceChildren(h("tr", h("th", ""), h("th", "name"), h("th", "kind"), h("th", "status"), h("th", "progress"),
+    refill(head, [columns, orderBy], () => h("tr", h("th", ""), h("th", "name"), h("th", "kind"), h("th", "status"), h("th", "progress"),
       h("th", "tags"), h("th", "owner"), h("th", "created"),
       columns.map((c) => h("th", { dataset: { column: c }, title: sortable(c) ? "sort (server side, every page)" : "",
         onclick: sortable(c) ? () => { orderBy = orderBy === c ? `-${c}` : c; restart(); } : undefined },
@@ -71,6 +72,7 @@ export function render(main) {
     // the next page's address to this list's
     if (stopped) return;
     cursors.length = 1;
+    rows = new Map();   // the columns may have changed
     const kept = new URLSearchParams(Object.entries({ ...filters, where, columns: columns.join(","), order_by: orderBy })
       .filter(([, v]) => v));
     const text = String(kept);
@@ -106,8 +108,11 @@ export function render(main) {
       return;
     }
     if (stopped) return;
-    body.replaceChildren(...page.items.map(row));
-    if (!page.items.length) body.append(h("tr", h("td.muted", { colSpan: 8 + columns.length }, "No experiments match.")));
+    const listed = new Map();
+    const trs = page.items.map((e) => row(e, listed));
+    rows = listed;
+    if (!trs.length) trs.push(h("tr", h("td.muted", { colSpan: 8 + columns.length }, "No experiments match.")));
+    setChildren(body, trs);
     info.textContent = `${page.total} experiment${page.total === 1 ? "" : "s"}`;
     prev.disabled = cursors.length <= 1;
     next.disabled = !page.next_cursor;
@@ -124,21 +129,38 @@ export function render(main) {
     prev.disabled = next.disabled = true;
   }
 
-  function row(e) {
+  // A listed experiment's row, kept across refreshes (listed: id → row) and updated cell by cell: the list refreshes
+  // every REFRESH_MS while a job runs, and a link, box or tag rebuilt under the pointer lost the click.
+  let rows = new Map();
+  function row(e, listed) {
     shown.set(e.id, e.name);
-    const box = h("input", { type: "checkbox", checked: selected.has(e.id), title: "select to compare",
-      onchange: (ev) => { ev.target.checked ? selected.add(e.id) : selected.delete(e.id); updateCompare(); } });
-    return h("tr", { dataset: { id: e.id, status: e.status } },
-      h("td", box),
-      h("td", h("a", { href: `#/experiments/${e.id}` }, e.name || e.id.slice(0, 12))),
-      h("td", e.kind + (e.spec?.params?.model && e.kind !== "nrq" ? `/${e.spec.params.model}` : "")),
-      h("td", statusBadge(e.status)),
-      h("td", progressBar(e.progress), etaLine(e)),
-      h("td.tags", (e.tags || []).map((t) => h("button.tag", { type: "button", title: `only "${t}"`,
-        onclick: () => { filters.tag = t; tagInput.value = t; restart(); } }, t))),
-      h("td", e.owner || ""),
-      h("td", fmtTime(e.created_at)),
-      columns.map((c) => h("td.number", fmtNumber(valueAt(e, c)))));
+    let r = rows.get(e.id);
+    if (!r) {
+      const box = h("input", { type: "checkbox", checked: selected.has(e.id), title: "select to compare",
+        onchange: (ev) => { ev.target.checked ? selected.add(e.id) : selected.delete(e.id); updateCompare(); } });
+      r = { cells: [h("td", box), ...Array.from({ length: 7 }, () => h("td")), ...columns.map(() => h("td.number"))],
+        bar: progressBar(0), eta: h("div.muted.eta") };
+      r.cells[4].append(r.bar, r.eta);
+      r.cells[5].classList.add("tags");
+      r.tr = h("tr", { dataset: { id: e.id } }, r.cells);
+    }
+    listed.set(e.id, r);
+    const [, name, kind, status, , tags, owner, created, ...extra] = r.cells;
+    const model = e.spec?.params?.model && e.kind !== "nrq" ? `/${e.spec.params.model}` : "";
+    r.tr.dataset.status = e.status;
+    refill(name, e.name, () => h("a", { href: `#/experiments/${e.id}` }, e.name || e.id.slice(0, 12)));
+    refill(kind, e.kind + model, () => e.kind + model);
+    refill(status, e.status, () => statusBadge(e.status));
+    setProgress(r.bar, e.progress);
+    const left = secondsLeft(e);   // as of this page's read (the list refreshes while any job runs)
+    r.eta.textContent = left === null ? "" : `ETA ${fmtDuration(left)}`;
+    r.eta.hidden = left === null;
+    refill(tags, e.tags || [], () => (e.tags || []).map((t) => h("button.tag", { type: "button", title: `only "${t}"`,
+      onclick: () => { filters.tag = t; tagInput.value = t; restart(); } }, t)));
+    refill(owner, e.owner || "", () => e.owner || "");
+    refill(created, e.created_at, () => fmtTime(e.created_at));
+    extra.forEach((td, i) => { const v = fmtNumber(valueAt(e, columns[i])); refill(td, v, () => v); });
+    return r.tr;
   }
 
   function updateCompare() {
@@ -159,12 +181,6 @@ export function render(main) {
 
   load();
   return () => { stopped = true; clearTimeout(timer); };
-}
-
-// a running job's ETA under its progress, as of this page's read (the list refreshes while any job runs)
-function etaLine(e) {
-  const left = secondsLeft(e);
-  return left === null ? "" : h("div.muted.eta", `ETA ${fmtDuration(left)}`);
 }
 
 function debounce(fn, ms) {

@@ -3,7 +3,10 @@
 
 import { api, download, follow, imageUrl } from "./api.js";
 import { drawHeatmap, drawOverlay, drawParallel, drawScatter } from "./studycharts.js";
-import { countdown, errorBox, fmtDuration, fmtNumber, fmtTime, fmtValue, h, progressBar, statusBadge, TERMINAL } from "./util.js";
+import {
+  countdown, errorBox, fmtDuration, fmtNumber, fmtTime, fmtValue, h, keyedChildren, progressBar, refill, setProgress,
+  statusBadge, TERMINAL,
+} from "./util.js";
 
 const STUDY_DONE = new Set(["succeeded", "failed", "cancelled", "partial"]);
 
@@ -23,13 +26,22 @@ export function renderList(main) {
   async function load() {
     try {
       const page = await api("/v1/studies?limit=100");
-      body.replaceChildren(...page.items.map((s) => h("tr", { dataset: { id: s.id } },
-        h("td", h("a", { href: `#/studies/${s.id}` }, s.name || s.id.slice(0, 12))), h("td", statusBadge(s.status)),
-        h("td", progressBar(s.progress),
-          etaText(s) && h("div.muted.eta", etaText(s))),
-        h("td", s.points === s.children_count ? `${s.children_count}` : `${s.points} points → ${s.children_count}`),
-        h("td", s.preset ? h("a", { href: `#/presets?preset=${encodeURIComponent(s.preset)}` }, `${s.preset} (${s.preset_size})`) : ""),
-        h("td", fmtTime(s.created_at)))));
+      // a row is rebuilt only when what it shows changes, its progress and ETA updated in place: a link rebuilt
+      // under the pointer at each refresh lost the click
+      keyedChildren(body, page.items, (s) => s.id,
+        (s) => [s.name, s.status, s.points, s.children_count, s.preset, s.preset_size, s.created_at],
+        (s) => h("tr", { dataset: { id: s.id } },
+          h("td", h("a", { href: `#/studies/${s.id}` }, s.name || s.id.slice(0, 12))), h("td", statusBadge(s.status)),
+          h("td", progressBar(s.progress), h("div.muted.eta")),
+          h("td", s.points === s.children_count ? `${s.children_count}` : `${s.points} points → ${s.children_count}`),
+          h("td", s.preset ? h("a", { href: `#/presets?preset=${encodeURIComponent(s.preset)}` }, `${s.preset} (${s.preset_size})`) : ""),
+          h("td", fmtTime(s.created_at))),
+        (tr, s) => {
+          setProgress(tr.querySelector(".progress"), s.progress);
+          const eta = tr.querySelector(".eta");
+          eta.textContent = etaText(s);
+          eta.hidden = !eta.textContent;
+        });
       if (!page.items.length) body.append(h("tr", h("td.muted", { colSpan: 6 }, "No studies yet.")));
       if (page.items.some((s) => !STUDY_DONE.has(s.status))) timer = setTimeout(load, 3000);
     } catch (error) {
@@ -64,12 +76,21 @@ function relativeError(check) {
 
 export function renderStudy(main, [id]) {
   const base = `/v1/studies/${id}`;
-  const head = h("div");
+  // Built once and updated in place at each reload (after events, while the study runs): a button, link, select
+  // or input rebuilt under the pointer lost the click, or the text being typed.
+  const title = h("h1");
+  const about = h("div.muted");
+  const bar = progressBar(0);
+  const counts = h("span.muted");
+  // the server's estimate as of this update (a progress flush brings the next), counting down between them
+  const etaShown = h("span#study-eta.muted");
+  const figure = h("div");
+  const head = h("div", title, about, h("div.status-line", bar, counts, etaShown), figure);
   const actions = h("div.toolbar#study-actions");
   const message = h("div");
   const checks = h("section.card", h("h3", "Checks"));
   const chartCard = h("section.card#study-chart");
-  const tableCard = h("section.card", h("h3", "Children"));
+  const tableCard = h("section.card");
   main.append(message, head, actions, checks, chartCard, tableCard);
   let study = null;
   let table = null;
@@ -103,42 +124,43 @@ export function renderStudy(main, [id]) {
     drawHead();
     drawActions();
     checks.hidden = !study.preset;   // only a preset's study has checks
-    checks.replaceChildren(h("h3", "Checks"), checksTable(study.checks ?? table.checks));
+    refill(checks, study.checks ?? table.checks, () => [h("h3", "Checks"), checksTable(study.checks ?? table.checks)]);
     drawTable();
     drawChartControls();
   }
 
   function drawHead() {
     const s = study;
-    head.replaceChildren(h("h1", s.name || s.id, " ", statusBadge(s.status)),
-      h("div.muted", s.kind === "compare" ? `compares ${s.children_count} experiments`
+    refill(title, [s.name, s.status], () => [s.name || s.id, " ", statusBadge(s.status)]);
+    refill(about, [s.kind, s.children_count, s.missing?.length, s.points, s.axes, s.preset, s.preset_size], () => [
+      s.kind === "compare" ? `compares ${s.children_count} experiments`
         + (s.missing?.length ? ` (${s.missing.length} since deleted)` : "")
         : `${plural(s.points, "point")} × ${plural(Math.round(s.children_count / Math.max(1, s.points)), "seed")} = ${
           plural(s.children_count, "run")} · axes: ${s.axes.join(", ")}`,
-        s.preset ? ` · preset ${s.preset} (${s.preset_size})` : ""),
-      h("div.status-line", progressBar(s.progress), h("span.muted", Object.entries(s.counts)
-        .filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(" · ")),
-        // the server's estimate as of this update (a progress flush brings the next), counting down between them
-        h("span#study-eta.muted", etaText(s, readAt, performance.now()))));
-    if (s.preset) {
-      const figure = h("section.card", h("h3", "Figure"));
-      head.append(figure);
+      s.preset ? ` · preset ${s.preset} (${s.preset_size})` : ""]);
+    setProgress(bar, s.progress);
+    counts.textContent = Object.entries(s.counts).filter(([, n]) => n).map(([k, n]) => `${n} ${k}`).join(" · ");
+    etaShown.textContent = etaText(s, readAt, performance.now());
+    refill(figure, [s.preset, STUDY_DONE.has(s.status)], () => {
+      if (!s.preset) return "";
+      const card = h("section.card", h("h3", "Figure"));
       if (STUDY_DONE.has(s.status)) {
         const img = h("img.figure", { alt: `figure of ${s.preset}` });
         const link = h("a", { href: "#", title: "open at full size" }, img);
         imageUrl(`${base}/plots/figure.png?checks=false`).then((url) => { img.src = url; link.href = url; link.target = "_blank"; })
           .catch((e) => img.replaceWith(errorBox(e)));
-        figure.append(link);
+        card.append(link);
       } else {
-        figure.append(h("p.muted", "The figure is drawn when every run has ended."));
+        card.append(h("p.muted", "The figure is drawn when every run has ended."));
       }
-    }
+      return card;
+    });
   }
 
   function drawActions() {
     const done = STUDY_DONE.has(study.status);
     const failed = (error) => message.replaceChildren(errorBox(error));
-    actions.replaceChildren(
+    refill(actions, [study.kind, done], () => [
       study.kind !== "compare" && !done ? h("button#study-cancel", { type: "button", onclick: async () => {
         const open = (study.counts?.queued ?? 0) + (study.counts?.running ?? 0);   // not those that ended
         if (!window.confirm(`Cancel the ${open} ${open === 1 ? "run" : "runs"} of this study that have not ended?`)) return;
@@ -151,7 +173,7 @@ export function renderStudy(main, [id]) {
       h("button#study-csv", { type: "button", onclick: () => download(`${base}/table.csv`, `study-${id}.csv`).catch(failed) },
         "Table as CSV"),
       h("button#study-parquet", { type: "button", onclick: () => download(`${base}/table.parquet`, `study-${id}.parquet`)
-        .catch(failed) }, "Table as Parquet"));
+        .catch(failed) }, "Table as Parquet")]);
   }
 
   function drawChartControls() {
@@ -185,32 +207,43 @@ export function renderStudy(main, [id]) {
       onchange: (e) => { choice[name] = e.target.value; chosen.add(name); drawChartControls(); } },
     values.map((v) => h("option", { value: v, selected: v === choice[name] }, labels[v] ?? v))));
     if (!types.length) {
-      chartCard.replaceChildren(h("h3", "Chart"), h("p.muted#study-plot-empty",
-        study.status === "queued" ? "Queued: the charts start when the first run records." : "No data to chart yet."));
+      const queued = study.status === "queued";
+      refill(chartCard, ["empty", queued], () => [h("h3", "Chart"), h("p.muted#study-plot-empty",
+        queued ? "Queued: the charts start when the first run records." : "No data to chart yet.")]);
       return;
     }
-    const controls = [pick("type", types), pick("metric", metrics)];
-    if (choice.type === "overlay") {
-      // a compared experiment is one run: no seeds to average
-      controls.push(pick("time", options.overlay_x),
-        ...(compared ? [] : [pick("seeds", ["mean", "all"], { mean: "mean ± SE", all: "each seed" })]),
-        pick("log", ["true", "false"], { true: "log", false: "linear" }));
-    }
-    if (choice.type !== "overlay" && choice.type !== "parallel") controls.push(pick("x", axes));
-    if (choice.type === "heatmap") controls.push(pick("y", axes.filter((a) => a !== choice.x && (studyAxes.includes(a) || a === choice.y))),
-      pick("view", ["side", "ratio"], { side: "theory beside", ratio: "measured / theory" }));
-    if ((choice.type === "overlay" || choice.type === "scatter") && !compared) controls.push(pick("by", colourBy));
-    chartCard.replaceChildren(h("h3", "Chart"), h("div.toolbar", controls),
-      h("div.chart#study-plot", { dataset: { type: choice.type } }),
-      h("p.muted.caption", (compared && CAPTIONS[`compared ${choice.type}`]) || CAPTIONS[choice.type]));
+    const caption = (compared && CAPTIONS[`compared ${choice.type}`]) || CAPTIONS[choice.type];
+    // the controls and the chart's div are rebuilt when a choice, or what can be chosen, changed; a reload that
+    // changed neither redraws the chart in its div (Plotly.react) and leaves an open select alone
+    refill(chartCard, [types, metrics, choice, options.overlay_x, axes, studyAxes, compared, caption], () => {
+      const controls = [pick("type", types), pick("metric", metrics)];
+      if (choice.type === "overlay") {
+        // a compared experiment is one run: no seeds to average
+        controls.push(pick("time", options.overlay_x),
+          ...(compared ? [] : [pick("seeds", ["mean", "all"], { mean: "mean ± SE", all: "each seed" })]),
+          pick("log", ["true", "false"], { true: "log", false: "linear" }));
+      }
+      if (choice.type !== "overlay" && choice.type !== "parallel") controls.push(pick("x", axes));
+      if (choice.type === "heatmap") controls.push(pick("y", axes.filter((a) => a !== choice.x && (studyAxes.includes(a) || a === choice.y))),
+        pick("view", ["side", "ratio"], { side: "theory beside", ratio: "measured / theory" }));
+      if ((choice.type === "overlay" || choice.type === "scatter") && !compared) controls.push(pick("by", colourBy));
+      return [h("h3", "Chart"), h("div.toolbar", controls), h("div.chart#study-plot", { dataset: { type: choice.type } }),
+        h("p.muted.caption", caption)];
+    });
     drawChart();
   }
 
   async function drawChart() {
     const div = chartCard.querySelector("#study-plot");
     const ticket = ++drawing;
+    div.querySelector(":scope > .error-box")?.remove();   // the last draw's, which had purged the chart (below)
+    const failed = (error) => {
+      if (ticket !== drawing) return;
+      window.Plotly?.purge(div);   // the next draw in this div starts anew, as in a new one
+      div.replaceChildren(errorBox(error));
+    };
     if (choice.type === "parallel") {   // the points' means, from the table grouped by point
-      const grouped = await api(`${base}/table?group=point`).catch((error) => { div.replaceChildren(errorBox(error)); });
+      const grouped = await api(`${base}/table?group=point`).catch(failed);
       if (grouped && ticket === drawing) await drawParallel(div, grouped.rows, study.axes, choice.metric);
       return;
     }
@@ -223,7 +256,7 @@ export function renderStudy(main, [id]) {
     try {
       data = await api(`${base}/charts/${choice.type}?${new URLSearchParams(query)}`);
     } catch (error) {
-      if (ticket === drawing) div.replaceChildren(errorBox(error));
+      failed(error);
       return;
     }
     if (ticket !== drawing) return;
@@ -249,6 +282,21 @@ export function renderStudy(main, [id]) {
   // A comparison starts on the columns whose values differ between its runs.
   let hidden = null;
   let rowFilter = "";
+  // built once: the live reloads update the title, the chooser's count, the header and the rows that changed, and
+  // leave the filter being typed, the open chooser and the links in place
+  const tableTitle = h("h3", "Children");
+  const chooserSummary = h("summary");
+  const columnList = h("div.column-list");
+  const filterInput = h("input#row-filter", { type: "search", size: 40,
+    placeholder: "risk<0.05 params.lr>=0.1", title: "space-separated: column<op>value (op < <= > >= = !=), or the "
+      + "API's summary.<name>[.op]=value and param.<spec path>[.op]=value",
+    onchange: (e) => { rowFilter = e.target.value.trim(); drawTable(); } });
+  const filterError = h("span.field-error");
+  const tableHead = h("thead");
+  const tableBody = h("tbody");
+  tableCard.append(tableTitle, h("div.toolbar", h("details#column-chooser", chooserSummary, columnList),
+    h("label", "filter ", filterInput), filterError),
+  h("div.scroll", h("table.list.sortable#children-table", tableHead, tableBody)));
   function drawTable() {
     const all = table.columns.filter((c) => c !== "experiment_id");
     if (hidden === null) {
@@ -258,12 +306,12 @@ export function renderStudy(main, [id]) {
     }
     const columns = all.filter((c) => !hidden.has(c));
     let rows = [...table.rows].sort((a, b) => compare(a[sortBy.column], b[sortBy.column]) * (sortBy.descending ? -1 : 1));
-    let filterError = "";
-    try { rows = rows.filter(rowMatcher(rowFilter)); } catch (error) { filterError = error.message; }
-    const header = columns.map((c) => h("th", { dataset: { column: c }, onclick: () => {
+    let refusal = "";   // the filter's error, said beside it
+    try { rows = rows.filter(rowMatcher(rowFilter)); } catch (error) { refusal = error.message; }
+    refill(tableHead, [columns, sortBy], () => h("tr", columns.map((c) => h("th", { dataset: { column: c }, onclick: () => {
       sortBy = { column: c, descending: sortBy.column === c ? !sortBy.descending : false };
       drawTable();
-    } }, c, sortBy.column === c ? (sortBy.descending ? " ▼" : " ▲") : ""));
+    } }, c, sortBy.column === c ? (sortBy.descending ? " ▼" : " ▲") : ""))));
     const cell = (r, c) => {
       if (c === "index") return h("a", { href: `#/experiments/${r.experiment_id}` }, r[c]);
       if (c === "status") return statusBadge(r[c]);
@@ -275,20 +323,16 @@ export function renderStudy(main, [id]) {
       if (c === "experiment" && typeof r[c] === "string") return h("a", { href: `#/experiments/${r[c]}` }, r[c].slice(0, 12));
       return r[c] !== null && typeof r[c] === "object" ? h("code.small", JSON.stringify(r[c])) : fmtNumber(r[c]);
     };
-    const body = rows.map((r) => h("tr", columns.map((c) => h("td", cell(r, c)))));
-    const chooser = h("details#column-chooser", h("summary", `columns (${columns.length} of ${all.length})`),
-      h("div.column-list", all.map((c) => h("label", h("input", { type: "checkbox", name: "column", value: c,
-        checked: !hidden.has(c), onchange: (e) => { e.target.checked ? hidden.delete(c) : hidden.add(c); drawTable(); } }),
-      ` ${c}`))));
-    const filterInput = h("input#row-filter", { type: "search", value: rowFilter, size: 40,
-      placeholder: "risk<0.05 params.lr>=0.1", title: "space-separated: column<op>value (op < <= > >= = !=), or the "
-        + "API's summary.<name>[.op]=value and param.<spec path>[.op]=value",
-      onchange: (e) => { rowFilter = e.target.value.trim(); drawTable(); } });
-    const open = tableCard.querySelector("#column-chooser")?.open;
-    if (open) chooser.open = true;
-    tableCard.replaceChildren(h("h3", `Children (${rows.length}${rows.length !== table.rows.length ? ` of ${table.rows.length}` : ""})`),
-      h("div.toolbar", chooser, h("label", "filter ", filterInput), filterError ? h("span.field-error", filterError) : ""),
-      h("div.scroll", h("table.list.sortable#children-table", h("thead", h("tr", header)), h("tbody", body))));
+    keyedChildren(tableBody, rows, (r) => `${r.index}:${r.experiment_id}`, (r) => columns.map((c) => r[c] ?? null),
+      (r) => h("tr", columns.map((c) => h("td", cell(r, c)))));
+    // the chooser's boxes keep their own state (hidden follows them): rebuilt only for other columns
+    refill(columnList, all, () => all.map((c) => h("label", h("input", { type: "checkbox", name: "column", value: c,
+      checked: !hidden.has(c), onchange: (e) => { e.target.checked ? hidden.delete(c) : hidden.add(c); drawTable(); } }),
+    ` ${c}`)));
+    chooserSummary.textContent = `columns (${columns.length} of ${all.length})`;
+    tableTitle.textContent = `Children (${rows.length}${rows.length !== table.rows.length ? ` of ${table.rows.length}` : ""})`;
+    filterError.textContent = refusal;
+    filterError.hidden = !refusal;
   }
 
   // at most one reload per 800 ms, the first 800 ms after an event: postponing it at every event (a debounce)
@@ -305,8 +349,7 @@ export function renderStudy(main, [id]) {
   });
   // the ETA counts down between updates (a study of long children may flush progress once a minute)
   const ticking = setInterval(() => {
-    const shown = head.querySelector("#study-eta");
-    if (shown && study) shown.textContent = etaText(study, readAt, performance.now());
+    if (study) etaShown.textContent = etaText(study, readAt, performance.now());
   }, 1000);
   return () => { left = true; stop(); clearTimeout(timer); clearInterval(ticking); };
 }

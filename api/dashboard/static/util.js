@@ -70,9 +70,29 @@ export function statusBadge(status) {
 }
 
 export function progressBar(progress, label) {
+  const bar = h("div.progress", h("div.progress-fill"), h("span.progress-label"));
+  setProgress(bar, progress, label);
+  return bar;
+}
+
+// A progressBar's fill and label, updated in place.
+export function setProgress(bar, progress, label) {
   const pct = Math.round((progress || 0) * 1000) / 10;
-  return h("div.progress", { title: `${pct}%` },
-    h("div.progress-fill", { style: `width:${pct}%` }), h("span.progress-label", label ?? `${pct}%`));
+  bar.title = `${pct}%`;
+  bar.firstChild.style.width = `${pct}%`;
+  bar.lastChild.textContent = label ?? `${pct}%`;
+}
+
+// el's children as build() makes them, rebuilt only when key (anything JSON can write) differs from the last
+// time's. A page that redraws on every progress event keeps the nodes that did not change: a replaced link or
+// button loses the click that straddles its replacement.
+const builtFrom = new WeakMap();
+export function refill(el, key, build) {
+  const written = JSON.stringify(key);
+  if (builtFrom.get(el) === written) return;
+  builtFrom.set(el, written);
+  el.replaceChildren();
+  append(el, [build()]);
 }
 
 // Seconds left of an estimate the server gave (seconds, as of readAt), now: readAt and now are performance.now()
@@ -88,6 +108,32 @@ export function countdown(seconds, readAt = 0, now = readAt) {
 export function secondsLeft({ status, eta, progressed_at: writtenAt }, readAt = 0, now = readAt) {
   if (status !== "running" || !eta || !writtenAt) return null;
   return countdown((Date.parse(eta) - Date.parse(writtenAt)) / 1000, readAt, now);
+}
+
+// el's children: one node for each item, the last call's kept while the item's key (anything JSON can write) is
+// unchanged, and built anew otherwise; update(node, item), when given, then brings a node's changing parts (a
+// progress bar) up to date in place. Rows of a list that refreshes while jobs run stay under the pointer.
+const keyedNodes = new WeakMap();
+export function keyedChildren(el, items, idOf, keyOf, build, update = () => {}) {
+  const before = keyedNodes.get(el) ?? new Map();
+  const now = new Map();
+  const nodes = items.map((item) => {
+    const key = JSON.stringify(keyOf(item));
+    const kept = before.get(idOf(item));
+    const node = kept?.key === key ? kept.node : build(item);
+    now.set(idOf(item), { key, node });
+    update(node, item);
+    return node;
+  });
+  keyedNodes.set(el, now);
+  setChildren(el, nodes);
+}
+
+// el's children set to nodes, left alone when they already are those, in that order: a node moved out and back
+// loses the click that straddles the move.
+export function setChildren(el, nodes) {
+  const current = el.childNodes;
+  if (nodes.length !== current.length || nodes.some((node, i) => node !== current[i])) el.replaceChildren(...nodes);
 }
 
 export function errorBox(error) {
