@@ -587,7 +587,7 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
         "one-record-experiment": (f"#/experiments/{lone}", "#chart-au .main-svg"),
         "failed-experiment": (f"#/experiments/{unrecorded}", "#nothing-recorded"),
         "presets": ("#/presets", 'article.preset[data-preset="nrq-equilibrium-tradeoff"] img.figure[src]'),
-        "queue": ("#/queue", "#queues"),
+        "queue": ("#/queue", "#queues td"),
     }
     for name, (fragment, ready) in pages.items():
         page.goto(f"{service}/{fragment}")
@@ -671,6 +671,13 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
                                "params": {**SMALL, "steps": 5_000_000, "record_every": 100_000}})
     page.goto(f"{service}/#/queue")
     page.locator(f'#my-jobs a[href="#/experiments/{waiting}"]').wait_for()
+    assert page.evaluate(HOLD, "#my-jobs a") >= 1   # refreshed every 3 s, in place (it rebuilt its links)
+    with page.expect_response(lambda response: response.url.endswith("/v1/queue")):
+        pass
+    with page.expect_response(lambda response: response.url.endswith("/v1/queue")):
+        pass
+    page.wait_for_timeout(100)   # the answer drawn
+    assert all(page.evaluate(STILL_HELD)), "the queue page rebuilt its jobs' links"
     assert page.evaluate("document.documentElement.scrollWidth") <= 420
     screenshot(page, "queue-with-a-job-420px")
     # cancelled from its page, which asks first (one click had stopped a long run): dismissed, nothing happens

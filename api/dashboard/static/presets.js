@@ -3,7 +3,9 @@
 
 import { api, imageUrl } from "./api.js";
 import { checksTable } from "./studies.js";
-import { errorBox, fmtDuration, fmtNumber, h, progressBar, routeQuery, statusBadge } from "./util.js";
+import {
+  errorBox, fmtDuration, fmtNumber, h, keyedChildren, progressBar, routeQuery, setProgress, statusBadge,
+} from "./util.js";
 
 const DONE = new Set(["succeeded", "failed", "cancelled", "partial"]);
 
@@ -26,7 +28,12 @@ export function render(main) {
     }
     const latest = new Map(); // newest study of each preset (the list is newest first)
     for (const s of studies.items) if (s.preset && !latest.has(s.preset)) latest.set(s.preset, s);
-    grid.replaceChildren(...presets.map((p) => card(p, latest.get(p.id))));
+    // a card is rebuilt only when its preset or its latest study's status changes, its progress updated in place:
+    // rebuilt every 3 s while a study ran, each card fetched its figure and checks again, and lost a click on
+    // its button, an open list of checks, the figure's link
+    keyedChildren(grid, presets, (p) => p.id, (p) => [p, latest.get(p.id)?.id, latest.get(p.id)?.status],
+      (p) => card(p, latest.get(p.id)),
+      (node, p) => { const bar = node.querySelector(".progress"); if (bar) setProgress(bar, latest.get(p.id)?.progress); });
     // a link to one preset (#/presets?preset=ID, from a study): its card marked at every refresh, scrolled to once
     const target = wanted && grid.querySelector(`article.preset[data-preset="${CSS.escape(wanted)}"]`);
     target?.classList.add("target");
