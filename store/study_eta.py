@@ -63,6 +63,15 @@ class ChildTimes:
         """Active and not stopping: it still has work that counts toward the study's end."""
         return self.status in ACTIVE and not self.stopping
 
+    def working_as(self, status: Status) -> bool:
+        """Working, and running or queued (``status``): the two kinds of a first wave's work."""
+        return self.working and self.status == status
+
+    @property
+    def steps_left(self) -> int:
+        """The steps it has still to run (a queued child's from the step it will start at)."""
+        return self.total_steps - self.steps_to(self.step)
+
     def steps_to(self, step: int) -> int:
         """Its steps up to ``step``, within [0, total_steps]."""
         return max(0, min(step, self.total_steps))
@@ -116,7 +125,7 @@ def _first_wave(children: list[ChildTimes], now: datetime, slowest: float) -> fl
     """Seconds until the last child ends when the running children end at their own pace (``slowest`` for one
     without a pace yet) and each queued child, longest first, starts on the worker that frees first, taking the
     slowest set-up and time per step of the running children (module docstring)."""
-    running = [child for child in children if child.working and child.status == Status.running]
+    running = [child for child in children if child.working_as(Status.running)]
     step_seconds = set_up = 0.0
     for child in running:
         if child.own_remaining is None or child.started_at is None or child.step >= child.total_steps:
@@ -127,8 +136,7 @@ def _first_wave(children: list[ChildTimes], now: datetime, slowest: float) -> fl
         set_up = max(set_up, whole - per_step * (child.total_steps - child.start_step))
     free = [slowest if child.own_remaining is None else child.own_remaining for child in running] or [0.0]
     heapq.heapify(free)
-    for steps in sorted((child.total_steps - child.steps_to(child.step) for child in children
-                         if child.working and child.status == Status.queued), reverse=True):
+    for steps in sorted((child.steps_left for child in children if child.working_as(Status.queued)), reverse=True):
         heapq.heappush(free, heapq.heappop(free) + set_up + steps * step_seconds)
     return max(free)
 
@@ -148,13 +156,11 @@ def eta_seconds(children: Iterable[ChildTimes], now: datetime) -> float | None:
         if end < stretch_start and not waiting.through(end, stretch_start):
             break
         stretch_start, done, any_ended = min(stretch_start, start), done + work, any_ended or ended
-    paced = [(as_utc(child.started_at), child.own_remaining) for child in children if child.working
-             and child.status == Status.running and child.started_at is not None and child.own_remaining is not None]
-    slowest = max((left for _, left in paced), default=None)
+    slowest = max((child.own_remaining for child in children
+                   if child.working_as(Status.running) and child.own_remaining is not None), default=None)
     if not any_ended:   # a first wave: each child's own pace, then the queued ones on the workers as they free
         return None if slowest is None else _first_wave(children, now, slowest)
-    remaining = sum(child.work(child.total_steps - child.steps_to(child.step), in_units)
-                    for child in children if child.working)
+    remaining = sum(child.work(child.steps_left, in_units) for child in children if child.working)
     elapsed = (now - stretch_start).total_seconds()
     at_pace = remaining * elapsed / done if done > 0 and elapsed > 0 else None
     known = [value for value in (at_pace, slowest) if value is not None]
