@@ -500,7 +500,10 @@ class StudyOut(BaseModel):
     points: int = Field(..., description="Combinations of axis values (a compare study: one per member).")
     axes: list[str] = Field(..., description="The axis paths, in expansion order (a compare study: "
                                              "[\"experiment\"]).")
-    progress: float = Field(..., description="Mean progress of the children, 0 to 1.")
+    progress: float = Field(..., description="Fraction of the study's work done, 0 to 1: its children's steps done "
+                                             "over their steps (a sweep over steps is not half done when its short "
+                                             "children are), or, when they are of several kinds (a compare study), "
+                                             "the mean of their progress. As the ETA counts the work left.")
     started_at: UtcTime | None = Field(None, description="When its first child started.")
     eta: UtcTime | None = Field(None, description="Estimated finish while running: the steps its active "
                                                    "children have left (none for a child asked to cancel) at "

@@ -156,7 +156,10 @@ class ChildView:
 @dataclass
 class _Aggregate:
     counts: dict[str, int] = field(default_factory=dict)
-    progress: float = 0.0
+    progress: float = 0.0           # the children's progress summed
+    steps_done: float = 0.0         # their steps done (progress × total_steps) summed, and their steps
+    steps: int = 0
+    kinds: set[str] = field(default_factory=set)
     started: datetime | None = None
     finished: datetime | None = None
     revision: int = 0
@@ -217,7 +220,9 @@ def _aggregates(session: Session, found: list[Study], eta: bool = True) -> dict[
     ``eta``, each running study's estimated finish (one more query, over its children's rows)."""
     out = {study.id: _Aggregate() for study in found}
     columns = (Experiment.status, func.count(), func.sum(Experiment.progress), func.min(Experiment.started_at),
-               func.max(Experiment.finished_at), func.sum(Experiment.revision))
+               func.max(Experiment.finished_at), func.sum(Experiment.revision),
+               func.sum(Experiment.progress * Experiment.total_steps), func.sum(Experiment.total_steps),
+               func.min(Experiment.kind), func.max(Experiment.kind))
     rows = _children_rows(session, found, columns, by_status=True)
     compare = [study.id for study in found if study.kind == COMPARE]
     if compare:
@@ -227,10 +232,13 @@ def _aggregates(session: Session, found: list[Study], eta: bool = True) -> dict[
                 .where(StudyMember.study_id.in_(compare), Experiment.id.is_(None))
                 .order_by(StudyMember.study_id, StudyMember.position)).all():
             out[str(study_id)].missing.append(str(experiment_id))
-    for study_id, status, n, progress, started, finished, revision in rows:
+    for study_id, status, n, progress, started, finished, revision, steps_done, steps, kind, other_kind in rows:
         agg = out[str(study_id)]
         agg.counts[str(status)] = int(n)
         agg.progress += float(progress or 0.0)
+        agg.steps_done += float(steps_done or 0.0)
+        agg.steps += int(steps or 0)
+        agg.kinds.update((str(kind), str(other_kind)))
         started, finished = as_utc(started), as_utc(finished)
         if started is not None and (agg.started is None or started < agg.started):
             agg.started = started
@@ -272,7 +280,13 @@ def _view(study: Study, agg: _Aggregate) -> StudyView:
     counts = {status.value: agg.counts.get(status.value, 0) for status in Status}
     n = sum(counts.values())
     compare = study.kind == COMPARE
-    progress = agg.progress / n if n else 0.0
+    # the work done of the whole, counted as the ETA counts it (store.study_eta): in steps, so a sweep over steps
+    # is not half done when its short children are; each child one unit when they are of several kinds (a
+    # compare study's: train and nrq steps do not add up)
+    if len(agg.kinds) == 1 and agg.steps > 0:
+        progress = min(1.0, agg.steps_done / agg.steps)
+    else:
+        progress = agg.progress / n if n else 0.0
     status = derive_status(counts)
     eta, eta_seconds = agg.eta if agg.eta is not None else (None, None)
     finished = agg.finished if compare else as_utc(study.finished_at)

@@ -149,6 +149,10 @@ def test_status_follows_the_members_and_mixed_kinds_overlay(sqlite_env):
     queued = experiment(client, settings, tiny(0.2), run=False)
     study = grouped(client, [done["id"], sde["id"], queued["id"]])
     assert study["status"] == "running" and study["counts"]["queued"] == 1 and study["finished_at"] is None
+    # members of two kinds: each one unit (2 of 3 ended), as their steps do not add up (they give another figure)
+    members = [done, sde, queued]
+    in_steps = sum(m["progress"] * m["total_steps"] for m in members) / sum(m["total_steps"] for m in members)
+    assert study["progress"] == pytest.approx(2 / 3) and in_steps != pytest.approx(2 / 3)
     # a study whose member is still queued may be deleted: nothing of the member goes
     other = grouped(client, [done["id"], queued["id"]])
     assert client.delete(f"/v1/studies/{other['id']}").status_code == 204

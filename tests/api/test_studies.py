@@ -137,6 +137,18 @@ def test_a_study_is_stored_run_in_order_and_tabled(env):
     assert client.post(f"/v1/studies/{study['id']}/cancel").status_code == 409
 
 
+def test_a_sweep_over_steps_counts_its_progress_in_steps(sqlite_env):
+    client, settings = sqlite_env
+    study = submit(client, {"name": "steps", "base": small_spec(trials=16, steps=100, record_every=20),
+                            "grid": {"params.steps": [100, 300]}, "seeds": [0], "fuse": False})
+    assert execute_next(settings, ["cpu"]) == "succeeded"   # the 100-step child, first in expansion order
+    body = client.get(f"/v1/studies/{study['id']}").json()
+    assert body["counts"] == {**body["counts"], "succeeded": 1, "queued": 1}
+    assert body["progress"] == pytest.approx(100 / 400)   # its 100 steps of 400, not one child of two
+    listed = {s["id"]: s for s in client.get("/v1/studies").json()["items"]}
+    assert listed[study["id"]]["progress"] == pytest.approx(100 / 400)
+
+
 def test_pages_of_studies(sqlite_env):
     client, _ = sqlite_env
     ids = [submit(client, study_spec(seeds=[i]))["id"] for i in range(3)]
