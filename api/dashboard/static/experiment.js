@@ -146,15 +146,12 @@ export function render(main, [id]) {
   const eta = h("span#eta.muted");
   const notices = h("div");
   const cancelButton = h("button#cancel.danger", { type: "button", onclick: cancel });
+  const toolbar = h("div.toolbar", h("a.button", { href: `#/new?from=${id}` }, "Duplicate and edit"),
+    h("a.button#sweep-from-here", { href: `#/studies/new?from=${id}` }, "Sweep from here"), cancelButton);
   function drawHead() {
     const e = experiment;
     if (e !== shown) { shown = e; readAt = performance.now(); }   // every new state is a new object
-    if (!head.firstChild) {
-      head.append(title, about, h("div.status-line", bar, eta), notices, h("div.toolbar",
-        h("a.button", { href: `#/new?from=${e.id}` }, "Duplicate and edit"),
-        h("a.button#sweep-from-here", { href: `#/studies/new?from=${e.id}` }, "Sweep from here"),
-        cancelButton));
-    }
+    if (!head.firstChild) head.append(title, about, h("div.status-line", bar, eta), notices, toolbar);   // once loaded
     refill(title, [e.name, e.status], () => [e.name || e.id, " ", statusBadge(e.status)]);
     const model = e.spec?.params?.model;
     refill(about, [e.kind, model, e.study_id], () => [`${e.kind}${model ? " / " + model : ""} · ${e.id}`,

@@ -26,6 +26,7 @@ export function render(main) {
   let timer = null;
   let stopped = false;
   let latest = 0;   // the newest load's number: an older answer arriving late is dropped
+  let rows = new Map();   // id → the row listed for it (row(), below), kept across refreshes
 
   const body = h("tbody");
   const info = h("span.muted");
@@ -131,21 +132,19 @@ export function render(main) {
 
   // A listed experiment's row, kept across refreshes (listed: id → row) and updated cell by cell: the list refreshes
   // every REFRESH_MS while a job runs, and a link, box or tag rebuilt under the pointer lost the click.
-  let rows = new Map();
   function row(e, listed) {
     shown.set(e.id, e.name);
     let r = rows.get(e.id);
     if (!r) {
       const box = h("input", { type: "checkbox", checked: selected.has(e.id), title: "select to compare",
         onchange: (ev) => { ev.target.checked ? selected.add(e.id) : selected.delete(e.id); updateCompare(); } });
-      r = { cells: [h("td", box), ...Array.from({ length: 7 }, () => h("td")), ...columns.map(() => h("td.number"))],
-        bar: progressBar(0), eta: h("div.muted.eta") };
-      r.cells[4].append(r.bar, r.eta);
-      r.cells[5].classList.add("tags");
-      r.tr = h("tr", { dataset: { id: e.id } }, r.cells);
+      r = { name: h("td"), kind: h("td"), status: h("td"), bar: progressBar(0), eta: h("div.muted.eta"),
+        tags: h("td.tags"), owner: h("td"), created: h("td"), extra: columns.map(() => h("td.number")) };
+      r.tr = h("tr", { dataset: { id: e.id } }, h("td", box), r.name, r.kind, r.status, h("td", r.bar, r.eta), r.tags,
+        r.owner, r.created, r.extra);
     }
     listed.set(e.id, r);
-    const [, name, kind, status, , tags, owner, created, ...extra] = r.cells;
+    const { name, kind, status, tags, owner, created, extra } = r;
     const model = e.spec?.params?.model && e.kind !== "nrq" ? `/${e.spec.params.model}` : "";
     r.tr.dataset.status = e.status;
     refill(name, e.name, () => h("a", { href: `#/experiments/${e.id}` }, e.name || e.id.slice(0, 12)));

@@ -28,12 +28,16 @@ export function render(main) {
     }
     const latest = new Map(); // newest study of each preset (the list is newest first)
     for (const s of studies.items) if (s.preset && !latest.has(s.preset)) latest.set(s.preset, s);
-    // a card is rebuilt only when its preset or its latest study's status changes, its progress updated in place:
-    // rebuilt every 3 s while a study ran, each card fetched its figure and checks again, and lost a click on
-    // its button, an open list of checks, the figure's link
-    keyedChildren(grid, presets, (p) => p.id, (p) => [p, latest.get(p.id)?.id, latest.get(p.id)?.status],
+    // a card is rebuilt only when its preset or its latest study's status changes; its cost estimate (runs that
+    // end move it) and progress are updated in place: rebuilt every 3 s while a study ran, each card fetched its
+    // figure and checks again, and lost a click on its button, an open list of checks, the figure's link
+    keyedChildren(grid, presets, (p) => p.id, (p) => [{ ...p, sizes: null }, latest.get(p.id)?.id, latest.get(p.id)?.status],
       (p) => card(p, latest.get(p.id)),
-      (node, p) => { const bar = node.querySelector(".progress"); if (bar) setProgress(bar, latest.get(p.id)?.progress); });
+      (node, p) => {
+        node.querySelector(".estimate").textContent = estimate(p);
+        const bar = node.querySelector(".progress");
+        if (bar) setProgress(bar, latest.get(p.id)?.progress);
+      });
     // a link to one preset (#/presets?preset=ID, from a study): its card marked at every refresh, scrolled to once
     const target = wanted && grid.querySelector(`article.preset[data-preset="${CSS.escape(wanted)}"]`);
     target?.classList.add("target");
@@ -44,6 +48,7 @@ export function render(main) {
 
   function card(p, study) {
     const quick = p.sizes.quick;
+    const said = h("div");
     const run = h("button.primary", { type: "button", onclick: async () => {
       run.disabled = true;
       try {
@@ -51,7 +56,7 @@ export function render(main) {
         location.hash = `#/studies/${created.id}`;
       } catch (error) {
         run.disabled = false;
-        run.after(errorBox(error));
+        said.replaceChildren(errorBox(error));   // the last refusal only
       }
     } }, "Run quick");
     const result = study ? h("div",
@@ -62,9 +67,9 @@ export function render(main) {
       h("h3", p.title),
       h("div.muted", `seed ${p.seed} · ${p.figure} · tier ${p.tier}${p.exploratory ? " · exploratory" : ""} · ${p.kinds.join(", ")}`),
       h("p", p.description),
-      h("div.estimate", quick ? `quick: ${cost(quick)}` : "", p.sizes.paper ? ` · paper: ${cost(p.sizes.paper)}` : ""),
+      h("div.estimate", estimate(p)),
       h("details", h("summary", `${p.checks.length} checks`), h("ul", p.checks.map((c) => h("li", c.claim)))),
-      h("div.toolbar", quick ? run : ""), result);
+      h("div.toolbar", quick ? run : ""), said, result);
   }
 
   function verdicts(study) {  // the list leaves checks out: the study itself has them
@@ -89,6 +94,11 @@ export function render(main) {
 
   load();
   return () => clearTimeout(timer);
+}
+
+function estimate(p) {
+  return [p.sizes.quick && `quick: ${cost(p.sizes.quick)}`, p.sizes.paper && `paper: ${cost(p.sizes.paper)}`]
+    .filter(Boolean).join(" · ");
 }
 
 // A size's cost: runs and estimated time on this service's workers of its kind (work when none of its kind and

@@ -11,8 +11,7 @@ export function render(main) {
   const jobsTable = h("div.scroll", h("table.list#my-jobs", h("thead", h("tr", h("th", "job"), h("th", "status"),
     h("th", "queue"), h("th", "position"), h("th", "priority"), h("th", "start (estimate)"))), jobs));
   const none = h("p.muted", "Nothing of yours is queued or running.");
-  jobsTable.hidden = none.hidden = true;   // until the first answer says which
-  main.append(h("h1", "Queue"), message,
+  const content = h("div", { hidden: true },   // until the first answer, and hidden again while the last refused
     h("div.scroll", h("table.list#queues", h("thead", h("tr", h("th", "queue"), h("th", "queued"),
       h("th", { title: "jobs running: each child of a fused batch counts" }, "running"),
       // processes, not workers: a worker's pool of N processes holds jobs under one name, and busy and up were
@@ -27,11 +26,13 @@ export function render(main) {
       + "steps; else at the mean run time), then each job ahead takes the mean run time."),
     // in its own scroller, as the queues' table: at 420 px a wide table scrolls, not the page
     h("h2", "Your queued and running jobs"), jobsTable, none);
+  main.append(h("h1", "Queue"), message, content);
   let timer;
   async function load() {
     try {
       const q = await api("/v1/queue");
       message.replaceChildren();
+      content.hidden = false;
       const cells = ([name, info]) => [name, info.queued, info.running, `${info.busy_processes} / ${info.processes}`,
         fmtDuration(info.mean_duration_seconds)];
       keyedChildren(queues, Object.entries(q.queues), ([name]) => name, cells, (entry) => {
@@ -54,6 +55,7 @@ export function render(main) {
       none.hidden = Boolean(q.jobs.length);
     } catch (error) {
       message.replaceChildren(errorBox(error));
+      content.hidden = true;   // its rows would look current
     }
     timer = setTimeout(load, 3000);
   }

@@ -280,12 +280,12 @@ export function renderStudy(main, [id]) {
 
   // The children table: sort by any column, choose the columns shown, filter rows ("risk<0.05 params.lr>=0.1").
   // A comparison starts on the columns whose values differ between its runs.
-  let hidden = null;
+  let hiddenColumns = null;
   let rowFilter = "";
   // built once: the live reloads update the title, the chooser's count, the header and the rows that changed, and
   // leave the filter being typed, the open chooser and the links in place
   const tableTitle = h("h3", "Children");
-  const chooserSummary = h("summary");
+  const chooserSummary = h("summary", "columns");
   const columnList = h("div.column-list");
   const filterInput = h("input#row-filter", { type: "search", size: 40,
     placeholder: "risk<0.05 params.lr>=0.1", title: "space-separated: column<op>value (op < <= > >= = !=), or the "
@@ -294,17 +294,18 @@ export function renderStudy(main, [id]) {
   const filterError = h("span.field-error");
   const tableHead = h("thead");
   const tableBody = h("tbody");
-  tableCard.append(tableTitle, h("div.toolbar", h("details#column-chooser", chooserSummary, columnList),
-    h("label", "filter ", filterInput), filterError),
-  h("div.scroll", h("table.list.sortable#children-table", tableHead, tableBody)));
+  const tableTools = h("div.toolbar", { hidden: true }, h("details#column-chooser", chooserSummary, columnList),
+    h("label", "filter ", filterInput), filterError);
+  const tableScroll = h("div.scroll", { hidden: true }, h("table.list.sortable#children-table", tableHead, tableBody));
+  tableCard.append(tableTitle, tableTools, tableScroll);   // the heading alone until the first table
   function drawTable() {
     const all = table.columns.filter((c) => c !== "experiment_id");
-    if (hidden === null) {
+    if (hiddenColumns === null) {
       const same = (c) => new Set(table.rows.map((r) => JSON.stringify(r[c] ?? null))).size <= 1;
       const keep = new Set(["index", "status", "name"]);
-      hidden = new Set(all.filter((c) => !keep.has(c) && (study.kind === "compare" || c === "warnings") && same(c)));
+      hiddenColumns = new Set(all.filter((c) => !keep.has(c) && (study.kind === "compare" || c === "warnings") && same(c)));
     }
-    const columns = all.filter((c) => !hidden.has(c));
+    const columns = all.filter((c) => !hiddenColumns.has(c));
     let rows = [...table.rows].sort((a, b) => compare(a[sortBy.column], b[sortBy.column]) * (sortBy.descending ? -1 : 1));
     let refusal = "";   // the filter's error, said beside it
     try { rows = rows.filter(rowMatcher(rowFilter)); } catch (error) { refusal = error.message; }
@@ -323,12 +324,15 @@ export function renderStudy(main, [id]) {
       if (c === "experiment" && typeof r[c] === "string") return h("a", { href: `#/experiments/${r[c]}` }, r[c].slice(0, 12));
       return r[c] !== null && typeof r[c] === "object" ? h("code.small", JSON.stringify(r[c])) : fmtNumber(r[c]);
     };
-    keyedChildren(tableBody, rows, (r) => `${r.index}:${r.experiment_id}`, (r) => columns.map((c) => r[c] ?? null),
+    tableTools.hidden = tableScroll.hidden = false;
+    keyedChildren(tableBody, rows, (r) => `${r.index}:${r.experiment_id}`, (r) => [columns, columns.map((c) => r[c] ?? null)],
       (r) => h("tr", columns.map((c) => h("td", cell(r, c)))));
-    // the chooser's boxes keep their own state (hidden follows them): rebuilt only for other columns
+    // the chooser's boxes keep their own state (hiddenColumns follows them): rebuilt only for other columns
     refill(columnList, all, () => all.map((c) => h("label", h("input", { type: "checkbox", name: "column", value: c,
-      checked: !hidden.has(c), onchange: (e) => { e.target.checked ? hidden.delete(c) : hidden.add(c); drawTable(); } }),
-    ` ${c}`)));
+      checked: !hiddenColumns.has(c), onchange: (e) => {
+        if (e.target.checked) hiddenColumns.delete(c); else hiddenColumns.add(c);
+        drawTable();
+      } }), ` ${c}`)));
     chooserSummary.textContent = `columns (${columns.length} of ${all.length})`;
     tableTitle.textContent = `Children (${rows.length}${rows.length !== table.rows.length ? ` of ${table.rows.length}` : ""})`;
     filterError.textContent = refusal;

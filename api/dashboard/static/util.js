@@ -88,11 +88,12 @@ export function setProgress(bar, progress, label) {
 // button loses the click that straddles its replacement.
 const builtFrom = new WeakMap();
 export function refill(el, key, build) {
-  const written = JSON.stringify(key);
+  const written = JSON.stringify([key]);   // in a list: undefined is written too ("[null]")
   if (builtFrom.get(el) === written) return;
-  builtFrom.set(el, written);
+  const children = build();   // recorded once built: a build that throws is tried again at the next call
   el.replaceChildren();
-  append(el, [build()]);
+  append(el, [children]);
+  builtFrom.set(el, written);
 }
 
 // Seconds left of an estimate the server gave (seconds, as of readAt), now: readAt and now are performance.now()
@@ -110,17 +111,18 @@ export function secondsLeft({ status, eta, progressed_at: writtenAt }, readAt = 
   return countdown((Date.parse(eta) - Date.parse(writtenAt)) / 1000, readAt, now);
 }
 
-// el's children: one node for each item, the last call's kept while the item's key (anything JSON can write) is
-// unchanged, and built anew otherwise; update(node, item), when given, then brings a node's changing parts (a
-// progress bar) up to date in place. Rows of a list that refreshes while jobs run stay under the pointer.
+// el's children: one node for each item (idOf: unique among them), the last call's kept while the item's key
+// (anything JSON can write) is unchanged, and built anew otherwise; update(node, item), when given, then brings a
+// node's changing parts (a progress bar) up to date in place. Rows of a list that refreshes while jobs run stay
+// under the pointer.
 const keyedNodes = new WeakMap();
 export function keyedChildren(el, items, idOf, keyOf, build, update = () => {}) {
   const before = keyedNodes.get(el) ?? new Map();
   const now = new Map();
   const nodes = items.map((item) => {
-    const key = JSON.stringify(keyOf(item));
+    const key = JSON.stringify([keyOf(item)]);
     const kept = before.get(idOf(item));
-    const node = kept?.key === key ? kept.node : build(item);
+    const node = kept && kept.key === key ? kept.node : build(item);
     now.set(idOf(item), { key, node });
     update(node, item);
     return node;
@@ -129,11 +131,12 @@ export function keyedChildren(el, items, idOf, keyOf, build, update = () => {}) 
   setChildren(el, nodes);
 }
 
-// el's children set to nodes, left alone when they already are those, in that order: a node moved out and back
-// loses the click that straddles the move.
+// el's children set to nodes, moving only those not already in their place: a node taken out and put back loses
+// the click that straddles the move, and the focus (one new row of a list must not move the others).
 export function setChildren(el, nodes) {
-  const current = el.childNodes;
-  if (nodes.length !== current.length || nodes.some((node, i) => node !== current[i])) el.replaceChildren(...nodes);
+  const wanted = new Set(nodes);
+  for (const child of [...el.childNodes]) if (!wanted.has(child)) child.remove();
+  nodes.forEach((node, i) => { if (el.childNodes[i] !== node) el.insertBefore(node, el.childNodes[i] ?? null); });
 }
 
 export function errorBox(error) {
