@@ -540,6 +540,36 @@ def test_tags_filter_the_list_and_are_edited_with_the_note_in_the_page(service, 
     assert [e for e in page.console.errors if not EXPECTED_4XX.search(e)] == []
 
 
+def presets_refresh_in_place(service: str, page) -> None:
+    """While a preset study runs the presets page refreshes every 3 s, in place: the other cards keep their
+    buttons, lists of checks and figures, and fetch no figure again (each refresh had rebuilt every card)."""
+    running = httpx.post(f"{service}/v1/presets/nrq-momentum-risk/run", timeout=30, json={
+        "size": "quick", "seeds": [0], "overrides": {"params.steps": 400_000, "params.record_every": 100_000}})
+    assert running.status_code == 202, running.text
+    figures: list[str] = []
+
+    def asked(request) -> None:
+        if "figure.png" in request.url:
+            figures.append(request.url)
+    page.on("request", asked)
+    with page.expect_response(lambda response: "/v1/studies?limit=" in response.url):
+        page.reload()
+    page.locator('article.preset[data-preset="nrq-momentum-risk"] .progress').wait_for()
+    page.wait_for_function("document.querySelector('article.preset img.figure')?.naturalWidth > 0")
+    held = page.evaluate(HOLD, 'article.preset:not([data-preset="nrq-momentum-risk"]) :is(button, details, '
+                               'img.figure)')
+    fetched = len(figures)
+    for _ in range(2):
+        with page.expect_response(lambda response: "/v1/studies?limit=" in response.url):
+            pass
+    assert held > 40 and all(page.evaluate(STILL_HELD)), "the presets page rebuilt its cards"
+    assert len(figures) == fetched >= 1, figures
+    page.remove_listener("request", asked)
+    cancelled = httpx.post(f"{service}/v1/studies/{running.json()['id']}/cancel", timeout=30)
+    assert cancelled.status_code in (200, 202), cancelled.text
+    wait_ended(service, f"/v1/studies/{running.json()['id']}")
+
+
 def test_every_page_renders_without_console_errors(service, page, grid_study):
     # everything submitted first, then awaited: the service's worker takes each as the last ends (one wait
     # after another left it idle between them, a broker poll each)
@@ -651,6 +681,7 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
             page.wait_for_function("document.querySelector('article.preset img.figure')?.naturalWidth > 0")
             assert page.locator("article.preset").count() == len(httpx.get(f"{service}/v1/presets").json())
             assert page.locator('article.preset[data-preset="nrq-equilibrium-tradeoff"] .badge[data-verdict]').count() > 0
+            presets_refresh_in_place(service, page)
         page.wait_for_timeout(300)
         screenshot(page, name)
         assert page.console.errors == [], (name, page.console.errors)
