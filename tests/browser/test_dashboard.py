@@ -240,7 +240,9 @@ def test_a_study_page_shows_theory_grouped_seeds_and_colour_live_and_after(servi
     screenshot(page, "study-running")
     wait_ended(service, f"/v1/studies/{study_id}")
     # once summaries exist, a study of two varying axes opens on its heatmap; it follows the study's events
-    page.wait_for_function(f"{PLOT}?.[0]?.type === 'heatmap' && document.querySelector('.badge.status-succeeded')")
+    # (the chart drawn of the ended study: redrawn in place, its div shows the last draw until the next lands)
+    page.wait_for_function(f"{PLOT}?.[0]?.type === 'heatmap' && document.getElementById('study-plot').dataset.status "
+                           "=== 'succeeded'")
     table = httpx.get(f"{service}/v1/studies/{study_id}/table", params={"group": "point"}, timeout=30).json()["rows"]
 
     heat = chart(page, "heatmap")
@@ -392,6 +394,13 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     assert page.evaluate("[document.activeElement.id, document.getElementById('row-filter').value]") == [
         "row-filter", "risk<"]
     page.locator("#row-filter").fill("")
+    # its chart is redrawn in place as the study runs, and a zoom stays (each reload had reset it)
+    plot = "document.getElementById('study-plot')"
+    page.wait_for_function(f"{plot}?.data?.[0]?.x?.length > 2")
+    page.evaluate(f"Plotly.relayout({plot}, {{'xaxis.range': [0, 100]}})")
+    points = page.evaluate(f"{plot}.data[0].x.length")
+    page.wait_for_function(f"n => {plot}.data[0].x.length > n", arg=points)   # redrawn with new points
+    assert page.evaluate(f"{plot}._fullLayout.xaxis.range") == [0, 100]
     # between two updates it counts down on the page's clock: 90 s, read 30 s ago, is 60 s; it stops at 0
     texts = page.evaluate("""async () => { const {etaText} = await import('/ui/studies.js');
         const s = {status: 'running', eta_seconds: 90};

@@ -236,6 +236,9 @@ export function renderStudy(main, [id]) {
   async function drawChart() {
     const div = chartCard.querySelector("#study-plot");
     const ticket = ++drawing;
+    // drawn again in place, the div shows the last draw until this one lands: data-status says which study
+    // state the chart drawn is of (its data asked for after the study read as that), as data-type says its type
+    const status = study.status;
     div.querySelector(":scope > .error-box")?.remove();   // the last draw's, which had purged the chart (below)
     const failed = (error) => {
       if (ticket !== drawing) return;
@@ -244,7 +247,10 @@ export function renderStudy(main, [id]) {
     };
     if (choice.type === "parallel") {   // the points' means, from the table grouped by point
       const grouped = await api(`${base}/table?group=point`).catch(failed);
-      if (grouped && ticket === drawing) await drawParallel(div, grouped.rows, study.axes, choice.metric);
+      if (grouped && ticket === drawing) {
+        await drawParallel(div, grouped.rows, study.axes, choice.metric);
+        div.dataset.status = status;
+      }
       return;
     }
     const query = { metric: choice.metric };
@@ -276,6 +282,7 @@ export function renderStudy(main, [id]) {
     } else {
       await drawHeatmap(div, data, { mode: choice.view });
     }
+    div.dataset.status = status;
   }
 
   // The children table: sort by any column, choose the columns shown, filter rows ("risk<0.05 params.lr>=0.1").

@@ -4,7 +4,12 @@
 // heatmap (cell values, the theory beside it on one colour scale or measured/theory as a ratio, iso-ηλ
 // lines). Colours: one per point, or by an axis (a continuous scale for a numeric one), never repeating.
 
-import { LOG_TICKS, plotly, theoryLabel } from "./charts.js";
+import { LOG_TICKS, plotly as plotlyAnew, theoryLabel } from "./charts.js";
+
+// A study's chart is drawn again in its div at each reload while the study runs (Plotly.react); a constant
+// uirevision keeps what the user did to it (zoom, pan, traces hidden from the legend) across those redraws. A
+// change of the chart's choices (type, metric, axes) draws it in a new div, from scratch.
+const plotly = (div, traces, layout) => plotlyAnew(div, traces, { uirevision: "kept", ...layout });
 import { fmtNumber, fmtValue } from "./util.js";
 
 const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
