@@ -503,7 +503,9 @@ class StudyOut(BaseModel):
     progress: float = Field(..., description="Fraction of the study's work done, 0 to 1: its children's steps done "
                                              "over their steps (a sweep over steps is not half done when its short "
                                              "children are), or, when they are of several kinds (a compare study), "
-                                             "the mean of their progress. As the ETA counts the work left.")
+                                             "the mean of their progress. Work is counted as the ETA counts it; a failed "
+                                             "or cancelled child's steps not done stay in the whole, so a partial "
+                                             "study ends below 1.")
     started_at: UtcTime | None = Field(None, description="When its first child started.")
     eta: UtcTime | None = Field(None, description="Estimated finish while running: the steps its active "
                                                    "children have left (none for a child asked to cancel) at "

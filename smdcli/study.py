@@ -532,12 +532,13 @@ def follow(client: Any, study_id: str, quiet: bool = False, interval: float = 1.
                 etag = response.headers.get("etag")
                 study = response.json()
                 total = _child_count(study) or 1
-                if bar is None:
-                    bar = tqdm(total=total, unit="child", file=sys.stderr, disable=quiet or not sys.stderr.isatty(),
-                               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.2f}/{total} children {postfix}")
+                if bar is None:   # the study's progress (its steps done, not its children ended: the postfix says those)
+                    bar = tqdm(total=100, unit="%", file=sys.stderr, disable=quiet or not sys.stderr.isatty(),
+                               dynamic_ncols=True, bar_format="{l_bar}{bar}| {postfix}")
                 progress = study.get("progress")
-                bar.n = min(total, total * progress if _number(progress) else _ended(study))
-                bar.set_postfix_str(f"{study.get('status')}, {eta_text(study.get('eta_seconds'))}", refresh=False)
+                bar.n = min(100.0, 100 * progress if _number(progress) else 100 * _ended(study) / total)
+                bar.set_postfix_str(f"{_ended(study)}/{total} children ended, {study.get('status')}, "
+                                    f"{eta_text(study.get('eta_seconds'))}", refresh=False)
                 bar.refresh()
             if study.get("status") in END_STATUSES:
                 break

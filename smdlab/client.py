@@ -283,9 +283,9 @@ class Study:
         return str(self.refresh().data["status"])
 
     def wait(self, timeout: float | None = None, progress: bool | None = None, poll: float = 1.0) -> Study:
-        """Block until every child has ended (polling with ETags), with a progress bar over the children (by
-        default in a terminal or a notebook only). An outage of the service is waited out, as
-        :meth:`Experiment.wait` does."""
+        """Block until every child has ended (polling with ETags), with a bar of the study's progress (its
+        children's steps done; by default in a terminal or a notebook only). An outage of the service is waited
+        out, as :meth:`Experiment.wait` does."""
         deadline = None if timeout is None else time.monotonic() + timeout
         bar = _bar(progress, self.data.get("name") or self.id)
         etag = None

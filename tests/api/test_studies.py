@@ -137,8 +137,8 @@ def test_a_study_is_stored_run_in_order_and_tabled(env):
     assert client.post(f"/v1/studies/{study['id']}/cancel").status_code == 409
 
 
-def test_a_sweep_over_steps_counts_its_progress_in_steps(sqlite_env):
-    client, settings = sqlite_env
+def test_a_sweep_over_steps_counts_its_progress_in_steps(env):
+    client, settings = env
     study = submit(client, {"name": "steps", "base": small_spec(trials=16, steps=100, record_every=20),
                             "grid": {"params.steps": [100, 300]}, "seeds": [0], "fuse": False})
     assert execute_next(settings, ["cpu"]) == "succeeded"   # the 100-step child, first in expansion order

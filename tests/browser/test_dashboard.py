@@ -555,6 +555,20 @@ def presets_refresh_in_place(service: str, page) -> None:
     running = httpx.post(f"{service}/v1/presets/nrq-momentum-risk/run", timeout=30, json={
         "size": "quick", "seeds": [0], "overrides": {"params.steps": 400_000, "params.record_every": 100_000}})
     assert running.status_code == 202, running.text
+    try:
+        held_through_refreshes(service, page)
+    finally:   # the module's one worker is left idle for the next test (its busy flag clears after the lease's end)
+        study_id = running.json()["id"]
+        httpx.post(f"{service}/v1/studies/{study_id}/cancel", timeout=30).raise_for_status()
+        wait_ended(service, f"/v1/studies/{study_id}")
+        deadline = time.monotonic() + 30
+        while any(q["busy_processes"] for q in httpx.get(f"{service}/v1/queue", timeout=30).json()["queues"].values()):
+            assert time.monotonic() < deadline, "the worker stayed busy after the preset study was cancelled"
+            time.sleep(0.2)
+
+
+def held_through_refreshes(service: str, page) -> None:
+    """The presets page, reloaded while a preset study runs: what it shows held through two refreshes."""
     figures: list[str] = []
 
     def asked(request) -> None:
@@ -567,16 +581,14 @@ def presets_refresh_in_place(service: str, page) -> None:
     page.wait_for_function("document.querySelector('article.preset img.figure')?.naturalWidth > 0")
     held = page.evaluate(HOLD, 'article.preset:not([data-preset="nrq-momentum-risk"]) :is(button, details, '
                                'img.figure)')
+    others = len(httpx.get(f"{service}/v1/presets", timeout=30).json()) - 1
     fetched = len(figures)
     for _ in range(2):
         with page.expect_response(lambda response: "/v1/studies?limit=" in response.url):
             pass
-    assert held > 40 and all(page.evaluate(STILL_HELD)), "the presets page rebuilt its cards"
-    assert len(figures) == fetched >= 1, figures
+    assert held >= 2 * others + 1 and all(page.evaluate(STILL_HELD)), "the presets page rebuilt its cards"
+    assert len(figures) == fetched >= 1, figures   # the finished preset's figure, fetched once
     page.remove_listener("request", asked)
-    cancelled = httpx.post(f"{service}/v1/studies/{running.json()['id']}/cancel", timeout=30)
-    assert cancelled.status_code in (200, 202), cancelled.text
-    wait_ended(service, f"/v1/studies/{running.json()['id']}")
 
 
 def test_every_page_renders_without_console_errors(service, page, grid_study):
@@ -690,10 +702,11 @@ def test_every_page_renders_without_console_errors(service, page, grid_study):
             page.wait_for_function("document.querySelector('article.preset img.figure')?.naturalWidth > 0")
             assert page.locator("article.preset").count() == len(httpx.get(f"{service}/v1/presets").json())
             assert page.locator('article.preset[data-preset="nrq-equilibrium-tradeoff"] .badge[data-verdict]').count() > 0
-            presets_refresh_in_place(service, page)
         page.wait_for_timeout(300)
         screenshot(page, name)
         assert page.console.errors == [], (name, page.console.errors)
+        if name == "presets":
+            presets_refresh_in_place(service, page)
     page.set_viewport_size({"width": 420, "height": 900})   # every page usable on a small screen
     for name, (fragment, ready) in {**pages, "new-study": ("#/studies/new", "#study-plan[data-runs]")}.items():
         page.goto(f"{service}/{fragment}")

@@ -243,13 +243,14 @@ export function renderStudy(main, [id]) {
     const failed = (error) => {
       if (ticket !== drawing) return;
       window.Plotly?.purge(div);   // the next draw in this div starts anew, as in a new one
+      delete div.dataset.status;
       div.replaceChildren(errorBox(error));
     };
     if (choice.type === "parallel") {   // the points' means, from the table grouped by point
       const grouped = await api(`${base}/table?group=point`).catch(failed);
       if (grouped && ticket === drawing) {
         await drawParallel(div, grouped.rows, study.axes, choice.metric);
-        div.dataset.status = status;
+        if (ticket === drawing) div.dataset.status = status;   // (a draw waits for Plotly's script on first load)
       }
       return;
     }
@@ -282,7 +283,7 @@ export function renderStudy(main, [id]) {
     } else {
       await drawHeatmap(div, data, { mode: choice.view });
     }
-    div.dataset.status = status;
+    if (ticket === drawing) div.dataset.status = status;
   }
 
   // The children table: sort by any column, choose the columns shown, filter rows ("risk<0.05 params.lr>=0.1").

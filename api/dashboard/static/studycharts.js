@@ -7,8 +7,9 @@
 import { LOG_TICKS, plotly as plotlyAnew, theoryLabel } from "./charts.js";
 
 // A study's chart is drawn again in its div at each reload while the study runs (Plotly.react); a constant
-// uirevision keeps what the user did to it (zoom, pan, traces hidden from the legend) across those redraws. A
-// change of the chart's choices (type, metric, axes) draws it in a new div, from scratch.
+// uirevision keeps what the user did to it (zoom, pan, traces hidden from the legend) across those redraws, each
+// trace known by its uid (by position, a trace hidden would pass to the next when a seed's band came in before
+// it). A change of the chart's choices (type, metric, axes) draws it in a new div, from scratch.
 const plotly = (div, traces, layout) => plotlyAnew(div, traces, { uirevision: "kept", ...layout });
 import { fmtNumber, fmtValue } from "./util.js";
 
@@ -84,7 +85,8 @@ export async function drawOverlay(div, data, { by = "point", seeds = "mean", var
     const name = pointName(g.values, varying);
     const group = `point-${g.point}`;
     if (seeds === "all" || g.lines.length === 1) {
-      g.lines.forEach((line, i) => traces.push({ x: line.x, y: line.y, type: "scatter", mode: "lines",
+      g.lines.forEach((line, i) => traces.push({ uid: `${group}:seed-${line.seed}:${line.experiment_id ?? i}`,
+        x: line.x, y: line.y, type: "scatter", mode: "lines",
         // one legend entry stands for the point's every seed (it named only the first: "(seed 0)")
         name: g.lines.length > 1 ? `${name} (each of ${g.lines.length} seeds)` : name, legendgroup: group,
         showlegend: i === 0, line: { color: colour, width: 1.3 }, meta: "measured",
@@ -92,19 +94,22 @@ export async function drawOverlay(div, data, { by = "point", seeds = "mean", var
           + "<br>%{x}: %{y}<extra></extra>" }));
     } else {
       const { x, mean, se } = meanBand(g.lines);
-      traces.push({ x: [...x, ...[...x].reverse()], y: [...mean.map((m, i) => m + se[i]), ...mean.map((m, i) => m - se[i]).reverse()],
+      traces.push({ uid: `${group}:band`, x: [...x, ...[...x].reverse()], y: [...mean.map((m, i) => m + se[i]), ...mean.map((m, i) => m - se[i]).reverse()],
         type: "scatter", mode: "lines", fill: "toself", fillcolor: withAlpha(colour, 0.18), line: { width: 0 },
         hoverinfo: "skip", showlegend: false, legendgroup: group, meta: "band" });
-      traces.push({ x, y: mean, type: "scatter", mode: "lines", name: `${name} (mean of ${g.lines.length} seeds)`,
+      traces.push({ uid: `${group}:mean`, x, y: mean, type: "scatter", mode: "lines",
+        name: `${name} (mean of ${g.lines.length} seeds)`,
         legendgroup: group, line: { color: colour, width: 1.6 }, meta: "measured",
         hovertemplate: `${name}<br>%{x}: %{y} (mean)<extra></extra>` });
     }
     const theory = meanTheory(g.lines);
-    if (theory) traces.push({ x: g.lines[0].x, y: theory, type: "scatter", mode: "lines", name: `${name} theory`,
+    if (theory) traces.push({ uid: `${group}:theory`, x: g.lines[0].x, y: theory, type: "scatter", mode: "lines",
+      name: `${name} theory`,
       legendgroup: group, showlegend: false, line: { color: colour, dash: "dash", width: 1.2 }, meta: "theory",
       hovertemplate: `${name} ${data.theory}<br>%{x}: %{y}<extra></extra>` });
   }
-  if (groups.some((g) => meanTheory(g.lines))) traces.push({ x: [null], y: [null], type: "scatter", mode: "lines",
+  if (groups.some((g) => meanTheory(g.lines))) traces.push({ uid: "theory-key", x: [null], y: [null], type: "scatter",
+    mode: "lines",
     name: theoryLabel(data.theory, ", dashed in the point's colour"), line: { color: "#555", dash: "dash" } });
   // a compare study may mix kinds: say who is not drawn, and why, rather than leave them out silently
   const absent = data.not_recorded ?? [];
@@ -160,13 +165,14 @@ export async function drawScatter(div, data, { by = "point", varying = [] } = {}
     const colour = scale.colour(key);
     const label = by === "point" ? pointName(members[0].values, varying)
       : [`${shortName(by)}=${fmtValue(key)}`, ...others.map((a) => `${shortName(a)}=${fmtValue(members[0].values?.[a])}`)].join(", ");
-    traces.push({ x: members.map((p) => p.x), y: members.map((p) => p.mean), type: "scatter",
+    traces.push({ uid: `${label}:measured`, x: members.map((p) => p.x), y: members.map((p) => p.mean), type: "scatter",
       mode: by === "point" ? "markers" : "markers+lines", name: label, legendgroup: label,
       error_y: { type: "data", array: members.map((p) => p.se ?? 0), visible: true, color: colour, thickness: 1.2 },
       marker: { color: colour, size: 9 }, line: { color: colour, width: 1 }, meta: "measured",
       text: members.map((p) => `${pointName(p.values, varying)} · n=${p.n}`),
       hovertemplate: `%{text}<br>${data.x} %{x}<br>${data.metric} %{y} ± %{error_y.array}<extra></extra>` });
-    if (data.theory) traces.push({ x: members.map((p) => p.x), y: members.map((p) => p.theory), type: "scatter",
+    if (data.theory) traces.push({ uid: `${label}:theory`, x: members.map((p) => p.x), y: members.map((p) => p.theory),
+      type: "scatter",
       mode: "markers", name: `${label} theory`, legendgroup: label, showlegend: false, meta: "theory",
       marker: { symbol: "circle-open", size: 12, color: colour, line: { width: 1.6 } },
       hovertemplate: `${data.theory} %{y}<extra></extra>` });
@@ -179,7 +185,7 @@ export async function drawScatter(div, data, { by = "point", varying = [] } = {}
     const colour = by !== "point" && curve.by !== null ? scale.colour(curve.by) ?? "#333" : "#333";
     const nth = sharing.get(colour) ?? 0;
     sharing.set(colour, nth + 1);
-    traces.push({ x: curve.x, y: curve.y, type: "scatter", mode: "lines", meta: "theory",
+    traces.push({ uid: `curve:${curve.label ?? k}`, x: curve.x, y: curve.y, type: "scatter", mode: "lines", meta: "theory",
       name: theoryLabel(data.theory, curve.label !== null ? `: ${curve.label}` : " curve"),
       line: { color: colour, dash: dashes[nth % dashes.length], width: 1.3 }, showlegend: k === 0 || curve.label !== null });
   });
