@@ -533,12 +533,13 @@ def follow(client: Any, study_id: str, quiet: bool = False, interval: float = 1.
                 study = response.json()
                 total = _child_count(study) or 1
                 if bar is None:   # the study's progress (its steps done, not its children ended: the postfix says those)
+                    # the text after the bar in desc: tqdm writes a postfix after ", "
                     bar = tqdm(total=100, unit="%", file=sys.stderr, disable=quiet or not sys.stderr.isatty(),
-                               dynamic_ncols=True, bar_format="{l_bar}{bar}| {postfix}")
+                               dynamic_ncols=True, bar_format="{percentage:3.0f}%|{bar}| {desc}")
                 progress = study.get("progress")
                 bar.n = min(100.0, 100 * progress if _number(progress) else 100 * _ended(study) / total)
-                bar.set_postfix_str(f"{_ended(study)}/{total} children ended, {study.get('status')}, "
-                                    f"{eta_text(study.get('eta_seconds'))}", refresh=False)
+                bar.set_description_str(f"{_ended(study)}/{total} children ended, {study.get('status')}, "
+                                        f"{eta_text(study.get('eta_seconds'))}", refresh=False)
                 bar.refresh()
             if study.get("status") in END_STATUSES:
                 break
