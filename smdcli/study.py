@@ -532,8 +532,8 @@ def follow(client: Any, study_id: str, quiet: bool = False, interval: float = 1.
                 etag = response.headers.get("etag")
                 study = response.json()
                 total = _child_count(study) or 1
-                if bar is None:   # the study's progress (its steps done, not its children ended: the postfix says those)
-                    # the text after the bar in desc: tqdm writes a postfix after ", "
+                if bar is None:   # the study's progress (its steps done); its children ended are said after it, in
+                    # desc (tqdm writes a postfix after ", ")
                     bar = tqdm(total=100, unit="%", file=sys.stderr, disable=quiet or not sys.stderr.isatty(),
                                dynamic_ncols=True, bar_format="{percentage:3.0f}%|{bar}| {desc}")
                 progress = study.get("progress")

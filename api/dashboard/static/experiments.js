@@ -3,7 +3,7 @@
 
 import { api } from "./api.js";
 import {
-  errorBox, fmtDuration, fmtNumber, fmtTime, h, progressBar, refill, routeQuery, secondsLeft, setChildren, setProgress,
+  errorBox, fmtDuration, fmtNumber, fmtTime, h, keyedChildren, progressBar, refill, routeQuery, secondsLeft, setProgress,
   statusBadge, TERMINAL,
 } from "./util.js";
 
@@ -26,7 +26,6 @@ export function render(main) {
   let timer = null;
   let stopped = false;
   let latest = 0;   // the newest load's number: an older answer arriving late is dropped
-  let rows = new Map();   // id → the row listed for it (row(), below), kept across refreshes
 
   const body = h("tbody");
   const info = h("span.muted");
@@ -73,7 +72,6 @@ export function render(main) {
     // the next page's address to this list's
     if (stopped) return;
     cursors.length = 1;
-    rows = new Map();   // the columns may have changed
     const kept = new URLSearchParams(Object.entries({ ...filters, where, columns: columns.join(","), order_by: orderBy })
       .filter(([, v]) => v));
     const text = String(kept);
@@ -109,11 +107,10 @@ export function render(main) {
       return;
     }
     if (stopped) return;
-    const listed = new Map();
-    const trs = page.items.map((e) => row(e, listed));
-    rows = listed;
-    if (!trs.length) trs.push(h("tr", h("td.muted", { colSpan: 8 + columns.length }, "No experiments match.")));
-    setChildren(body, trs);
+    // a listed experiment's row is kept across refreshes (rebuilt for other columns) and updated cell by cell: the
+    // list refreshes every REFRESH_MS while a job runs, and a link, box or tag rebuilt under the pointer lost the click
+    keyedChildren(body, page.items, (e) => e.id, () => columns, row, update);
+    if (!page.items.length) body.append(h("tr", h("td.muted", { colSpan: 8 + columns.length }, "No experiments match.")));
     info.textContent = `${page.total} experiment${page.total === 1 ? "" : "s"}`;
     prev.disabled = cursors.length <= 1;
     next.disabled = !page.next_cursor;
@@ -130,23 +127,25 @@ export function render(main) {
     prev.disabled = next.disabled = true;
   }
 
-  // A listed experiment's row, kept across refreshes (listed: id → row) and updated cell by cell: the list refreshes
-  // every REFRESH_MS while a job runs, and a link, box or tag rebuilt under the pointer lost the click.
-  function row(e, listed) {
+  // An experiment's row: its cells, empty until update() fills them (cellsOf: row → its named cells).
+  const cellsOf = new WeakMap();
+  function row(e) {
+    const box = h("input", { type: "checkbox", checked: selected.has(e.id), title: "select to compare",
+      onchange: (ev) => { ev.target.checked ? selected.add(e.id) : selected.delete(e.id); updateCompare(); } });
+    const cells = { name: h("td"), kind: h("td"), status: h("td"), bar: progressBar(0), eta: h("div.muted.eta"),
+      tags: h("td.tags"), owner: h("td"), created: h("td"), extra: columns.map(() => h("td.number")) };
+    const tr = h("tr", { dataset: { id: e.id } }, h("td", box), cells.name, cells.kind, cells.status,
+      h("td", cells.bar, cells.eta), cells.tags, cells.owner, cells.created, cells.extra);
+    cellsOf.set(tr, cells);
+    return tr;
+  }
+
+  function update(tr, e) {
     shown.set(e.id, e.name);
-    let r = rows.get(e.id);
-    if (!r) {
-      const box = h("input", { type: "checkbox", checked: selected.has(e.id), title: "select to compare",
-        onchange: (ev) => { ev.target.checked ? selected.add(e.id) : selected.delete(e.id); updateCompare(); } });
-      r = { name: h("td"), kind: h("td"), status: h("td"), bar: progressBar(0), eta: h("div.muted.eta"),
-        tags: h("td.tags"), owner: h("td"), created: h("td"), extra: columns.map(() => h("td.number")) };
-      r.tr = h("tr", { dataset: { id: e.id } }, h("td", box), r.name, r.kind, r.status, h("td", r.bar, r.eta), r.tags,
-        r.owner, r.created, r.extra);
-    }
-    listed.set(e.id, r);
+    const r = cellsOf.get(tr);
     const { name, kind, status, tags, owner, created, extra } = r;
     const model = e.spec?.params?.model && e.kind !== "nrq" ? `/${e.spec.params.model}` : "";
-    r.tr.dataset.status = e.status;
+    tr.dataset.status = e.status;
     refill(name, e.name, () => h("a", { href: `#/experiments/${e.id}` }, e.name || e.id.slice(0, 12)));
     refill(kind, e.kind + model, () => e.kind + model);
     refill(status, e.status, () => statusBadge(e.status));
@@ -159,7 +158,6 @@ export function render(main) {
     refill(owner, e.owner || "", () => e.owner || "");
     refill(created, e.created_at, () => fmtTime(e.created_at));
     extra.forEach((td, i) => { const v = fmtNumber(valueAt(e, columns[i])); refill(td, v, () => v); });
-    return r.tr;
   }
 
   function updateCompare() {

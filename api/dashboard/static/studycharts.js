@@ -5,13 +5,13 @@
 // lines). Colours: one per point, or by an axis (a continuous scale for a numeric one), never repeating.
 
 import { LOG_TICKS, plotly as plotlyAnew, theoryLabel } from "./charts.js";
+import { fmtNumber, fmtValue } from "./util.js";
 
 // A study's chart is drawn again in its div at each reload while the study runs (Plotly.react); a constant
 // uirevision keeps what the user did to it (zoom, pan, traces hidden from the legend) across those redraws, each
 // trace known by its uid (by position, a trace hidden would pass to the next when a seed's band came in before
 // it). A change of the chart's choices (type, metric, axes) draws it in a new div, from scratch.
 const plotly = (div, traces, layout) => plotlyAnew(div, traces, { uirevision: "kept", ...layout });
-import { fmtNumber, fmtValue } from "./util.js";
 
 const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
 
@@ -85,7 +85,7 @@ export async function drawOverlay(div, data, { by = "point", seeds = "mean", var
     const name = pointName(g.values, varying);
     const group = `point-${g.point}`;
     if (seeds === "all" || g.lines.length === 1) {
-      g.lines.forEach((line, i) => traces.push({ uid: `${group}:seed-${line.seed}:${line.experiment_id ?? i}`,
+      g.lines.forEach((line, i) => traces.push({ uid: `${group}:${line.experiment_id}`,
         x: line.x, y: line.y, type: "scatter", mode: "lines",
         // one legend entry stands for the point's every seed (it named only the first: "(seed 0)")
         name: g.lines.length > 1 ? `${name} (each of ${g.lines.length} seeds)` : name, legendgroup: group,

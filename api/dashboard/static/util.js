@@ -133,7 +133,7 @@ export function keyedChildren(el, items, idOf, keyOf, build, update = () => {}) 
 
 // el's children set to nodes, moving only those not already in their place: a node taken out and put back loses
 // the click that straddles the move, and the focus (one new row of a list must not move the others).
-export function setChildren(el, nodes) {
+function setChildren(el, nodes) {
   const wanted = new Set(nodes);
   for (const child of [...el.childNodes]) if (!wanted.has(child)) child.remove();
   nodes.forEach((node, i) => { if (el.childNodes[i] !== node) el.insertBefore(node, el.childNodes[i] ?? null); });
