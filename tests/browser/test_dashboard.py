@@ -383,8 +383,7 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     screenshot(page, "study-eta")
     # the reloads after its events update the page in place: a row filter being typed keeps its text and the
     # focus, the buttons and the children's links stay the same nodes (each reload had rebuilt them)
-    # (not the rows' links: a child that ends brings its summary's columns, and every row is rebuilt, as it should
-    # be; the experiments list's rows are held below)
+    # (the rows' links are held below, through their children's ends)
     held = page.evaluate(HOLD, "#study-actions button, #row-filter, #column-chooser")
     assert held == 4 + 1 + 1
     page.locator("#row-filter").press_sequentially("risk<")
@@ -421,8 +420,15 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     page.wait_for_function(f"was => document.querySelector('{running} .progress')?.title !== was", arg=shown_at)
     assert all(page.evaluate(STILL_HELD)), "the list rebuilt a running row's link or box"
     page.goto(f"{service}/#/studies/{study_id}")
+    # a child's row keeps its link while the child's status moves and its summary's columns come in (a row was
+    # rebuilt at each such change, and a click on its link straddling it was lost)
+    statuses = "[...document.querySelectorAll('#children-table tbody .badge')].map(b => b.dataset.status)"
+    page.wait_for_function(f"{statuses}.length === 6")
+    assert page.evaluate(HOLD, "#children-table tbody a") == 6
     page.locator("#study-cancel").click()
     assert wait_ended(service, f"/v1/studies/{study_id}", timeout=60)["status"] in ("cancelled", "partial")
+    page.wait_for_function(f"{statuses}.every(s => ['succeeded', 'failed', 'cancelled'].includes(s))")
+    assert all(page.evaluate(STILL_HELD)), "the study page rebuilt its children's rows"
     page.locator("#study-delete").click()
     page.wait_for_url(re.compile(r"#/studies$"))
     assert httpx.get(f"{service}/v1/studies/{study_id}", timeout=30).status_code == 404

@@ -333,8 +333,10 @@ export function renderStudy(main, [id]) {
       return r[c] !== null && typeof r[c] === "object" ? h("code.small", JSON.stringify(r[c])) : fmtNumber(r[c]);
     };
     tableTools.hidden = tableScroll.hidden = false;
-    keyedChildren(tableBody, rows, (r) => `${r.index}:${r.experiment_id}`, (r) => [columns, columns.map((c) => r[c] ?? null)],
-      (r) => h("tr", columns.map((c) => h("td", cell(r, c)))));
+    // a row is built once, and its cells kept by column, each rebuilt when its value changes: a row rebuilt as its
+    // child's status moved, or its summary's columns came in, lost a click on its index link
+    keyedChildren(tableBody, rows, (r) => `${r.index}:${r.experiment_id}`, () => null, () => h("tr"),
+      (tr, r) => keyedChildren(tr, columns, (c) => c, (c) => r[c] ?? null, (c) => h("td", cell(r, c))));
     // the chooser's boxes keep their own state (hiddenColumns follows them): rebuilt only for other columns
     refill(columnList, all, () => all.map((c) => h("label", h("input", { type: "checkbox", name: "column", value: c,
       checked: !hiddenColumns.has(c), onchange: (e) => {
