@@ -30,6 +30,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from multiprocessing.managers import SyncManager
@@ -183,11 +184,14 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
     points, seeds = len({c.point for c in children}), len({c.seed for c in children})
     print(f"smd study: {count(len(children), 'child', 'children')} ({count(points, 'point')} × {count(seeds, 'seed')}), "
           f"{count(jobs, 'process', 'processes')}", file=sys.stderr)
-    bar = tqdm(total=len(children), unit="child", file=sys.stderr, disable=quiet or not sys.stderr.isatty(),
-               dynamic_ncols=True, bar_format="{l_bar}{bar}| {n:.2f}/{total} children [{elapsed}<{remaining}]")
+    # the study's progress in % of its steps (as the service counts it: a child of 10× the steps weighs 10×), its
+    # children ended after it
+    bar = tqdm(total=100, unit="%", file=sys.stderr, disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True,
+               bar_format="{percentage:3.0f}%|{bar}| {desc} [{elapsed}<{remaining}]")
     specs = [(c.index, c.spec.model_dump(mode="json")) for c in children]
     try:
-        results = _run_children(specs, jobs, bar, data_dir, fuse=study.fuse)
+        results = _run_children(specs, jobs, bar, data_dir, fuse=study.fuse,
+                                steps={c.index: c.spec.params.steps for c in children})
     except KeyboardInterrupt:
         bar.close()
         print("smd study: interrupted", file=sys.stderr)
@@ -253,15 +257,26 @@ def batches(specs: Unit, jobs: int, fuse: bool) -> list[Unit]:
     return out
 
 
-def _run_children(specs: Unit, jobs: int, bar: tqdm, data_dir: str | None,
-                  fuse: bool = True) -> dict[int, tuple[dict | None, str | None]]:
-    """{index: (document, error)} for every child; the bar counts children, fractions included."""
+def study_progress(steps: dict[int, int], fraction: dict[int, float], ended: Iterable[int]) -> float:
+    """The fraction of a study's steps done, 0 to 1: each child's ``steps`` (by index), all of them once it
+    ended (``ended``, whether it succeeded or failed) and its last reported ``fraction`` before."""
+    ended = set(ended)
+    total = sum(steps.values())
+    done = sum(n * (1.0 if i in ended else min(1.0, fraction.get(i, 0.0))) for i, n in steps.items())
+    return done / total if total else 1.0
+
+
+def _run_children(specs: Unit, jobs: int, bar: tqdm, data_dir: str | None, fuse: bool,
+                  steps: dict[int, int]) -> dict[int, tuple[dict | None, str | None]]:
+    """{index: (document, error)} for every child; the bar (total 100) shows the % of the children's ``steps``
+    (by index) done (:func:`study_progress`) and the children ended."""
     done: dict[int, tuple[dict | None, str | None]] = {}
     fraction: dict[int, float] = {}
     units = batches(specs, jobs, fuse)
 
     def show() -> None:
-        bar.n = min(float(len(done)) + sum(f for i, f in fraction.items() if i not in done), bar.total)
+        bar.n = min(100.0, 100 * study_progress(steps, fraction, done))
+        bar.set_description_str(f"{len(done)}/{len(specs)} children ended", refresh=False)
         bar.refresh()
 
     if jobs == 1:

@@ -162,3 +162,29 @@ def test_a_points_study_gets_a_heatmap_only_where_its_points_fill_a_grid():
     assert heatmap_axes(study, diagonal) is None
     full = [{"params.momentum": m, "params.init_std": 1.0, "params.lr": lr} for m in (0.0, 0.9) for lr in (0.1, 0.2)]
     assert heatmap_axes(study, full) == ("params.momentum", "params.lr")
+
+
+def test_the_bar_counts_the_studys_steps_not_its_children(tmp_path, monkeypatch):
+    """A study of children of 100 and 900 steps, run one after the other: its bar shows 10% once the first has
+    ended (where a count of children said half), then 100% with both ended."""
+    from io import StringIO
+
+    from smdcli.study import study_progress
+
+    assert study_progress({0: 100, 1: 900}, {1: 0.5}, ended={0}) == pytest.approx(0.55)
+    assert study_progress({0: 100, 1: 900}, {0: 2.0}, ended=()) == pytest.approx(0.1)   # a fraction past 1 counts 1
+    assert study_progress({}, {}, ended=()) == 1.0
+
+    class Terminal(StringIO):   # the bar is drawn on a terminal only
+        def isatty(self) -> bool:
+            return True
+
+    stderr = Terminal()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    study = {"base": {"kind": "nrq", "params": {"dim": 10, "trials": 8, "record_every": 100}},
+             "points": [{"params.steps": 100}, {"params.steps": 900}], "fuse": False}
+    assert main(["study", "run", str(_write(tmp_path, study)), "-o", str(tmp_path / "out"), "-j", "1"]) == 0
+    frames = [frame.strip() for frame in stderr.getvalue().split("\r") if "children ended" in frame]
+    first_ended = next(frame for frame in frames if "1/2 children ended" in frame)
+    assert first_ended.startswith("10%|"), frames
+    assert frames[-1].startswith("100%|") and "2/2 children ended" in frames[-1], frames
