@@ -186,8 +186,8 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
           f"{count(jobs, 'process', 'processes')}", file=sys.stderr)
     # the study's progress in % of its steps (as the service counts it: a child of 10× the steps weighs 10×), its
     # children ended after it
-    bar = tqdm(total=100, unit="%", file=sys.stderr, disable=quiet or not sys.stderr.isatty(), dynamic_ncols=True,
-               bar_format="{percentage:3.0f}%|{bar}| {desc} [{elapsed}<{remaining}]")
+    bar = tqdm(total=100, desc=f"0/{len(children)} children ended", file=sys.stderr, dynamic_ncols=True,
+               disable=quiet or not sys.stderr.isatty(), bar_format="{percentage:3.0f}%|{bar}| {desc} [{elapsed}<{remaining}]")
     specs = [(c.index, c.spec.model_dump(mode="json")) for c in children]
     try:
         results = _run_children(specs, jobs, bar, data_dir, fuse=study.fuse,
@@ -257,12 +257,13 @@ def batches(specs: Unit, jobs: int, fuse: bool) -> list[Unit]:
     return out
 
 
-def study_progress(steps: dict[int, int], fraction: dict[int, float], ended: Iterable[int]) -> float:
-    """The fraction of a study's steps done, 0 to 1: each child's ``steps`` (by index), all of them once it
-    ended (``ended``, whether it succeeded or failed) and its last reported ``fraction`` before."""
-    ended = set(ended)
+def study_progress(steps: dict[int, int], fraction: dict[int, float], succeeded: Iterable[int]) -> float:
+    """The fraction of a study's steps done, 0 to 1, as the service counts it: each child's ``steps`` (by
+    index), all of them once it succeeded, else its last reported ``fraction`` (a failed child's steps not done
+    stay in the total: a study with a failure ends under 1)."""
+    whole = set(succeeded)
     total = sum(steps.values())
-    done = sum(n * (1.0 if i in ended else min(1.0, fraction.get(i, 0.0))) for i, n in steps.items())
+    done = sum(n * (1.0 if i in whole else min(1.0, fraction.get(i, 0.0))) for i, n in steps.items())
     return done / total if total else 1.0
 
 
@@ -275,7 +276,7 @@ def _run_children(specs: Unit, jobs: int, bar: tqdm, data_dir: str | None, fuse:
     units = batches(specs, jobs, fuse)
 
     def show() -> None:
-        bar.n = min(100.0, 100 * study_progress(steps, fraction, done))
+        bar.n = min(100.0, 100 * study_progress(steps, fraction, (i for i, (_, error) in done.items() if error is None)))
         bar.set_description_str(f"{len(done)}/{len(specs)} children ended", refresh=False)
         bar.refresh()
 

@@ -425,6 +425,7 @@ def test_a_study_is_made_cancelled_and_deleted_in_the_page(service, page):
     statuses = "[...document.querySelectorAll('#children-table tbody .badge')].map(b => b.dataset.status)"
     page.wait_for_function(f"{statuses}.length === 6")
     assert page.evaluate(HOLD, "#children-table tbody a") == 6
+    assert not page.evaluate(f"{statuses}.every(s => ['succeeded', 'failed', 'cancelled'].includes(s))")   # to come
     page.locator("#study-cancel").click()
     assert wait_ended(service, f"/v1/studies/{study_id}", timeout=60)["status"] in ("cancelled", "partial")
     page.wait_for_function(f"{statuses}.every(s => ['succeeded', 'failed', 'cancelled'].includes(s))")

@@ -171,9 +171,11 @@ def test_the_bar_counts_the_studys_steps_not_its_children(tmp_path, monkeypatch)
 
     from smdcli.study import study_progress
 
-    assert study_progress({0: 100, 1: 900}, {1: 0.5}, ended={0}) == pytest.approx(0.55)
-    assert study_progress({0: 100, 1: 900}, {0: 2.0}, ended=()) == pytest.approx(0.1)   # a fraction past 1 counts 1
-    assert study_progress({}, {}, ended=()) == 1.0
+    assert study_progress({0: 100, 1: 900}, {1: 0.5}, succeeded={0}) == pytest.approx(0.55)
+    assert study_progress({0: 100, 1: 900}, {0: 2.0}, succeeded=()) == pytest.approx(0.1)   # past 1 counts 1
+    # a failed child's steps not done stay in the total, as the service counts them
+    assert study_progress({0: 100, 1: 900}, {0: 0.5, 1: 1.0}, succeeded={1}) == pytest.approx(0.95)
+    assert study_progress({}, {}, succeeded=()) == 1.0
 
     class Terminal(StringIO):   # the bar is drawn on a terminal only
         def isatty(self) -> bool:
