@@ -214,16 +214,32 @@ def theory_curves(candidates: Sequence[tuple[Key, Mapping[str, Any]]], x: str, m
     told apart by their values at the probes and by where their gaps begin and end (analytic pieces
     that agree at eight points and differ between them would be merged).
 
+    Along a whole-number field (``params.steps``, ``params.dim``) ``xs`` are rounded, each once: such a
+    field refuses 3457.6, and a curve of values only at its ends drew nothing.
+
     Empty when more than MAX_CANDIDATES combinations, or more than MAX_CURVES distinct curves, would
     have to be drawn (probing stops there), or when a spec cannot be moved along ``x`` (a path it lacks);
     candidates whose metric has no theory, or none at the probed values, are left out."""
     if len(candidates) > MAX_CANDIDATES or not xs:
         return []
     try:
+        if candidates and _whole_numbers(candidates[0][1], x):
+            xs = list(dict.fromkeys(round(v) for v in xs))
         groups = _probe_groups(candidates, x, metric, [xs[i] for i in _probe_indices(len(xs))])
         return _drawn(groups, x, metric, xs) if groups is not None else []
     except (KeyError, IndexError, TypeError, ValueError):   # x is not a path these specs can be moved along
         return []
+
+
+def _whole_numbers(spec: Mapping[str, Any], x: str) -> bool:
+    """Whether ``x`` is a path to a whole-number field of ``spec`` (its validated value an int, not a bool:
+    a float field holds a float even where the spec wrote 1)."""
+    if x in DERIVED_AXES:
+        return False
+    node: Any = parse_spec(dict(spec)).model_dump(mode="json")
+    for part in x.split("."):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return isinstance(node, int) and not isinstance(node, bool)
 
 
 def _probe_indices(n: int) -> list[int]:

@@ -133,6 +133,20 @@ def test_theory_curves_tell_apart_curves_whose_gaps_begin_between_probes():
     assert [(keys, ys) for keys, _, ys in curves] == [(["dt=1.0", "dt=1.0"], alone[0]), (["dt=0.5"], alone[1])]
 
 
+def test_a_theory_curve_along_a_whole_number_field_has_a_value_at_every_x():
+    """Along params.steps the grid's values between a study's steps (3457.6…) are whole numbers, each once: the
+    field refused them, and the curve had values at its two ends only, so it drew nothing. Its values are the
+    spec's own theory at each whole number; a float field keeps its grid (lr written 1 is still a float)."""
+    grid = smdengine.curve_grid(3000, 30000)
+    [(_, xs, ys)] = smdengine.theory_curves([("all", BASE)], "params.steps", "risk", grid)
+    assert xs == list(dict.fromkeys(round(x) for x in grid)) and all(isinstance(x, int) for x in xs)
+    assert None not in ys and len(xs) == smdengine.CURVE_POINTS
+    assert ys == [smdengine.theory_curve(BASE, "params.steps", "risk", [x])[0] for x in xs]
+    written_as_int = {**BASE, "params": {**BASE["params"], "lr": 1}}
+    [(_, xs, _)] = smdengine.theory_curves([("all", written_as_int)], "params.lr", "risk", [1, 1.5, 2])
+    assert xs == [1, 1.5, 2]
+
+
 def test_an_axis_may_replace_what_the_base_left_to_its_defaults():
     """A spectrum swept over an nrq base that gave none: the parsed base held the two-level default (eig_low,
     eig_high filled in by its validator), and every child was refused for giving both."""
