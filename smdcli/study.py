@@ -184,10 +184,7 @@ def run_study(data: dict[str, Any], out_dir: Path, jobs: int = 1, quiet: bool = 
     points, seeds = len({c.point for c in children}), len({c.seed for c in children})
     print(f"smd study: {count(len(children), 'child', 'children')} ({count(points, 'point')} × {count(seeds, 'seed')}), "
           f"{count(jobs, 'process', 'processes')}", file=sys.stderr)
-    # the study's progress in % of its steps (as the service counts it: a child of 10× the steps weighs 10×), its
-    # children ended after it
-    bar = tqdm(total=100, desc=f"0/{len(children)} children ended", file=sys.stderr, dynamic_ncols=True,
-               disable=quiet or not sys.stderr.isatty(), bar_format="{percentage:3.0f}%|{bar}| {desc} [{elapsed}<{remaining}]")
+    bar = study_bar(quiet, f"0/{len(children)} children ended", " [{elapsed}<{remaining}]")
     specs = [(c.index, c.spec.model_dump(mode="json")) for c in children]
     try:
         results = _run_children(specs, jobs, bar, data_dir, fuse=study.fuse,
@@ -255,6 +252,14 @@ def batches(specs: Unit, jobs: int, fuse: bool) -> list[Unit]:
         size = -(-len(unit) // parts)
         out.extend(unit[i:i + size] for i in range(0, len(unit), size))
     return out
+
+
+def study_bar(quiet: bool, desc: str, times: str = "") -> tqdm:
+    """A study's bar on stderr, on a terminal only: its progress in % of its steps (as the service counts it: a
+    child of 10× the steps weighs 10×), then ``desc`` (its children ended; in desc: tqdm writes a postfix after
+    ", ") and ``times`` (tqdm's fields, e.g. " [{elapsed}<{remaining}]"). Its n is set to the %, not updated."""
+    return tqdm(total=100, desc=desc, file=sys.stderr, dynamic_ncols=True, disable=quiet or not sys.stderr.isatty(),
+                bar_format="{percentage:3.0f}%|{bar}| {desc}" + times)
 
 
 def study_progress(steps: dict[int, int], fraction: dict[int, float], succeeded: Iterable[int]) -> float:
@@ -548,10 +553,8 @@ def follow(client: Any, study_id: str, quiet: bool = False, interval: float = 1.
                 etag = response.headers.get("etag")
                 study = response.json()
                 total = _child_count(study) or 1
-                if bar is None:   # the study's progress (its steps done); its children ended are said after it, in
-                    # desc (tqdm writes a postfix after ", ")
-                    bar = tqdm(total=100, unit="%", file=sys.stderr, disable=quiet or not sys.stderr.isatty(),
-                               dynamic_ncols=True, bar_format="{percentage:3.0f}%|{bar}| {desc}")
+                if bar is None:   # its ETA is the service's, said in desc
+                    bar = study_bar(quiet, "")
                 progress = study.get("progress")
                 bar.n = min(100.0, 100 * progress if _number(progress) else 100 * _ended(study) / total)
                 bar.set_description_str(f"{_ended(study)}/{total} children ended, {study.get('status')}, "
