@@ -154,7 +154,7 @@ class WarningOut(BaseModel):
                          "positive, each update reverses the weight; continuous_time: λη/(1−α) > 0.1, beyond the "
                          "small-ηλ regime of the continuous-time closed forms; sparse_tail: record_every leaves fewer "
                          "than two records (on train, whole windows) in the summary's tail (the last half of the final "
-                         "phase), so its tail summaries are one record's values (omits nothing); unsettled_tail (nrq): the "
+                         "phase), so its tail summaries are one record's values (omits nothing); unsettled_tail (nrq, sde nrq): the "
                          "tail's mean angular update is predicted more than ±10% off its equilibrium, |X| still "
                          "relaxing to its equilibrium norm, so the tail means are not equilibrium values (omits "
                          "nothing).")

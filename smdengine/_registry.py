@@ -177,7 +177,7 @@ def spec_warnings(spec: AnySpec | dict[str, Any]) -> list[dict[str, Any]]:
     declared per kind and model by its params' ``regime_warnings()``, the conditions derived in
     :func:`smdengine._science.phase_regime`. Then ``sparse_tail`` (omits nothing) when the summary's tail holds
     fewer than two records (its params' ``tail_warnings()``, :func:`smdengine._science.tail_warnings`), and on
-    ``nrq`` ``unsettled_tail`` (omits nothing) when the tail's mean AU is predicted more than ±10% off its
+    ``nrq`` and the sde nrq model ``unsettled_tail`` (omits nothing) when the tail's mean AU is predicted more than ±10% off its
     equilibrium (:func:`smdengine.nrq.predict.tail_au_ratio`).
     Torch- and SciPy-free (nrq's prediction uses numpy); raises ``pydantic.ValidationError`` on a bad spec."""
     params = parse_spec(spec).params

@@ -75,7 +75,7 @@ def submit_experiment(submission: Submission, db: DbDep, settings: SettingsDep, 
     """Validate a spec, check your quotas, store it, and queue it (cuda jobs on the gpu queue). A spec whose
     rates leave the regime the theory describes is accepted with ``warnings`` naming the condition; the
     theory lines that do not apply are left out of its results. So is one whose summary's tail would hold fewer
-    than two records (``sparse_tail``), and (nrq) one whose tail is predicted off its equilibrium AU
+    than two records (``sparse_tail``), and (nrq, sde nrq) one whose tail is predicted off its equilibrium AU
     (``unsettled_tail``)."""
     return _queue(db, settings, user, response, submission, submission.model_dump(mode="json", exclude=SERVICE_FIELDS),
                   visibility=submission.visibility, priority=submission.priority,

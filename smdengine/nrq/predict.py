@@ -4,7 +4,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -179,11 +179,12 @@ JUMP_NODES = 48   # nodes of the law of the first gradient's norm, where the fir
 SMALL_JUMP = 1e-2   # below this mean relative first jump E[η²L/M_0²], G's spread moves E[1/M_t²] by O(1e-4): G = L
 
 
-def tail_au_ratio(p: NRQPhysics, momentum: float = 0.0) -> float | None:
+def tail_au_ratio(p: NRQPhysics, momentum: float = 0.0, dt: float = 1.0) -> float | None:
     """The summary's tail mean of ``au_rms`` divided by the final phase's ``au_equilibrium``, predicted before
-    the run. None where the closed forms do not hold: a phase out of regime
-    (:func:`smdengine._science.phase_regime`), a final phase without weight decay (no equilibrium), or norms
-    that are not finite (at the ends of the floating-point range).
+    the run, for SGD(M) (the ``nrq`` kind) or the Euler–Maruyama integration of the NRQ SDE in steps of ``dt``
+    (the ``sde`` kind's nrq model, α = 0; dt = 1 is SGD). None where the closed forms do not hold: a phase out
+    of regime (:func:`smdengine._science.phase_regime`, its updates of size dt), a final phase without weight
+    decay (no equilibrium), or norms that are not finite (at the ends of the floating-point range).
 
     Derivation (docs/theory.md, Relaxation): a trial's angular update is η·|g̃|/M_t, M = |X|², g̃ the gradient
     at unit norm, so its mean square over trials at step t is η²L·E[1/M_t²], and at equilibrium η²L/M*²:
@@ -196,36 +197,52 @@ def tail_au_ratio(p: NRQPhysics, momentum: float = 0.0) -> float | None:
     first jumps far above it. There G = |g̃_0|², the first noise projected off X_0, follows σ²χ²_{p−1} (mean L),
     drawn with its own quadrature where the jump is large (the trials that jumped least dominate E[1/M_t²]); and
     with momentum η is η/(1−α), since the buffer carries the first gradient over the next ~1/(1−α) updates. The
-    ratio is then averaged over :data:`TAIL_POINTS` times spread evenly over the tail (the last half of the
-    final phase), as the summary averages the regular records there."""
-    start = _final_phase_start(p, momentum)
-    return None if start is None else _tail_ratios(p, *start, [p.steps])[0]
+    SDE's first update is its first Euler–Maruyama step, of drift rate η·dt and noise rate η·√dt:
+    M_dt = (1−ηλ·dt)²M_0 + η²·dt·G/M_0, after which the same closed form holds (it is the SDE's own, in steps),
+    and its ``au_rms`` is the same η|g̃|/M_t per step (√(E|ΔX̄|²/dt)). The ratio is then averaged over
+    :data:`TAIL_POINTS` times spread evenly over the tail (the last half of the final phase), as the summary
+    averages the regular records there."""
+    start = _final_phase_start(p, momentum, dt)
+    return None if start is None else _tail_ratios(p, start, [p.steps])[0]
 
 
-def _final_phase_start(p: NRQPhysics, momentum: float) -> tuple[Phase, np.ndarray, np.ndarray] | None:
-    """(the final phase at η/(1−α), each node's M² where it starts, the nodes' weights) for
-    :func:`tail_au_ratio`, or None where the closed forms do not hold or the norms are not finite."""
+@dataclass(frozen=True)
+class _FinalStart:
+    """Where the final phase's closed form starts, for :func:`_tail_ratios` (:func:`_final_phase_start`)."""
+
+    phase: Phase        # the final phase, at η/(1−α)
+    begin: float        # the time its closed form starts from: its start, or the first update's end (step dt)
+    m_sq: np.ndarray    # (nodes,) each node's M² there
+    weights: np.ndarray  # (nodes,) the nodes' weights, summing to 1
+
+
+def _final_phase_start(p: NRQPhysics, momentum: float, dt: float = 1.0) -> _FinalStart | None:
+    """The final phase's start (:class:`_FinalStart`) for :func:`tail_au_ratio`, or None where the closed forms
+    do not hold or the norms are not finite. ``dt``: the size of an update in steps (1 for SGD)."""
     own = p.phases()
-    if own[-1].weight_decay <= 0 or any(phase_regime(ph.lr, ph.weight_decay, momentum) for ph in own):
+    if own[-1].weight_decay <= 0 or any(phase_regime(ph.lr, ph.weight_decay, momentum, dt) for ph in own):
         return None
     effective = [replace(ph, lr=ph.lr / (1.0 - momentum)) for ph in own]
     norms, weights = theory.init_norm_sq_law(p.dim, p.init_std)
     first, unit_grad_sq = effective[0], (p.dim - 1) * p.noise_std**2
+    jump = first.lr**2 * dt   # η²·dt: the first update adds jump·G/M_0 to M
     with np.errstate(all="ignore"):   # a start at the ends of the range: not finite, None
-        keep = (1.0 - first.lr * first.weight_decay) ** 2
-        if (first.lr**2 * unit_grad_sq / norms**2) @ weights < SMALL_JUMP:
-            m_sq = (keep * norms + first.lr**2 * unit_grad_sq / norms) ** 2
+        keep = (1.0 - first.lr * first.weight_decay * dt) ** 2
+        if (jump * unit_grad_sq / norms**2) @ weights < SMALL_JUMP:
+            m_sq = (keep * norms + jump * unit_grad_sq / norms) ** 2
         else:
             grads, grad_weights = _chi_square_log_rule(p.dim - 1, p.noise_std**2)
-            m_sq = ((keep * norms[:, None] + first.lr**2 * grads[None, :] / norms[:, None]) ** 2).ravel()
+            m_sq = ((keep * norms[:, None] + jump * grads[None, :] / norms[:, None]) ** 2).ravel()
             weights = (weights[:, None] * grad_weights[None, :]).ravel()
         for phase, following in zip(effective, effective[1:], strict=False):
-            # the first phase's closed form takes over after the exact first update, at step 1
-            a, b = _phase_coefficients(unit_grad_sq, phase, following.start - max(phase.start, 1))
+            # the first phase's closed form takes over after the exact first update, at step dt
+            a, b = _phase_coefficients(unit_grad_sq, phase, following.start - max(phase.start, dt))
             m_sq = a * (m_sq * phase.rescale**4) + b
         final = effective[-1]
         m_sq = m_sq * final.rescale**4
-    return (final, m_sq, weights) if np.isfinite(m_sq).all() else None
+    if not np.isfinite(m_sq).all():
+        return None
+    return _FinalStart(final, max(final.start, dt), m_sq, weights)
 
 
 def _chi_square_log_rule(dof: int, scale: float) -> tuple[np.ndarray, np.ndarray]:
@@ -256,10 +273,9 @@ def _phase_coefficients(unit_grad_sq: float, phase: Phase, t: float) -> tuple[fl
     return 1.0, 2.0 * phase.lr**2 * unit_grad_sq * t
 
 
-def _tail_ratios(p: NRQPhysics, final: Phase, m_sq: np.ndarray, weights: np.ndarray,
-                 lengths: list[int]) -> list[float | None]:
+def _tail_ratios(p: NRQPhysics, start: _FinalStart, lengths: list[int]) -> list[float | None]:
     """:func:`tail_au_ratio` for runs of each of ``lengths`` steps (the final phase lengthened)."""
-    begin = max(final.start, 1)   # the first phase's closed form starts after the exact first update
+    final, begin, m_sq, weights = start.phase, start.begin, start.m_sq, start.weights
     target_sq = (p.dim - 1) * p.noise_std**2 * final.lr / (2.0 * final.weight_decay)   # M*²
     ends = np.array(lengths, dtype=np.float64)[:, None]
     tails = final.start + (ends - final.start) / 2.0   # smdengine._science.tail_start
@@ -270,19 +286,19 @@ def _tail_ratios(p: NRQPhysics, final: Phase, m_sq: np.ndarray, weights: np.ndar
     return [float(r) if math.isfinite(r) else None for r in ratios]
 
 
-def tail_forecast(p: NRQPhysics, momentum: float = 0.0) -> tuple[float | None, int | None]:
+def tail_forecast(p: NRQPhysics, momentum: float = 0.0, dt: float = 1.0) -> tuple[float | None, int | None]:
     """(:func:`tail_au_ratio`, the steps that settle the tail: :func:`_steps_to_settle`) with the chain up to the
     final phase computed once; the steps only for a ratio off the band (None for one within it, as for no
     ratio)."""
-    start = _final_phase_start(p, momentum)
+    start = _final_phase_start(p, momentum, dt)
     if start is None:
         return None, None
-    ratio = _tail_ratios(p, *start, [p.steps])[0]
+    ratio = _tail_ratios(p, start, [p.steps])[0]
     off = ratio is not None and abs(ratio - 1.0) > EQUILIBRIUM_BAND
     return ratio, _steps_to_settle(p, start) if off else None
 
 
-def _steps_to_settle(p: NRQPhysics, start: tuple[Phase, np.ndarray, np.ndarray]) -> int | None:
+def _steps_to_settle(p: NRQPhysics, start: _FinalStart) -> int | None:
     """The fewest steps (the final phase lengthened) from which every longer run's tail is predicted within
     ±:data:`smdengine._science.EQUILIBRIUM_BAND` of equilibrium, from the final phase's ``start``
     (:func:`_final_phase_start`), or None when none up to 2^:data:`LONGEST_DOUBLINGS` times the spec's steps (or the spec's limit,
@@ -290,7 +306,7 @@ def _steps_to_settle(p: NRQPhysics, start: tuple[Phase, np.ndarray, np.ndarray])
     starts on both sides of M* makes the mean rise and fall back): the last length out of the band is found on
     a doubling grid, then the crossing after it by bisection (to 1%: the model is no finer)."""
     def settled(lengths: list[int]) -> list[bool]:
-        return [r is not None and abs(r - 1.0) <= EQUILIBRIUM_BAND for r in _tail_ratios(p, *start, lengths)]
+        return [r is not None and abs(r - 1.0) <= EQUILIBRIUM_BAND for r in _tail_ratios(p, start, lengths)]
 
     grid = [min(p.steps * 2**i, MAX_STEPS) for i in range(LONGEST_DOUBLINGS + 1)]
     grid = sorted(set(grid))

@@ -113,6 +113,33 @@ class NRQPhysics(StrictModel):
         """``sparse_tail`` when the summary's tail holds fewer than two records (:func:`smdengine._science.tail_warnings`)."""
         return tail_warnings(self.steps, self.record_every, self.tail_start())
 
+    def unsettled_tail(self, momentum: float | None, dt: float = 1.0) -> list[dict[str, Any]]:
+        """``[unsettled_tail]`` when the tail's mean angular update is predicted more than ±10% off its
+        equilibrium (:func:`smdengine.nrq.predict.tail_forecast`: SGD with heavy-ball ``momentum``, None where
+        the spec has none, or the SDE integrated in steps of ``dt``): |X| still relaxing from |X₀| or from the
+        previous phase, the tail means are not equilibrium values. Else ``[]``."""
+        from smdengine.nrq.predict import LONGEST_DOUBLINGS, MAX_STEPS, tail_forecast  # numpy: not at import
+
+        alpha = momentum or 0.0
+        ratio, need = tail_forecast(self, alpha, dt)
+        if ratio is None or abs(ratio - 1.0) <= EQUILIBRIUM_BAND:
+            return []
+        final = self.phases()[-1]
+        tau = relaxation_time(final.lr, final.weight_decay, alpha)
+        phase = "" if final.start == 0 else f" (its final phase, from step {final.start}, lengthened)"
+        advice = (f"with steps ≥ {need}{phase} it is predicted within ±{EQUILIBRIUM_BAND:.0%}" if need is not None
+                  else f"no run up to {2**LONGEST_DOUBLINGS:,} times as long (at most {MAX_STEPS:,} steps) is predicted "
+                       f"within ±{EQUILIBRIUM_BAND:.0%}")
+        if need is not None and need // self.record_every > MAX_RECORDED_POINTS:   # a spec that could be run
+            advice += f" (and record_every ≥ {-(-need // MAX_RECORDED_POINTS)}: at most {MAX_RECORDED_POINTS:,} records)"
+        earlier = " and the earlier phases" if final.start else ""
+        formula = "1/(4λη)" if momentum is None else "(1−α)/(4λη)"
+        return [{"code": "unsettled_tail", "omits": [], "message": (
+            f"the summary's tail (steps ≥ {_step(self.tail_start())}) is predicted to average an angular update "
+            f"{ratio:.3g}× its equilibrium: |X| is still relaxing to its equilibrium norm from |X₀|² ~ "
+            f"init_std²·χ²_p{earlier} (the final phase's relaxation time τ = {formula} = {tau:.4g} steps), so "
+            f"au_rms and the other tail means are not equilibrium values; {advice}.")}]
+
     def two_level(self) -> tuple[float, float] | None:
         """(a_l, a_h) when the spectrum has two levels a_1 < a_2 = … = a_p, else None."""
         eig = self.spectrum()
@@ -143,28 +170,9 @@ class NRQParams(NRQPhysics):
         return self.phase_warnings(self.momentum)
 
     def tail_warnings(self) -> list[dict[str, Any]]:
-        """``sparse_tail`` (:meth:`NRQPhysics.tail_warnings`), then ``unsettled_tail`` when the tail's mean
-        angular update is predicted more than ±10% off its equilibrium (:func:`smdengine.nrq.predict.tail_au_ratio`):
-        |X| still relaxing from |X₀| or from the previous phase, the tail means are not equilibrium values."""
-        from smdengine.nrq.predict import LONGEST_DOUBLINGS, MAX_STEPS, tail_forecast  # numpy: not at import
-
-        ratio, need = tail_forecast(self, self.momentum)
-        if ratio is None or abs(ratio - 1.0) <= EQUILIBRIUM_BAND:
-            return super().tail_warnings()
-        final = self.phases()[-1]
-        tau = relaxation_time(final.lr, final.weight_decay, self.momentum)
-        phase = "" if final.start == 0 else f" (its final phase, from step {final.start}, lengthened)"
-        advice = (f"with steps ≥ {need}{phase} it is predicted within ±{EQUILIBRIUM_BAND:.0%}" if need is not None
-                  else f"no run up to {2**LONGEST_DOUBLINGS:,} times as long (at most {MAX_STEPS:,} steps) is predicted "
-                       f"within ±{EQUILIBRIUM_BAND:.0%}")
-        if need is not None and need // self.record_every > MAX_RECORDED_POINTS:   # a spec that could be run
-            advice += f" (and record_every ≥ {-(-need // MAX_RECORDED_POINTS)}: at most {MAX_RECORDED_POINTS:,} records)"
-        earlier = " and the earlier phases" if final.start else ""
-        return [*super().tail_warnings(), {"code": "unsettled_tail", "omits": [], "message": (
-            f"the summary's tail (steps ≥ {_step(self.tail_start())}) is predicted to average an angular update "
-            f"{ratio:.3g}× its equilibrium: |X| is still relaxing to its equilibrium norm from |X₀|² ~ "
-            f"init_std²·χ²_p{earlier} (the final phase's relaxation time τ = (1−α)/(4λη) = {tau:.4g} steps), so "
-            f"au_rms and the other tail means are not equilibrium values; {advice}.")}]
+        """``sparse_tail`` (:meth:`NRQPhysics.tail_warnings`), then ``unsettled_tail``
+        (:meth:`NRQPhysics.unsettled_tail`)."""
+        return [*super().tail_warnings(), *self.unsettled_tail(self.momentum)]
 
 
 class NRQSpec(SpecBase):

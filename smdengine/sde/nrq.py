@@ -45,6 +45,11 @@ class NRQSDEParams(NRQPhysics):
         resolve them). ``f_histogram``'s density_theory is null when the final phase is out of regime."""
         return self.phase_warnings(0.0, self.dt, ("gamma_theory", "au_theory"), summary=False)
 
+    def tail_warnings(self) -> list[dict[str, Any]]:
+        """``sparse_tail``, then ``unsettled_tail`` as on the nrq kind, predicted for the Euler–Maruyama steps
+        of size dt (:meth:`NRQPhysics.unsettled_tail`)."""
+        return [*super().tail_warnings(), *self.unsettled_tail(None, self.dt)]
+
 
 OUTPUTS = Outputs(
     metrics=("risk", "norm_sq", "au_rms", "eff_lr", "gamma"),

@@ -461,7 +461,12 @@ def test_unsettled_tail_names_the_ratio_and_the_steps_that_settle_it_and_omits_n
     assert _unsettled({"kind": "nrq", "params": {}}) == []
     assert _unsettled(nrq(steps=100, lr=1.0, weight_decay=0.2)) == []
     assert _unsettled(nrq(steps=100, weight_decay=0.0)) == []
-    assert _unsettled(train(steps=10)) == [] and _unsettled(sde("nrq", steps=10, record_every=5)) == []
+    assert _unsettled(train(steps=10)) == []
+    # the sde kind's nrq model: at dt = 1 its step is the SGD update, so the same prediction (and τ without α);
+    # smaller steps are predicted for themselves (test_the_sde_tail_ratio_is_predicted_for_its_step_dt)
+    [sgd], [sde_step] = _unsettled(nrq(steps=200)), _unsettled(sde("nrq", steps=200, record_every=10))
+    assert sde_step["message"] == sgd["message"].replace("τ = (1−α)/(4λη)", "τ = 1/(4λη)") != sgd["message"]
+    assert all(_unsettled(sde(model, steps=10, record_every=5)) == [] for model in ("toy2d", "norm_map", "normalized_linear"))
 
 
 UNSETTLED_CASES = {   # params, the measured tail ratio's side of the ±10% band: below, in or above
@@ -506,6 +511,31 @@ def test_the_predicted_tail_ratio_is_the_measured_one(name):
     warned = _unsettled(spec)   # given exactly when the prediction leaves the band, and saying that prediction
     assert bool(warned) == (abs(predicted - 1) > 0.1) and all(f"update {predicted:.3g}×" in w["message"] for w in warned)
     assert {"below": measured < 0.9, "in": 0.9 <= measured <= 1.1, "above": measured > 1.1}[side], (measured, se)
+
+
+@pytest.mark.slow
+def test_the_sde_tail_ratio_is_predicted_for_its_step_dt():
+    """The sde kind's nrq model at dt = 0.25 from far below the equilibrium norm (init_std 1e-3, 2000 steps): its
+    first Euler–Maruyama step jumps by η²·dt·G/M₀, a quarter of SGD's, so its tail sits four times nearer
+    equilibrium than the nrq kind's (predicted 0.109 against 0.0291). Measured over 4 seeds of 512 trials:
+    0.1037 (sd 0.0028). Tolerance as test_the_predicted_tail_ratio_is_the_measured_one: 4 standard errors of the
+    seeds' mean plus 0.01 for the model; the SGD step's prediction lies outside it (a dt the prediction ignored
+    fails here), and the warning says the dt's prediction."""
+    import statistics
+
+    from smdengine.nrq.predict import tail_au_ratio
+
+    spec = sde("nrq", dt=0.25, steps=2000, init_std=1e-3, trials=512, record_every=2)
+    values = []
+    for seed in range(4):
+        document = run(smdengine.parse_spec({**spec, "seed": seed, "device": "cpu"})).to_document()
+        values.append(document["summary"]["au_rms"] / document["theory"]["au_equilibrium"][-1])
+    measured, se = statistics.mean(values), statistics.stdev(values) / 2
+    params = smdengine.parse_spec(spec).params
+    predicted, sgd_step = tail_au_ratio(params, 0.0, 0.25), tail_au_ratio(params, 0.0, 1.0)
+    assert abs(predicted - measured) <= 4 * se + 0.01 < abs(sgd_step - measured), (predicted, sgd_step, measured, se)
+    [warned] = _unsettled(spec)
+    assert f"update {predicted:.3g}×" in warned["message"], warned
 
 
 @pytest.mark.parametrize("dof", [1, 2, 3, 9, 99, 399, 401])
