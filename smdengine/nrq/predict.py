@@ -15,7 +15,7 @@ from smdengine.nrq.spec import NRQPhysics
 
 
 def predict_physics(p: NRQPhysics, momentum: float = 0.0,
-                    init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
+                    init_norms_sq: np.ndarray | None = None, dt: float = 1.0) -> dict[str, Any]:
     """Theory of the NRQ problem ``p`` run with momentum ``momentum``: ``au_equilibrium``
     √(2λη/(1+α)), ``norm_sq_theory``, and on a two-level spectrum ``risk_stationary`` and ``kappa``.
     Each a list aligned on the record steps.
@@ -29,13 +29,16 @@ def predict_physics(p: NRQPhysics, momentum: float = 0.0,
     α = 0.9, p = 10; ``nrq-momentum-risk``); the AU is taken at the true η.
 
     ``norm_sq_theory`` averages the closed form over the initial squared norms: the law of
-    |X_0|² before a run, the realized ``init_norms_sq`` (one per trial) once it has started.
+    |X_0|² before a run, the realized ``init_norms_sq`` (one per trial) once it has started. The first
+    update, of size ``dt`` in steps (1 for SGD, the Euler–Maruyama step of the sde kind), is taken exactly
+    (:func:`_first_update`) and the closed form holds from there: a start far below the equilibrium norm
+    first jumps far above it, which the closed form from M_0 would miss (it rises smoothly to M*).
     """
-    return predict_physics_many([p], [momentum], [init_norms_sq])[0]
+    return predict_physics_many([p], [momentum], [init_norms_sq], dt)[0]
 
 
 def predict_physics_many(ps: Sequence[NRQPhysics], momenta: Sequence[float],
-                         init_norms_sq: Sequence[np.ndarray | None]) -> list[dict[str, Any]]:
+                         init_norms_sq: Sequence[np.ndarray | None], dt: float = 1.0) -> list[dict[str, Any]]:
     """:func:`predict_physics` of several problems that share the dimension, the spectrum, the steps, the
     record spacing and the schedule's steps (a fused sweep's members: their rates, scales and trial counts
     may differ), computed together: the norm series of all in a few array operations and every r* in one
@@ -62,9 +65,11 @@ def predict_physics_many(ps: Sequence[NRQPhysics], momenta: Sequence[float],
     laws = [theory.init_norm_sq_law(p.dim, p.init_std) if norms is None
             else _sample_nodes(np.asarray(norms, dtype=np.float64), 1024)   # at most 1024 weighted nodes
             for p, norms in zip(ps, init_norms_sq, strict=True)]
-    series = _norm_sq_series(ps, steps, phase_of, effective, laws)
-    for out, values in zip(outs, series, strict=True):
-        out["norm_sq_theory"] = values
+    # record 0 is M_0's mean; the others come from the law after the exact first update (time dt)
+    firsts = [_first_update(p, own[0], *law, dt) for p, own, law in zip(ps, effective, laws, strict=True)]
+    series = _norm_sq_series(ps, steps[1:], phase_of[1:], effective, firsts, dt)
+    for out, values, (nodes, weights) in zip(outs, series, laws, strict=True):
+        out["norm_sq_theory"] = [float(nodes @ weights), *values]
     levels = first.two_level()
     if levels is not None:
         kappas = {(c, i): theory.kappa(levels[0], levels[1], p.dim, p.noise_std, ph.lr, ph.weight_decay)
@@ -96,15 +101,17 @@ def _sample_nodes(values: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray
     return means, weights
 
 
+SCALE_EXPONENT = 500   # the norm series' unit is 2^e, |e| ≤ this: its square and inverse square stay finite
 BLOCK_ELEMENTS = 2**15   # the norm series is computed in blocks of (members, steps, nodes): 256 KB, in cache
 
 
 def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[int],
-                    effective: Sequence[Sequence[Phase]],
-                    laws: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[list[float]]:
-    """Each problem's E M_t at the record ``steps`` (``phase_of``: the index of the phase in force at each),
-    M_t = |X_t|² by the closed form from each initial value of its law (nodes, weights), restarted at each
-    phase from the values carried over (times the rescale factor², when the phase rescales X).
+                    effective: Sequence[Sequence[Phase]], laws: Sequence[tuple[np.ndarray, np.ndarray]],
+                    origin: float) -> list[list[float]]:
+    """Each problem's E M_t at the record ``steps`` (``phase_of``: the index of the phase in force at each; each
+    step ≥ ``origin``), M_t = |X_t|² by the closed form from each value of its law (nodes, weights) at step
+    ``origin`` (in the first phase), restarted at each phase from the values carried over (times the rescale
+    factor², when the phase rescales X).
 
     The closed form (:func:`smdengine.nrq.theory.norm_sq_relaxation`) is written M_t² = a_t·M_0² + b_t with
     a_t = e^{−4ληt}, b_t = (1 − e^{−4ληt})·M*², M*² = Lη/(2λ), L = (p−1)σ², or a_t = 1, b_t = 2η²Lt without
@@ -116,7 +123,7 @@ def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[i
     steps_arr = np.asarray(steps, dtype=np.float64)
     phase_index = np.asarray(phase_of)
     n_phases = len(effective[0])
-    starts = [ph.start for ph in effective[0]]
+    starts = [origin, *(ph.start for ph in effective[0][1:])]   # where each phase's closed form starts
     groups: dict[int, list[int]] = {}
     for c, (nodes, _) in enumerate(laws):
         groups.setdefault(len(nodes), []).append(c)
@@ -126,7 +133,12 @@ def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[i
             members = group[first:first + per_block]
             rows = np.asarray(members)
             weights = np.stack([laws[c][1] for c in members])[:, None, :]   # (members, 1, nodes)
-            m_sq = np.stack([laws[c][0] for c in members])[:, None, :] ** 2   # M_0², then each phase's start
+            # M² at origin, then at each phase's start, in units of a power of two per member, 2^(2e) with 2^e near
+            # its largest node: exact (no value changes) and M up to ~1e300 squared without overflow
+            nodes = np.stack([laws[c][0] for c in members])[:, None, :]
+            exponent = np.clip(np.frexp(nodes.max(axis=2, keepdims=True))[1], -SCALE_EXPONENT, SCALE_EXPONENT)
+            unit, unit_sq = np.ldexp(1.0, exponent), np.ldexp(1.0, 2 * exponent)
+            m_sq = (nodes / unit) ** 2
             span = max(1, BLOCK_ELEMENTS // (len(members) * n_nodes))   # record steps per array
             for k in range(n_phases):
                 rescale = np.array([effective[c][k].rescale for c in members])[:, None, None]
@@ -137,13 +149,13 @@ def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[i
                     chunk = where[s:s + span]
                     a, b = coefficients(steps_arr[chunk] - starts[k])
                     m_t = a * m_sq
-                    m_t += b
+                    m_t += b / unit_sq
                     np.sqrt(m_t, out=m_t)
                     m_t *= weights
-                    out[rows[:, None], chunk[None, :]] = m_t.sum(axis=2)
+                    out[rows[:, None], chunk[None, :]] = m_t.sum(axis=2) * unit[:, :, 0]
                 if k + 1 < n_phases:   # the values the next phase starts from
                     a, b = coefficients(np.array([float(starts[k + 1] - starts[k])]))
-                    m_sq = a * m_sq + b
+                    m_sq = a * m_sq + b / unit_sq
     return out.tolist()
 
 
@@ -223,17 +235,10 @@ def _final_phase_start(p: NRQPhysics, momentum: float, dt: float = 1.0) -> _Fina
     if own[-1].weight_decay <= 0 or any(phase_regime(ph.lr, ph.weight_decay, momentum, dt) for ph in own):
         return None
     effective = [replace(ph, lr=ph.lr / (1.0 - momentum)) for ph in own]
-    norms, weights = theory.init_norm_sq_law(p.dim, p.init_std)
-    first, unit_grad_sq = effective[0], (p.dim - 1) * p.noise_std**2
-    jump = first.lr**2 * dt   # η²·dt: the first update adds jump·G/M_0 to M
+    unit_grad_sq = (p.dim - 1) * p.noise_std**2
+    norms, weights = _first_update(p, effective[0], *theory.init_norm_sq_law(p.dim, p.init_std), dt)
     with np.errstate(all="ignore"):   # a start at the ends of the range: not finite, None
-        keep = (1.0 - first.lr * first.weight_decay * dt) ** 2
-        if (jump * unit_grad_sq / norms**2) @ weights < SMALL_JUMP:
-            m_sq = (keep * norms + jump * unit_grad_sq / norms) ** 2
-        else:
-            grads, grad_weights = _chi_square_log_rule(p.dim - 1, p.noise_std**2)
-            m_sq = ((keep * norms[:, None] + jump * grads[None, :] / norms[:, None]) ** 2).ravel()
-            weights = (weights[:, None] * grad_weights[None, :]).ravel()
+        m_sq = norms**2
         for phase, following in zip(effective, effective[1:], strict=False):
             # the first phase's closed form takes over after the exact first update, at step dt
             a, b = _phase_coefficients(unit_grad_sq, phase, following.start - max(phase.start, dt))
@@ -243,6 +248,25 @@ def _final_phase_start(p: NRQPhysics, momentum: float, dt: float = 1.0) -> _Fina
     if not np.isfinite(m_sq).all():
         return None
     return _FinalStart(final, max(final.start, dt), m_sq, weights)
+
+
+def _first_update(p: NRQPhysics, first: Phase, norms: np.ndarray, weights: np.ndarray,
+                  dt: float) -> tuple[np.ndarray, np.ndarray]:
+    """The law (nodes, weights) of M after the first update, of size ``dt`` in steps, from the law of M_0
+    (``norms``, ``weights``) in the ``first`` phase (at η/(1−α) with momentum): M_dt = (1−ηλ·dt)²M_0 +
+    η²·dt·G/M_0, X shrunk by the weight decay and moved by the noise's step orthogonal to it. G = |g̃_0|², the
+    first noise projected off X_0 at unit norm, follows σ²χ²_{p−1} (mean L = (p−1)σ²): its own quadrature
+    (:func:`_chi_square_log_rule`, nodes × nodes) where the mean relative jump E[η²·dt·L/M_0²] is at least
+    :data:`SMALL_JUMP`, its mean L below (there G's spread moves the results by O(1e-4))."""
+    unit_grad_sq = (p.dim - 1) * p.noise_std**2
+    jump = first.lr**2 * dt   # η²·dt: the first update adds jump·G/M_0 to M
+    with np.errstate(all="ignore"):   # a start at the ends of the range: not finite (the caller decides)
+        keep = (1.0 - first.lr * first.weight_decay * dt) ** 2
+        if (jump * unit_grad_sq / norms**2) @ weights < SMALL_JUMP:
+            return keep * norms + jump * unit_grad_sq / norms, weights
+        grads, grad_weights = _chi_square_log_rule(p.dim - 1, p.noise_std**2)
+        return ((keep * norms[:, None] + jump * grads[None, :] / norms[:, None]).ravel(),
+                (weights[:, None] * grad_weights[None, :]).ravel())
 
 
 def _chi_square_log_rule(dof: int, scale: float) -> tuple[np.ndarray, np.ndarray]:

@@ -288,7 +288,7 @@ class NRQSDE(NRQRun):
         plus gamma_theory = (M_t/η)² (seed 001 Lemma 5.2 with Tr Σ = (p−1)σ²) and
         au_theory = √((p−1)σ²)·η/M_t (seed 000 Lemma 1)."""
         p = params_of(spec, sde.NRQSDEParams)
-        out = predict_physics(p, 0.0, init_norms_sq)
+        out = predict_physics(p, 0.0, init_norms_sq, p.dt)
         all_phases = p.phases()
         lrs = [phase_at(all_phases, n).lr for n in record_steps(p.steps, p.record_every)]
         noise_norm = math.sqrt(p.dim - 1) * p.noise_std

@@ -15,7 +15,8 @@ from numpy.polynomial.legendre import leggauss
 from smdengine._science import au_equilibrium
 
 __all__ = ["au_equilibrium", "f_density_bins", "init_norm_sq_law", "kappa", "norm_sq_equilibrium",
-           "norm_sq_relaxation", "risk_stationary", "risk_stationary_asymptote", "risk_stationary_many"]
+           "norm_sq_relaxation", "risk_stationary", "risk_stationary_asymptote", "risk_stationary_large_kappa",
+           "risk_stationary_many"]
 
 
 def norm_sq_equilibrium(dim: int, noise_std: float, lr: float, weight_decay: float) -> float:
@@ -81,8 +82,8 @@ def kappa(eig_low: float, eig_high: float, dim: int, noise_std: float, lr: float
 def risk_stationary(kappa_value: float, dim: int) -> float:
     """Limiting risk r* = ∫(1−f)ρ*(f)df / ∫ρ*(f)df, ρ*(f) ∝ e^{2κf} f^{−1/2} (1−f)^{(p−3)/2}.
 
-    Exact quadrature for any κ > 0 and p ≥ 2 (see :class:`_StationaryLaw`).
-    Small-ηλ asymptote: r* ≈ (p−1)/(4κ).
+    Exact quadrature for any κ > 0 and p ≥ 2 (see :class:`_StationaryLaw`) up to :data:`LARGE_KAPPA`, the
+    large-κ expansion beyond (:func:`risk_stationary_large_kappa`). Small-ηλ asymptote: r* ≈ (p−1)/(4κ).
     """
     return risk_stationary_many([kappa_value], dim)[0]
 
@@ -90,16 +91,42 @@ def risk_stationary(kappa_value: float, dim: int) -> float:
 def risk_stationary_many(kappas: Sequence[float], dim: int) -> list[float]:
     """:func:`risk_stationary` of each κ in ``kappas``, all their quadratures in one NumPy evaluation per
     rule (:func:`_integrals`): a fused sweep's members at once. Each value is the one its κ gets alone."""
-    distinct = list(dict.fromkeys(kappas))   # members that share ηλ share κ: one quadrature each
-    laws = [_StationaryLaw(k, dim) for k in distinct]
+    large = {k for k in kappas if k >= LARGE_KAPPA}   # the rest by quadrature (a κ ≤ 0 or NaN refused there)
+    distinct = [k for k in dict.fromkeys(kappas) if k not in large]   # members that share ηλ share κ: one each
+    risk = dict(zip(distinct, _risk_by_quadrature(distinct, dim), strict=True))
+    return [risk_stationary_large_kappa(k, dim) if k in large else risk[k] for k in kappas]
+
+
+def _risk_by_quadrature(kappas: Sequence[float], dim: int) -> list[float]:
+    """r* of each (distinct) κ by quadrature, whatever its size (:func:`_integrals`)."""
+    laws = [_StationaryLaw(k, dim) for k in kappas]
     integrals = _integrals(laws, 0.0, math.pi / 2, cos_powers=(2, 0))
-    risk = {k: numerator / total for k, (numerator, total) in zip(distinct, integrals, strict=True)}
-    return [risk[k] for k in kappas]
+    return [numerator / total for numerator, total in integrals]
+
+
+LARGE_KAPPA = 1e8   # from here on r* is its two-term expansion (relative error ≤ 1e-11 measured, p ≤ 10⁵)
+
+
+def risk_stationary_large_kappa(kappa_value: float, dim: int) -> float:
+    """r* for κ ≥ :data:`LARGE_KAPPA`: (p−1)/(4κ)·(1 + 1/(4κ)). Near f = 1, u = 1 − f has the density
+    ∝ e^{−2κu} u^{s−1} (1 − u)^{−1/2}, s = (p−1)/2: a Gamma(s, 2κ) law times 1 + u/2 + O(u²), so
+    E u = (s/2κ)(1 + (s+1)/(4κ))/(1 + s/(4κ)) + O(s/κ³) = (s/2κ)(1 + 1/(4κ)) + O(s/κ³). There the quadrature in φ
+    cannot resolve the peak (its width 1/√(8κ) near π/2, against a spacing of 2e-16 between doubles: 10% off
+    at κ = 1e30, and a zero total, so no value at all, from ~1e100), while the expansion's next term is
+    O(p/κ²) relatively: it agrees with the quadrature to ≤ 1e-11 at κ = 1e8 for p from 2 to 10⁵
+    (tests/engine/test_theory.py)."""
+    return (dim - 1) / (4.0 * kappa_value) * (1.0 + 1.0 / (4.0 * kappa_value))
 
 
 def f_density_bins(kappa_value: float, dim: int, edges: list[float]) -> list[float]:
     """The stationary density ρ*(f) averaged over each bin [edges[i], edges[i+1]] of [0, 1]
-    (probability of the bin over its width), to set beside a histogram of f = X̄₁²."""
+    (probability of the bin over its width), to set beside a histogram of f = X̄₁². From :data:`LARGE_KAPPA` on,
+    the law lies within ~(p−1)/(4κ) ≤ 2.5e-4 of f = 1 (sd smaller still): all of it in the bin holding its mean."""
+    if kappa_value >= LARGE_KAPPA:
+        mean = 1.0 - risk_stationary_large_kappa(kappa_value, dim)
+        holding = max(i for i, f in enumerate(edges[:-1]) if f <= mean)
+        return [1.0 / (f1 - f0) if i == holding else 0.0
+                for i, (f0, f1) in enumerate(zip(edges, edges[1:], strict=False))]
     law = _StationaryLaw(kappa_value, dim)
     phis = [math.asin(math.sqrt(min(max(f, 0.0), 1.0))) for f in edges]
     return [float(law.integral(lo, hi) / law.total / (f1 - f0))

@@ -154,15 +154,52 @@ def test_risk_stationary_large_kappa_asymptote(kappa, p):
     assert r / asym - 1.0 == pytest.approx(1.0 / (4.0 * kappa), rel=0.05, abs=p / (4.0 * kappa**2))
 
 
-@pytest.mark.parametrize("p", [2, 4, 10, 1000])
-@pytest.mark.parametrize("kappa", [1e8, 1e9])
+@pytest.mark.parametrize("p", [2, 4, 10, 1000, 100_000])
+@pytest.mark.parametrize("kappa", [1e7, 1e8, 1e9])
 def test_risk_stationary_finds_a_narrow_peak(kappa, p):
     # the peak of the law in φ is ~κ^{-1/2} wide: with cuts only at its maximum, every quadrature node of
     # a piece missed it and r* came out 39% low at p = 10, κ = 1e9 (and p = 2 divided by zero). Beyond the
-    # asymptote's first correction 1/(4κ) the next is ~p/(16κ²) ≤ 6e-15 here; the quadrature's own error
-    # measured ≤ 9e-12 (p = 2, κ = 1e9), so 3e-11 leaves room for another machine's rounding.
+    # asymptote's first correction 1/(4κ) the next is ~p/(16κ²) (allowed p/(8κ²): 1.25e-10 at p = 10⁵, κ = 1e7;
+    # ≤ 1.25e-12 from κ = 1e8); the quadrature's own error measured ≤ 9e-12 (p = 2, κ = 1e9), so 3e-11 leaves
+    # room for another machine's rounding. The quadrature itself, which risk_stationary leaves for the expansion from LARGE_KAPPA = 1e8 on:
+    # this is the agreement that justifies the switch.
+    [r] = theory._risk_by_quadrature([kappa], p)
+    assert r / theory.risk_stationary_asymptote(kappa, p) - 1.0 == pytest.approx(1.0 / (4.0 * kappa),
+                                                                                 abs=3e-11 + p / (8.0 * kappa**2))
+    if kappa >= theory.LARGE_KAPPA:
+        assert theory.risk_stationary(kappa, p) == pytest.approx(r, rel=3e-11)
+
+
+@pytest.mark.parametrize("p", [2, 10, 100_000])
+@pytest.mark.parametrize("kappa", [1e30, 1e100, 1e300])
+def test_risk_stationary_and_the_density_at_a_kappa_no_quadrature_resolves(kappa, p):
+    """σ = 1e-200 gives κ ~ 1e200: the peak, 1/√(8κ) wide at φ = π/2, is below the spacing of doubles there, and
+    the quadrature came out 10% off at κ = 1e30, then with a zero total (a run of such a spec failed with
+    ZeroDivisionError). The expansion, and the density's whole mass in the bin holding f = 1 − r*."""
     r = theory.risk_stationary(kappa, p)
-    assert r / theory.risk_stationary_asymptote(kappa, p) - 1.0 == pytest.approx(1.0 / (4.0 * kappa), abs=3e-11)
+    assert r == (p - 1) / (4.0 * kappa) * (1.0 + 1.0 / (4.0 * kappa)) and 0 < r < 1
+    edges = [i / 20 for i in range(21)]
+    assert theory.f_density_bins(kappa, p, edges) == [0.0] * 19 + [pytest.approx(20.0)]
+
+
+def test_the_density_at_the_switch_is_the_quadratures():
+    """At κ = LARGE_KAPPA the bins by quadrature (just below it) and by the point mass agree: the law's whole
+    mass lies in the last bin either way, to its tail beyond 1 − 0.05, e^{−2κ·0.05}, none in doubles."""
+    edges = [i / 20 for i in range(21)]
+    below = theory.f_density_bins(theory.LARGE_KAPPA * (1 - 1e-9), 10, edges)
+    assert below == pytest.approx(theory.f_density_bins(theory.LARGE_KAPPA, 10, edges), rel=1e-12, abs=1e-300)
+
+
+def test_a_run_whose_kappa_no_quadrature_resolves_succeeds():
+    """σ = 1e-200 (valid: noise_std > 0): the run ends with its theory, r* the expansion's."""
+    import smdengine
+
+    spec = {"kind": "nrq", "seed": 0, "device": "cpu", "params": {"noise_std": 1e-200, "steps": 20, "trials": 4,
+                                                                     "record_every": 10}}
+    document = smdengine.run(smdengine.parse_spec(spec)).to_document()
+    p = smdengine.parse_spec(spec).params
+    kappa = theory.kappa(1.0, 2.0, p.dim, p.noise_std, p.lr, p.weight_decay)
+    assert document["theory"]["risk_stationary"] == [theory.risk_stationary_large_kappa(kappa, p.dim)] * 3
 
 
 def test_risk_stationary_monotone_in_kappa():
