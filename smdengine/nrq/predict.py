@@ -62,13 +62,13 @@ def predict_physics_many(ps: Sequence[NRQPhysics], momenta: Sequence[float],
     for own, momentum in zip(true_phases, momenta, strict=True):
         au = [au_equilibrium(ph.lr, ph.weight_decay, momentum) for ph in own]
         outs.append({"au_equilibrium": [au[i] for i in phase_of]})
-    laws = [theory.init_norm_sq_law(p.dim, p.init_std) if norms is None
-            else _sample_nodes(np.asarray(norms, dtype=np.float64), 1024)   # at most 1024 weighted nodes
-            for p, norms in zip(ps, init_norms_sq, strict=True)]
-    # record 0 is M_0's mean; the others come from the law after the exact first update (time dt)
-    firsts = [_first_update(p, own[0], *law, dt) for p, own, law in zip(ps, effective, laws, strict=True)]
+    realized = [None if norms is None else np.asarray(norms, dtype=np.float64) for norms in init_norms_sq]
+    laws = [_initial_law(p, values) for p, values in zip(ps, realized, strict=True)]
+    # record 0 is M_0's mean; the others come from the law after the first update (time dt)
+    firsts = [_first_update(p, own[0], law, dt, values)
+              for p, own, law, values in zip(ps, effective, laws, realized, strict=True)]
     series = _norm_sq_series(ps, steps[1:], phase_of[1:], effective, firsts, dt)
-    for out, values, (nodes, weights) in zip(outs, series, laws, strict=True):
+    for out, values, (nodes, weights, _) in zip(outs, series, laws, strict=True):
         out["norm_sq_theory"] = [float(nodes @ weights), *values]
     levels = first.two_level()
     if levels is not None:
@@ -85,20 +85,44 @@ def predict_physics_many(ps: Sequence[NRQPhysics], momenta: Sequence[float],
     return outs
 
 
-def _sample_nodes(values: np.ndarray, most: int) -> tuple[np.ndarray, np.ndarray]:
+Law = tuple[np.ndarray, np.ndarray, np.ndarray]   # M_0's nodes, their weights (sum 1), and 1/M_0 at each
+
+
+def _initial_law(p: NRQPhysics, realized: np.ndarray | None) -> Law:
+    """The law of M_0 = |X_0|²: before a run s²χ²_p (:func:`smdengine.nrq.theory.init_norm_sq_law`), after it
+    the trials' ``realized`` values (at most 1024 weighted nodes, :func:`_sample_nodes`)."""
+    if realized is not None:
+        return _sample_nodes(realized, REALIZED_NODES)
+    nodes, weights = theory.init_norm_sq_law(p.dim, p.init_std)
+    with np.errstate(divide="ignore"):
+        return nodes, weights, 1.0 / nodes
+
+
+REALIZED_NODES = 1024   # the most nodes standing for a run's realized initial norms
+JUMP_NODES_M0 = 64      # ... where each is crossed with the JUMP_NODES of the first gradient's law
+
+
+def _sample_nodes(values: np.ndarray, most: int) -> Law:
     """Weighted nodes standing for a sample of initial squared norms: the values themselves when there are
     at most ``most``, else the means of the sorted values cut into ``most`` contiguous groups as
-    ``np.array_split`` cuts them (the first n mod m one longer), each weighted by its share of n."""
+    ``np.array_split`` cuts them (the first n mod m one longer), each weighted by its share of n; and the
+    mean of 1/M_0 over each group (the first update's jump is linear in 1/M_0: 1/mean would bias it low,
+    7% at p = 3)."""
     n = len(values)
-    if n <= most:
-        return values, np.full(n, 1.0 / n)
-    values = np.sort(values)
+    with np.errstate(divide="ignore"):
+        if n <= most:
+            return values, np.full(n, 1.0 / n), 1.0 / values
+        values = np.sort(values)
+        inverses = 1.0 / values
     size, longer = divmod(n, most)
-    head = values[:longer * (size + 1)].reshape(longer, size + 1)
-    tail = values[longer * (size + 1):].reshape(most - longer, size)
-    means = np.concatenate([head.mean(axis=1), tail.mean(axis=1)])
+    cut = longer * (size + 1)
+
+    def group_means(v: np.ndarray) -> np.ndarray:
+        return np.concatenate([v[:cut].reshape(longer, size + 1).mean(axis=1),
+                               v[cut:].reshape(most - longer, size).mean(axis=1)])
+
     weights = np.concatenate([np.full(longer, size + 1.0), np.full(most - longer, float(size))]) / n
-    return means, weights
+    return group_means(values), weights, group_means(inverses)
 
 
 SCALE_EXPONENT = 500   # the norm series' unit is 2^e, |e| ≤ this: its square and inverse square stay finite
@@ -236,7 +260,7 @@ def _final_phase_start(p: NRQPhysics, momentum: float, dt: float = 1.0) -> _Fina
         return None
     effective = [replace(ph, lr=ph.lr / (1.0 - momentum)) for ph in own]
     unit_grad_sq = (p.dim - 1) * p.noise_std**2
-    norms, weights = _first_update(p, effective[0], *theory.init_norm_sq_law(p.dim, p.init_std), dt)
+    norms, weights = _first_update(p, effective[0], _initial_law(p, None), dt)
     with np.errstate(all="ignore"):   # a start at the ends of the range: not finite, None
         m_sq = norms**2
         for phase, following in zip(effective, effective[1:], strict=False):
@@ -250,23 +274,37 @@ def _final_phase_start(p: NRQPhysics, momentum: float, dt: float = 1.0) -> _Fina
     return _FinalStart(final, max(final.start, dt), m_sq, weights)
 
 
-def _first_update(p: NRQPhysics, first: Phase, norms: np.ndarray, weights: np.ndarray,
-                  dt: float) -> tuple[np.ndarray, np.ndarray]:
-    """The law (nodes, weights) of M after the first update, of size ``dt`` in steps, from the law of M_0
-    (``norms``, ``weights``) in the ``first`` phase (at η/(1−α) with momentum): M_dt = (1−ηλ·dt)²M_0 +
-    η²·dt·G/M_0, X shrunk by the weight decay and moved by the noise's step orthogonal to it. G = |g̃_0|², the
-    first noise projected off X_0 at unit norm, follows σ²χ²_{p−1} (mean L = (p−1)σ²): its own quadrature
-    (:func:`_chi_square_log_rule`, nodes × nodes) where the mean relative jump E[η²·dt·L/M_0²] is at least
-    :data:`SMALL_JUMP`, its mean L below (there G's spread moves the results by O(1e-4))."""
-    unit_grad_sq = (p.dim - 1) * p.noise_std**2
+def _first_update(p: NRQPhysics, first: Phase, law: Law, dt: float,
+                  realized: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The law (nodes, weights) of M after the first update, of size ``dt`` in steps, from the ``law`` of M_0
+    (:func:`_initial_law`; ``realized``: the trials' values it stands for, if any) in the ``first`` phase (at
+    η/(1−α) with momentum). The update shrinks X by (1−ηλ·dt) and moves it orthogonally to itself by the
+    gradient at unit norm over |X_0|: drift η·dt·PAX̄_0/|X_0| and noise η·√dt·σPξ/|X_0|, so M_dt = (1−ηλ·dt)²M_0 + η²·dt·G/M_0 with G = σ²χ²_{p−1} + dt·|PAX̄_0|² (the cross term has
+    mean 0). |PAX̄_0|² is taken at its mean over a uniform X̄_0 (:func:`_drift_sq`): at σ = 1 it is 0.8% of G,
+    at σ = 0.1 it is most of it. The noise's law is its own quadrature (:func:`_chi_square_log_rule`, crossed
+    with at most :data:`JUMP_NODES_M0` nodes of M_0) where the mean relative jump E[η²·dt·E G/M_0²] is at least
+    :data:`SMALL_JUMP`; below, G is its mean (its spread moves the results by O(1e-4))."""
+    norms, weights, inverse = law
+    noise_sq, drift_sq = (p.dim - 1) * p.noise_std**2, dt * _drift_sq(p)
     jump = first.lr**2 * dt   # η²·dt: the first update adds jump·G/M_0 to M
     with np.errstate(all="ignore"):   # a start at the ends of the range: not finite (the caller decides)
         keep = (1.0 - first.lr * first.weight_decay * dt) ** 2
-        if (jump * unit_grad_sq / norms**2) @ weights < SMALL_JUMP:
-            return keep * norms + jump * unit_grad_sq / norms, weights
+        if (jump * (noise_sq + drift_sq) * inverse**2) @ weights < SMALL_JUMP:
+            return keep * norms + jump * (noise_sq + drift_sq) * inverse, weights
+        if realized is not None and len(norms) > JUMP_NODES_M0:
+            norms, weights, inverse = _sample_nodes(realized, JUMP_NODES_M0)
         grads, grad_weights = _chi_square_log_rule(p.dim - 1, p.noise_std**2)
-        return ((keep * norms[:, None] + jump * grads[None, :] / norms[:, None]).ravel(),
+        return ((keep * norms[:, None] + jump * (grads[None, :] + drift_sq) * inverse[:, None]).ravel(),
                 (weights[:, None] * grad_weights[None, :]).ravel())
+
+
+def _drift_sq(p: NRQPhysics) -> float:
+    """E|PAX̄|² for X̄ uniform on the sphere (P = I − X̄X̄ᵀ): the squared deterministic gradient at unit norm
+    at the start. |PAX̄|² = |AX̄|² − (X̄ᵀAX̄)², E X̄ᵀA²X̄ = Σa²/p and E(X̄ᵀAX̄)² = (2Σa² + (Σa)²)/(p(p+2)); on a
+    two-level spectrum (a_h − a_l)²·E f(1−f) = (a_h − a_l)²(p−1)/(p(p+2)), f = X̄₁² ~ Beta(½, (p−1)/2)."""
+    a = np.asarray(p.spectrum(), dtype=np.float64)
+    total, squares, n = float(a.sum()), float(a @ a), p.dim
+    return max(0.0, squares / n - (2.0 * squares + total * total) / (n * (n + 2.0)))
 
 
 def _chi_square_log_rule(dof: int, scale: float) -> tuple[np.ndarray, np.ndarray]:

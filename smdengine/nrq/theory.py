@@ -75,8 +75,10 @@ def _genlaguerre_rule(nodes: int, alpha: float) -> tuple[np.ndarray, np.ndarray]
 
 
 def kappa(eig_low: float, eig_high: float, dim: int, noise_std: float, lr: float, weight_decay: float) -> float:
-    """Concentration of the stationary law of f = X̄₁²: κ = (a_h − a_l)√(p−1) / (2σ√(2ηλ))."""
-    return (eig_high - eig_low) * math.sqrt(dim - 1) / (2.0 * noise_std * math.sqrt(2.0 * lr * weight_decay))
+    """Concentration of the stationary law of f = X̄₁²: κ = (a_h − a_l)√(p−1) / (2σ√(2ηλ)); +inf where the
+    denominator underflows to 0 (σ = 1e-250 with λ = 1e-200: the law is then all at f = 1, r* = 0)."""
+    denominator = 2.0 * noise_std * math.sqrt(2.0 * lr * weight_decay)
+    return (eig_high - eig_low) * math.sqrt(dim - 1) / denominator if denominator > 0 else math.inf
 
 
 def risk_stationary(kappa_value: float, dim: int) -> float:

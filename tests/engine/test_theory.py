@@ -170,24 +170,46 @@ def test_risk_stationary_finds_a_narrow_peak(kappa, p):
         assert theory.risk_stationary(kappa, p) == pytest.approx(r, rel=3e-11)
 
 
+def gamma_form_risk(kappa: float, p: int) -> float:
+    """r* = E[1 − f] from the law of y = 2κ(1 − f), ∝ e^{−y} y^{s−1} (1 − y/2κ)^{−1/2} on [0, 2κ], s = (p−1)/2,
+    by SciPy's adaptive quadrature in y (relative to the Gamma(s) law's own scale, so that a huge κ is no
+    narrow peak): an independent reference where the quadrature in φ cannot resolve the peak."""
+    s = (p - 1) / 2.0
+    # the Gamma law's bulk, s ± 60√s (+ 200 for small s): e^{−y}y^{s} is below 1e-25 of its peak outside
+    low, top = max(0.0, s - 60.0 * math.sqrt(s) - 200.0), min(2.0 * kappa, s + 60.0 * math.sqrt(s) + 200.0)
+    peak = -s + s * math.log(s)   # the log of e^{−y}y^{s} at its maximum, subtracted: no underflow at p = 10⁵
+
+    def weight(y: float, power: int) -> float:
+        return math.exp(-y + (s - 1 + power) * math.log(y) - peak) / math.sqrt(1.0 - y / (2.0 * kappa))
+
+    moment = integrate.quad(weight, low, top, args=(1,), epsabs=0.0, epsrel=1e-12, limit=200, points=[s])[0]
+    total = integrate.quad(weight, low, top, args=(0,), epsabs=0.0, epsrel=1e-12, limit=200, points=[s])[0]
+    return moment / total / (2.0 * kappa)
+
+
 @pytest.mark.parametrize("p", [2, 10, 100_000])
-@pytest.mark.parametrize("kappa", [1e30, 1e100, 1e300])
+@pytest.mark.parametrize("kappa", [1e8, 1e30, 1e100, 1e300])
 def test_risk_stationary_and_the_density_at_a_kappa_no_quadrature_resolves(kappa, p):
     """σ = 1e-200 gives κ ~ 1e200: the peak, 1/√(8κ) wide at φ = π/2, is below the spacing of doubles there, and
     the quadrature came out 10% off at κ = 1e30, then with a zero total (a run of such a spec failed with
     ZeroDivisionError). The expansion, and the density's whole mass in the bin holding f = 1 − r*."""
     r = theory.risk_stationary(kappa, p)
-    assert r == (p - 1) / (4.0 * kappa) * (1.0 + 1.0 / (4.0 * kappa)) and 0 < r < 1
+    assert 0 < r < 1 and r == pytest.approx(gamma_form_risk(kappa, p), rel=1e-11)   # measured ≤ 1.5e-11 … at κ = 1e8
     edges = [i / 20 for i in range(21)]
     assert theory.f_density_bins(kappa, p, edges) == [0.0] * 19 + [pytest.approx(20.0)]
 
 
-def test_the_density_at_the_switch_is_the_quadratures():
+@pytest.mark.parametrize(("p", "bins"), [(10, 20), (100_000, 1000)])
+def test_the_density_at_the_switch_is_the_quadratures(p, bins):
     """At κ = LARGE_KAPPA the bins by quadrature (just below it) and by the point mass agree: the law's whole
-    mass lies in the last bin either way, to its tail beyond 1 − 0.05, e^{−2κ·0.05}, none in doubles."""
-    edges = [i / 20 for i in range(21)]
-    below = theory.f_density_bins(theory.LARGE_KAPPA * (1 - 1e-9), 10, edges)
-    assert below == pytest.approx(theory.f_density_bins(theory.LARGE_KAPPA, 10, edges), rel=1e-12, abs=1e-300)
+    mass lies in the last bin either way. At p = 10⁵ its mean 1 − f is (p−1)/(4κ) = 2.5e-4, a quarter of the
+    narrowest bin the spec allows (f_bins ≤ 1000), its sd ~1e-6: the tail beyond the bin, e^{−O(10⁶)}, is none
+    in doubles."""
+    edges = [i / bins for i in range(bins + 1)]
+    below = theory.f_density_bins(theory.LARGE_KAPPA * (1 - 1e-9), p, edges)
+    at = theory.f_density_bins(theory.LARGE_KAPPA, p, edges)
+    assert at == [0.0] * (bins - 1) + [pytest.approx(float(bins))]
+    assert below == pytest.approx(at, rel=1e-9, abs=1e-300)
 
 
 def test_a_run_whose_kappa_no_quadrature_resolves_succeeds():
