@@ -15,7 +15,7 @@ from smdengine.nrq.spec import NRQPhysics
 
 
 def predict_physics(p: NRQPhysics, momentum: float = 0.0,
-                    init_norms_sq: np.ndarray | None = None, dt: float = 1.0) -> dict[str, Any]:
+                    init_norms_sq: np.ndarray | None = None, dt: float = 1.0, moments: bool = False) -> dict[str, Any]:
     """Theory of the NRQ problem ``p`` run with momentum ``momentum``: ``au_equilibrium``
     √(2λη/(1+α)), ``norm_sq_theory``, and on a two-level spectrum ``risk_stationary`` and ``kappa``.
     Each a list aligned on the record steps.
@@ -33,12 +33,15 @@ def predict_physics(p: NRQPhysics, momentum: float = 0.0,
     update, of size ``dt`` in steps (1 for SGD, the Euler–Maruyama step of the sde kind), is taken exactly
     (:func:`_first_update`) and the closed form holds from there: a start far below the equilibrium norm
     first jumps far above it, which the closed form from M_0 would miss (it rises smoothly to M*).
+    With ``moments`` also ``norm_sq_second`` E M_t² and ``norm_sq_inverse_second`` E 1/M_t² over the same law
+    (the SDE's γ and RMS angular update: not theory names of their own).
     """
-    return predict_physics_many([p], [momentum], [init_norms_sq], dt)[0]
+    return predict_physics_many([p], [momentum], [init_norms_sq], dt, moments)[0]
 
 
 def predict_physics_many(ps: Sequence[NRQPhysics], momenta: Sequence[float],
-                         init_norms_sq: Sequence[np.ndarray | None], dt: float = 1.0) -> list[dict[str, Any]]:
+                         init_norms_sq: Sequence[np.ndarray | None], dt: float = 1.0,
+                         moments: bool = False) -> list[dict[str, Any]]:
     """:func:`predict_physics` of several problems that share the dimension, the spectrum, the steps, the
     record spacing and the schedule's steps (a fused sweep's members: their rates, scales and trial counts
     may differ), computed together: the norm series of all in a few array operations and every r* in one
@@ -67,9 +70,15 @@ def predict_physics_many(ps: Sequence[NRQPhysics], momenta: Sequence[float],
     # record 0 is M_0's mean; the others come from the law after the first update (time dt)
     firsts = [_first_update(p, own[0], law, dt, values)
               for p, own, law, values in zip(ps, effective, laws, realized, strict=True)]
-    series = _norm_sq_series(ps, steps[1:], phase_of[1:], effective, firsts, dt)
-    for out, values, (nodes, weights, _) in zip(outs, series, laws, strict=True):
-        out["norm_sq_theory"] = [float(nodes @ weights), *values]
+    series = _norm_sq_series(ps, steps[1:], phase_of[1:], effective, firsts, dt, moments)
+    for p, out, moment, (nodes, weights, inverse), values in zip(ps, outs, series, laws, realized, strict=True):
+        out["norm_sq_theory"] = [float(nodes @ weights), *moment[0]]
+        if moments:   # at step 0 from M_0's law itself: the trials' own values after a run
+            with np.errstate(all="ignore"):
+                start = ((values**2).mean(), (1.0 / values**2).mean()) if values is not None else \
+                    (nodes**2 @ weights, inverse**2 @ weights if p.dim > 4 else math.inf)   # E[1/χ²_p²] = ∞ at p ≤ 4
+            out["norm_sq_second"] = [float(start[0]), *moment[1]]
+            out["norm_sq_inverse_second"] = [float(start[1]), *moment[2]]
     levels = first.two_level()
     if levels is not None:
         kappas = {(c, i): theory.kappa(levels[0], levels[1], p.dim, p.noise_std, ph.lr, ph.weight_decay)
@@ -131,8 +140,8 @@ BLOCK_ELEMENTS = 2**15   # the norm series is computed in blocks of (members, st
 
 def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[int],
                     effective: Sequence[Sequence[Phase]], laws: Sequence[tuple[np.ndarray, np.ndarray]],
-                    origin: float) -> list[list[float]]:
-    """Each problem's E M_t at the record ``steps`` (``phase_of``: the index of the phase in force at each; each
+                    origin: float, moments: bool = False) -> list[list[list[float]]]:
+    """``[E M_t]`` of each problem, with ``moments`` ``[E M_t, E M_t², E 1/M_t²]``, at the record ``steps`` (``phase_of``: the index of the phase in force at each; each
     step ≥ ``origin``), M_t = |X_t|² by the closed form from each value of its law (nodes, weights) at step
     ``origin`` (in the first phase), restarted at each phase from the values carried over (times the rescale
     factor², when the phase rescales X).
@@ -142,8 +151,8 @@ def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[i
     weight decay: both terms are ≥ 0 (no clamp before the root), and b_t keeps its precision at small t
     (expm1). Problems whose laws have as many nodes are rows of one array, computed a block at a time: each
     element by the same operations and each sum along one member's row of one block, so how the blocks are
-    cut changes no value."""
-    out = np.empty((len(ps), len(steps)))
+    cut changes no value. The moments are sums over the same nodes of M_t² and of its inverse."""
+    outs = [np.empty((len(ps), len(steps))) for _ in range(3 if moments else 1)]
     steps_arr = np.asarray(steps, dtype=np.float64)
     phase_index = np.asarray(phase_of)
     n_phases = len(effective[0])
@@ -174,13 +183,18 @@ def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[i
                     a, b = coefficients(steps_arr[chunk] - starts[k])
                     m_t = a * m_sq
                     m_t += b / unit_sq
+                    at = rows[:, None], chunk[None, :]
+                    if moments:   # M_t² = m_t·unit²
+                        outs[1][at] = (m_t * weights).sum(axis=2) * unit_sq[:, :, 0]
+                        with np.errstate(divide="ignore"):
+                            outs[2][at] = (weights / m_t).sum(axis=2) / unit_sq[:, :, 0]
                     np.sqrt(m_t, out=m_t)
                     m_t *= weights
-                    out[rows[:, None], chunk[None, :]] = m_t.sum(axis=2) * unit[:, :, 0]
+                    outs[0][at] = m_t.sum(axis=2) * unit[:, :, 0]
                 if k + 1 < n_phases:   # the values the next phase starts from
                     a, b = coefficients(np.array([float(starts[k + 1] - starts[k])]))
                     m_sq = a * m_sq + b / unit_sq
-    return out.tolist()
+    return [[out[c].tolist() for out in outs] for c in range(len(ps))]
 
 
 def _coefficients(ps: Sequence[NRQPhysics],

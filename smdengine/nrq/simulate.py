@@ -285,16 +285,19 @@ class NRQSDE(NRQRun):
     @classmethod
     def predict(cls, spec: Any, init_norms_sq: np.ndarray | None = None) -> dict[str, Any]:
         """The SGD theory of the ``nrq`` kind (closed-form M_t, √(2λη), κ, r*) on the record steps,
-        plus gamma_theory = (M_t/η)² (seed 001 Lemma 5.2 with Tr Σ = (p−1)σ²) and
-        au_theory = √((p−1)σ²)·η/M_t (seed 000 Lemma 1)."""
+        plus gamma_theory = E(M_t/η)² (seed 001 Lemma 5.2 with Tr Σ = (p−1)σ²) and the RMS over trials of
+        seed 000 Lemma 1's √((p−1)σ²)·η/M_t, au_theory = √((p−1)σ²)·η·√E[1/M_t²]: each trial's, as the
+        measured gamma and au_rms are means over trials (at a spread of norms E[1/M²] ≫ 1/(E M)²: 2.1× at
+        the default start, a χ²₁₀ law)."""
         p = params_of(spec, sde.NRQSDEParams)
-        out = predict_physics(p, 0.0, init_norms_sq, p.dt)
+        out = predict_physics(p, 0.0, init_norms_sq, p.dt, moments=True)
+        second, inverse = out.pop("norm_sq_second"), out.pop("norm_sq_inverse_second")
         all_phases = p.phases()
         lrs = [phase_at(all_phases, n).lr for n in record_steps(p.steps, p.record_every)]
         noise_norm = math.sqrt(p.dim - 1) * p.noise_std
-        out["gamma_theory"] = [(m / lr) ** 2 for m, lr in zip(out["norm_sq_theory"], lrs, strict=True)]
-        out["au_theory"] = [noise_norm * lr / m if m > 0 else math.nan
-                            for m, lr in zip(out["norm_sq_theory"], lrs, strict=True)]
+        out["gamma_theory"] = [m2 / lr**2 for m2, lr in zip(second, lrs, strict=True)]
+        out["au_theory"] = [noise_norm * lr * math.sqrt(v) if math.isfinite(v) else math.nan
+                            for v, lr in zip(inverse, lrs, strict=True)]
         return out
 
     def distributions(self) -> dict[str, Any]:

@@ -60,7 +60,7 @@ OUTPUTS = Outputs(
         "risk": RISK_PLOT,
         "au": PlotDef("Continuous angular update (seed 000 Def. 1)", "radians per step", ("au_rms",),
                       ("au_theory", "au_equilibrium"), log_y=True,
-                      theory_labels=(("au_theory", "along the run: √(p−1)ση/M_t"),
+                      theory_labels=(("au_theory", "along the run: √(p−1)ση·√E[1/M_t²]"),
                                      ("au_equilibrium", "at equilibrium: √(2λη/(1+α))"))),
         "norm": NORM_PLOT,
         "f_histogram": PlotDef("Stationary law of f = X̄₁² (tail of the run)", "density", ("f_histogram",),
