@@ -141,8 +141,8 @@ BLOCK_ELEMENTS = 2**15   # the norm series is computed in blocks of (members, st
 def _norm_sq_series(ps: Sequence[NRQPhysics], steps: list[int], phase_of: list[int],
                     effective: Sequence[Sequence[Phase]], laws: Sequence[tuple[np.ndarray, np.ndarray]],
                     origin: float, moments: bool = False) -> list[list[list[float]]]:
-    """``[E M_t]`` of each problem, with ``moments`` ``[E M_t, E M_t², E 1/M_t²]``, at the record ``steps`` (``phase_of``: the index of the phase in force at each; each
-    step ≥ ``origin``), M_t = |X_t|² by the closed form from each value of its law (nodes, weights) at step
+    """``[E M_t]`` of each problem, with ``moments`` ``[E M_t, E M_t², E 1/M_t²]``, at the record ``steps``
+    (``phase_of``: the index of the phase in force at each; each step ≥ ``origin``), M_t = |X_t|² by the closed form from each value of its law (nodes, weights) at step
     ``origin`` (in the first phase), restarted at each phase from the values carried over (times the rescale
     factor², when the phase rescales X).
 
@@ -226,7 +226,7 @@ TAIL_POINTS = 64   # times at which the tail's mean AU ratio is evaluated: the c
 MAX_STEPS: int = next(bound.le for bound in NRQPhysics.model_fields["steps"].metadata if hasattr(bound, "le"))
 LONGEST_DOUBLINGS = 20   # the longest run the advice looks at: 2²⁰ times the spec's steps (at most MAX_STEPS)
 JUMP_NODES = 48   # nodes of the law of the first gradient's norm, where the first update's spread matters
-SMALL_JUMP = 1e-2   # below this mean relative first jump E[η²L/M_0²], G's spread moves E[1/M_t²] by O(1e-4): G = L
+SMALL_JUMP = 1e-2   # below this mean relative first jump E[η²·E G/M_0²], G's spread moves E[1/M_t²] by O(1e-4): G = E G
 
 
 def tail_au_ratio(p: NRQPhysics, momentum: float = 0.0, dt: float = 1.0) -> float | None:
@@ -244,8 +244,8 @@ def tail_au_ratio(p: NRQPhysics, momentum: float = 0.0, dt: float = 1.0) -> floa
     (:func:`smdengine.nrq.theory.init_norm_sq_law`). Averaging over that law, not starting every trial from
     E M_0 = p·init_std², matters at small p: E[1/M_t²] is convex in M_0². The first update is taken exactly,
     M_1 = (1−ηλ)²M_0 + η²G/M_0: the closed form assumes M² ≫ η²L, and a start far below the equilibrium norm
-    first jumps far above it. There G = |g̃_0|², the first noise projected off X_0, follows σ²χ²_{p−1} (mean L),
-    drawn with its own quadrature where the jump is large (the trials that jumped least dominate E[1/M_t²]); and
+    first jumps far above it. There G = |g̃_0|², the first gradient off X_0 at unit norm, follows σ²χ²_{p−1}
+    scaled to its mean L + E|PAX̄_0|² (:func:`_first_update`), drawn with its own quadrature where the jump is large (the trials that jumped least dominate E[1/M_t²]); and
     with momentum η is η/(1−α), since the buffer carries the first gradient over the next ~1/(1−α) updates. The
     SDE's first update is its first Euler–Maruyama step, of drift rate η·dt and noise rate η·√dt:
     M_dt = (1−ηλ·dt)²M_0 + η²·dt·G/M_0, after which the same closed form holds (it is the SDE's own, in steps),
@@ -293,10 +293,11 @@ def _first_update(p: NRQPhysics, first: Phase, law: Law, dt: float,
     """The law (nodes, weights) of M after the first update, of size ``dt`` in steps, from the ``law`` of M_0
     (:func:`_initial_law`; ``realized``: the trials' values it stands for, if any) in the ``first`` phase (at
     η/(1−α) with momentum). The update shrinks X by (1−ηλ·dt) and moves it orthogonally to itself by the
-    gradient at unit norm over |X_0|: drift η·dt·PAX̄_0/|X_0| and noise η·√dt·σPξ/|X_0|, so M_dt = (1−ηλ·dt)²M_0 + η²·dt·G/M_0 with G = σ²χ²_{p−1} + dt·|PAX̄_0|² (the cross term has
-    mean 0). |PAX̄_0|² is taken at its mean over a uniform X̄_0 (:func:`_drift_sq`): at σ = 1 it is 0.8% of G,
-    at σ = 0.1 it is most of it. The noise's law is its own quadrature (:func:`_chi_square_log_rule`, crossed
-    with at most :data:`JUMP_NODES_M0` nodes of M_0) where the mean relative jump E[η²·dt·E G/M_0²] is at least
+    gradient at unit norm over |X_0|: drift η·dt·PAX̄_0/|X_0| and noise η·√dt·σPξ/|X_0|, so
+    M_dt = (1−ηλ·dt)²M_0 + η²·dt·G/M_0 with E G = (p−1)σ² + dt·E|PAX̄_0|² (the cross term has mean 0), the drift
+    at its mean over a uniform X̄_0 (:func:`_drift_sq`): at σ = 1 it is 0.8% of E G, at σ = 0.1 most of it. G's
+    law is σ²χ²_{p−1} scaled to that mean, a quadrature of its own (:func:`_chi_square_log_rule`, crossed with
+    at most :data:`JUMP_NODES_M0` nodes of M_0) where the mean relative jump E[η²·dt·E G/M_0²] is at least
     :data:`SMALL_JUMP`; below, G is its mean (its spread moves the results by O(1e-4))."""
     norms, weights, inverse = law
     noise_sq, drift_sq = (p.dim - 1) * p.noise_std**2, dt * _drift_sq(p)
@@ -307,8 +308,12 @@ def _first_update(p: NRQPhysics, first: Phase, law: Law, dt: float,
             return keep * norms + jump * (noise_sq + drift_sq) * inverse, weights
         if realized is not None and len(norms) > JUMP_NODES_M0:
             norms, weights, inverse = _sample_nodes(realized, JUMP_NODES_M0)
-        grads, grad_weights = _chi_square_log_rule(p.dim - 1, p.noise_std**2)
-        return ((keep * norms[:, None] + jump * (grads[None, :] + drift_sq) * inverse[:, None]).ravel(),
+        # σ²χ²_{p−1} scaled to the mean L + drift (not shifted by the drift: the trials whose G is near 0, which
+        # dominate E[1/M_t²], exist with a drift too, |PAX̄_0 + noise| passing near 0; a shift lost them and
+        # predicted a fifth of the measured ratio at p = 2)
+        scale = (noise_sq + drift_sq) / noise_sq if noise_sq > 0 else math.inf   # σ² underflowed: no finite law
+        grads, grad_weights = _chi_square_log_rule(p.dim - 1, p.noise_std**2 * scale)
+        return ((keep * norms[:, None] + jump * grads[None, :] * inverse[:, None]).ravel(),
                 (weights[:, None] * grad_weights[None, :]).ravel())
 
 

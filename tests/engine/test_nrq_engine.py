@@ -238,9 +238,9 @@ def norm_sq_oracle(m0: np.ndarray, n: int, dim: int, noise_std: float, lr: float
                    dt: float = 1.0) -> float:
     """E M_n over the trials of initial norms ``m0`` on the default spectrum (a_l, a_h) = (1, 2): their mean at
     n = 0; after it the closed form (theory.norm_sq_relaxation) for n − dt steps from the first update,
-    M_dt = (1−ηλ·dt)²M_0 + η²·dt·G/M_0 with G = σ²χ²_{p−1} + dt·E|PAX̄_0|². On two levels |PAX̄|² =
-    (a_h − a_l)²f(1−f), f = X̄₁² ~ Beta(½, (p−1)/2), so E|PAX̄_0|² = (p−1)/(p(p+2)) (the engine computes it from
-    the whole spectrum's moments). The noise's law is integrated against SciPy's density by adaptive
+    M_dt = (1−ηλ·dt)²M_0 + η²·dt·G/M_0 with G a σ²χ²_{p−1} law scaled to its mean (p−1)σ² + dt·E|PAX̄_0|². On two
+    levels |PAX̄|² = (a_h − a_l)²f(1−f), f = X̄₁² ~ Beta(½, (p−1)/2), so E|PAX̄_0|² = (p−1)/(p(p+2)) (the engine
+    computes it from the whole spectrum's moments). G's law is integrated against SciPy's density by adaptive
     quadrature (the engine uses a log-spaced trapezoid rule), or taken at its mean where the mean relative jump
     E[η²·dt·E G/M_0²] is under 1e-2 (the engine's rule: there G's spread moves E M_n by O(1e-4))."""
     from scipy import integrate, stats
@@ -253,10 +253,11 @@ def norm_sq_oracle(m0: np.ndarray, n: int, dim: int, noise_std: float, lr: float
         return float(theory.norm_sq_relaxation(keep * m0 + jump * (noise_sq + drift_sq) / m0, n - dt, dim, noise_std,
                                                lr, weight_decay).mean())
 
-    def at(g: float) -> np.ndarray:   # every trial's M_n given the noise's G = g, weighted by its density there
-        density = stats.chi2.pdf(g / noise_std**2, dim - 1) / noise_std**2
-        return density * theory.norm_sq_relaxation(keep * m0 + jump * (g + drift_sq) / m0, n - dt, dim, noise_std,
-                                                   lr, weight_decay)
+    scale = noise_std**2 * (noise_sq + drift_sq) / noise_sq   # G = scale·χ²_{p−1}
+
+    def at(g: float) -> np.ndarray:   # every trial's M_n given G = g, weighted by G's density there
+        density = stats.chi2.pdf(g / scale, dim - 1) / scale
+        return density * theory.norm_sq_relaxation(keep * m0 + jump * g / m0, n - dt, dim, noise_std, lr, weight_decay)
 
     return float(integrate.quad_vec(at, 0.0, np.inf, epsrel=1e-12)[0].mean())
 
